@@ -1,0 +1,297 @@
+"""Load a TensorFlow model into rstf's graph IR.
+
+Contract: `load_model(path, input_shapes)` accepts a binary GraphDef (`.pb`), a text
+GraphDef (`.pbtxt`) or a SavedModel directory (its `serving_default` signature, frozen), and
+returns a `Graph`: the GraphDef with every node's output shapes and dtypes taken from
+TensorFlow's own shape inference, and the values of constant tensors on demand.
+Every failure the user can cause raises `RstfError` with a one-line message.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Iterable
+
+import numpy as np
+
+from .errors import RstfError
+from .tfutil import tf
+
+# Ops that only forward a tensor: a chain of them over a Const is itself a constant.
+FORWARDING_OPS = {"Identity", "StopGradient", "Snapshot"}
+# Nodes that never count as computation in coverage figures.
+TRIVIAL_OPS = {"Const", "Identity", "Placeholder", "PlaceholderWithDefault", "NoOp"}
+
+
+def split_tensor(name: str) -> tuple[str, int]:
+    """'node:1' -> ('node', 1); 'node' -> ('node', 0). Control inputs ('^x') are not tensors."""
+    if name.startswith("^"):
+        raise ValueError(f"control input {name!r} is not a tensor")
+    node, sep, idx = name.rpartition(":")
+    if sep and idx.isdigit():
+        return node, int(idx)
+    return name, 0
+
+
+def tensor_name(node: str, index: int) -> str:
+    """Canonical tensor name: always 'node:index'."""
+    return f"{node}:{index}"
+
+
+@dataclasses.dataclass
+class Node:
+    """One GraphDef node with its inferred output signature.
+
+    `inputs` are canonical tensor names ('n:i'); control inputs are kept apart, without '^'.
+    `out_shapes[i]` is a tuple of ints, with None for an unknown dimension, or None when even
+    the rank is unknown.
+    """
+
+    name: str
+    op: str
+    inputs: list[str]
+    control_inputs: list[str]
+    attr: object  # the NodeDef's attr map (protobuf)
+    out_shapes: list[tuple | None]
+    out_dtypes: list[np.dtype | None]
+    node_def: object
+
+    def shape(self, index: int = 0) -> tuple | None:
+        return self.out_shapes[index]
+
+    def is_static(self, index: int = 0) -> bool:
+        s = self.out_shapes[index]
+        return s is not None and all(d is not None for d in s)
+
+
+class Graph:
+    """The loaded model: nodes in GraphDef order, consumers, constants, inputs and outputs."""
+
+    def __init__(self, graph_def, nodes: list[Node], outputs: list[str]):
+        self.graph_def = graph_def
+        self.nodes: dict[str, Node] = {n.name: n for n in nodes}
+        self.outputs = outputs  # node names whose output(s) the model returns
+        self.consumers: dict[str, list[str]] = {n.name: [] for n in nodes}
+        for n in nodes:
+            for t in n.inputs:
+                self.consumers[split_tensor(t)[0]].append(n.name)
+            for c in n.control_inputs:
+                self.consumers[c].append(n.name)
+        self._const_cache: dict[str, np.ndarray] = {}
+
+    @property
+    def placeholders(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.op == "Placeholder"]
+
+    def node_of(self, tensor: str) -> Node:
+        return self.nodes[split_tensor(tensor)[0]]
+
+    def tensor_shape(self, tensor: str) -> tuple | None:
+        node, idx = split_tensor(tensor)
+        return self.nodes[node].out_shapes[idx]
+
+    def tensor_dtype(self, tensor: str):
+        node, idx = split_tensor(tensor)
+        return self.nodes[node].out_dtypes[idx]
+
+    def const_source(self, tensor: str) -> str | None:
+        """The Const node a tensor ultimately forwards, or None if it is not a constant."""
+        node = self.node_of(tensor)
+        seen = set()
+        while node.op in FORWARDING_OPS and node.inputs and node.name not in seen:
+            seen.add(node.name)
+            node = self.node_of(node.inputs[0])
+        return node.name if node.op == "Const" else None
+
+    def is_const(self, tensor: str) -> bool:
+        return self.const_source(tensor) is not None
+
+    def const_value(self, tensor: str) -> np.ndarray:
+        """The value of a constant tensor (Const, or Identity chains over one)."""
+        src = self.const_source(tensor)
+        if src is None:
+            raise KeyError(f"{tensor} is not a constant")
+        if src not in self._const_cache:
+            self._const_cache[src] = tf.make_ndarray(self.nodes[src].attr["value"].tensor)
+        return self._const_cache[src]
+
+    def topo_order(self) -> list[str]:
+        """Node names in a topological order (stable w.r.t. GraphDef order)."""
+        indeg = {name: 0 for name in self.nodes}
+        for n in self.nodes.values():
+            for t in n.inputs:
+                indeg[n.name] += 1
+            indeg[n.name] += len(n.control_inputs)
+        ready = [name for name, d in indeg.items() if d == 0]
+        order = []
+        position = {name: i for i, name in enumerate(self.nodes)}
+        import heapq
+
+        heap = [(position[n], n) for n in ready]
+        heapq.heapify(heap)
+        while heap:
+            _, name = heapq.heappop(heap)
+            order.append(name)
+            for c in self.consumers[name]:
+                indeg[c] -= 1
+                if indeg[c] == 0:
+                    heapq.heappush(heap, (position[c], c))
+        if len(order) != len(self.nodes):
+            raise RstfError("the graph has a cycle (control flow loops are not supported)")
+        return order
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_graph_def(path: str):
+    """Read a binary GraphDef, a text GraphDef or a SavedModel directory into a GraphDef.
+
+    Returns (graph_def, output_node_names or None). The output names are known for a
+    SavedModel (its signature); for a bare GraphDef they are inferred later.
+    """
+    from google.protobuf import message, text_format
+
+    if not os.path.exists(path):
+        raise RstfError(f"{path}: no such file or directory")
+    if os.path.isdir(path):
+        return _read_saved_model(path)
+    gd = tf.compat.v1.GraphDef()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise RstfError(f"{path}: cannot read ({e.strerror})") from None
+    if not data:
+        raise RstfError(f"{path}: the file is empty, not a TensorFlow graph")
+    if path.endswith(".pbtxt"):
+        try:
+            text_format.Parse(data.decode("utf-8"), gd)
+        except (text_format.ParseError, UnicodeDecodeError) as e:
+            raise RstfError(f"{path}: not a text GraphDef ({_one_line(e)})") from None
+    else:
+        try:
+            gd.ParseFromString(data)
+        except message.DecodeError as e:
+            raise RstfError(f"{path}: not a binary GraphDef ({_one_line(e)})") from None
+    if not gd.node:
+        raise RstfError(f"{path}: the graph has no nodes (is it a TensorFlow GraphDef?)")
+    return gd, None
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:300] or type(e).__name__
+
+
+def _read_saved_model(path: str):
+    """Freeze the `serving_default` signature of a SavedModel into a GraphDef."""
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    if not os.path.exists(os.path.join(path, "saved_model.pb")):
+        raise RstfError(f"{path}: a directory but not a SavedModel (no saved_model.pb)")
+    try:
+        loaded = tf.saved_model.load(path)
+    except Exception as e:  # TF raises many types here; all mean "cannot load"
+        raise RstfError(f"{path}: cannot load the SavedModel ({_one_line(e)})") from None
+    sig = loaded.signatures.get("serving_default")
+    if sig is None:
+        raise RstfError(f"{path}: the SavedModel has no 'serving_default' signature")
+    frozen = convert_variables_to_constants_v2(sig)
+    gd = frozen.graph.as_graph_def()
+    outputs = [t.name.split(":")[0] for t in frozen.outputs]
+    return gd, outputs
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def parse_input_shapes(specs: Iterable[str]) -> dict[str, tuple[int, ...]]:
+    """Parse `--input-shape NAME:d0,d1,...` values."""
+    out = {}
+    for spec in specs or ():
+        name, sep, dims = spec.rpartition(":")
+        if not sep or not name:
+            raise RstfError(f"--input-shape {spec!r}: expected NAME:d0,d1,...")
+        try:
+            shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+        except ValueError:
+            raise RstfError(f"--input-shape {spec!r}: dimensions must be integers") from None
+        if any(d <= 0 for d in shape):
+            raise RstfError(f"--input-shape {spec!r}: dimensions must be positive")
+        out[name] = shape
+    return out
+
+
+def _pin_placeholders(gd, input_shapes: dict[str, tuple[int, ...]]) -> None:
+    """Write pinned shapes into the Placeholder `shape` attrs (in place)."""
+    by_name = {n.name: n for n in gd.node}
+    for name, shape in input_shapes.items():
+        node = by_name.get(name)
+        if node is None or node.op != "Placeholder":
+            known = ", ".join(n.name for n in gd.node if n.op == "Placeholder") or "none"
+            raise RstfError(f"--input-shape: no Placeholder named {name!r} (inputs: {known})")
+        old = tf.TensorShape(node.attr["shape"].shape)
+        new = tf.TensorShape(shape)
+        if not old.is_compatible_with(new):
+            raise RstfError(f"--input-shape {name}: {list(shape)} is incompatible with the "
+                            f"graph's {old}")
+        node.attr["shape"].shape.CopyFrom(new.as_proto())
+
+
+def infer_shapes(gd) -> dict[str, tuple[list, list]]:
+    """Run TensorFlow's shape inference by importing the GraphDef into a tf.Graph.
+
+    Returns {node name: (output shapes, output numpy dtypes)}.
+    """
+    g = tf.Graph()
+    try:
+        with g.as_default():
+            tf.graph_util.import_graph_def(gd, name="")
+    except Exception as e:  # ValueError / InvalidArgumentError / NotFoundError for unknown ops
+        raise RstfError(f"TensorFlow cannot import the graph ({_one_line(e)})") from None
+    result = {}
+    for op in g.get_operations():
+        shapes, dtypes = [], []
+        for t in op.outputs:
+            s = t.shape
+            shapes.append(None if s.rank is None else tuple(s.as_list()))
+            try:
+                dtypes.append(np.dtype(t.dtype.as_numpy_dtype))
+            except (TypeError, AttributeError):
+                dtypes.append(None)  # resource and variant tensors
+        result[op.name] = (shapes, dtypes)
+    return result
+
+
+def infer_outputs(gd) -> list[str]:
+    """A bare GraphDef names no outputs: take the sinks that compute something."""
+    used = {split_tensor(t.lstrip("^"))[0] for n in gd.node for t in n.input}
+    return [n.name for n in gd.node
+            if n.name not in used and n.op not in ("Const", "NoOp", "Placeholder")]
+
+
+def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None,
+               outputs: list[str] | None = None) -> Graph:
+    """Load a model file or directory into a `Graph` with static shapes where TF knows them."""
+    gd, sig_outputs = read_graph_def(path)
+    if input_shapes:
+        _pin_placeholders(gd, input_shapes)
+    info = infer_shapes(gd)
+    nodes = []
+    for nd in gd.node:
+        data_inputs, control = [], []
+        for t in nd.input:
+            if t.startswith("^"):
+                control.append(t[1:])
+            else:
+                data_inputs.append(tensor_name(*split_tensor(t)))
+        shapes, dtypes = info.get(nd.name, ([], []))
+        nodes.append(Node(nd.name, nd.op, data_inputs, control, nd.attr, shapes, dtypes, nd))
+    outs = outputs or sig_outputs or infer_outputs(gd)
+    names = {n.name for n in nodes}
+    for o in outs:
+        if o not in names:
+            raise RstfError(f"output {o!r} is not a node of the graph")
+    return Graph(gd, nodes, outs)

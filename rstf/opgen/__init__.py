@@ -1,0 +1,8 @@
+"""Op code generators, registered by TensorFlow op type (see base.py for the contract).
+
+Importing this package registers every handler family.
+"""
+from . import elementwise, linalg, pool, reduce, shape  # noqa: F401  (registration)
+from .base import HANDLERS, OpFunction, OpHandler, check_node, get_handler, op_handler
+
+__all__ = ["HANDLERS", "OpFunction", "OpHandler", "check_node", "get_handler", "op_handler"]

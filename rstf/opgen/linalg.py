@@ -1,0 +1,74 @@
+"""Conv2D and MatMul: the ops that carry the FLOPs."""
+from __future__ import annotations
+
+from ..graph import Graph, Node
+from .base import ArrayParam, OpFunction, OpHandler, Unsupported, op_handler, render
+from .window import check_nhwc, nhwc_attrs, pad_before, window_access
+
+
+@op_handler("Conv2D")
+class Conv2D(OpHandler):
+    """NHWC x HWIO, any strides and dilations, SAME / VALID / EXPLICIT padding."""
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        check_nhwc(node)
+        nhwc_attrs(node, "strides")
+        nhwc_attrs(node, "dilations")
+        x, w = (graph.tensor_shape(t) for t in node.inputs)
+        if x[3] != w[2]:
+            raise Unsupported(f"grouped convolution ({x[3]} input channels, filter {w[2]})")
+        if self.attr_str(node, "padding") == "EXPLICIT":
+            pads = self.attr_ints(node, "explicit_paddings")
+            if len(pads) != 8 or any(pads[i] for i in (0, 1, 6, 7)):
+                raise Unsupported(f"explicit_paddings {pads}")
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        n, oh, ow, oc = node.out_shapes[0]
+        kh, kw, ic, _ = graph.tensor_shape(node.inputs[1])
+        return 2 * n * oh * ow * oc * kh * kw * ic
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        xs, ws = (graph.tensor_shape(t) for t in node.inputs)
+        N, H, W, IC = xs
+        KH, KW, _, OC = ws
+        _, OH, OW, _ = node.out_shapes[0]
+        sh, sw = nhwc_attrs(node, "strides")
+        dh, dw = nhwc_attrs(node, "dilations")
+        ph = pad_before(node, 1, H, OH, KH, sh, dh)
+        pw = pad_before(node, 2, W, OW, KW, sw, dw)
+        ih, gh = window_access("oh", "kh", sh, dh, ph, H, OH, KH)
+        iw, gw = window_access("ow", "kw", sw, dw, pw, W, OW, KW)
+        ct = self.ctype(node)
+        body = render("ops/conv2d.c.j2", N=N, OH=OH, OW=OW, OC=OC, KH=KH, KW=KW, IC=IC,
+                      ih=ih, iw=iw, guards=gh + gw, out="y", inp="x", filt="w",
+                      fs=self.literal_suffix(node))
+        return OpFunction(
+            body, [ArrayParam("x", xs, ct), ArrayParam("w", ws, ct)],
+            [ArrayParam("y", node.out_shapes[0], ct)],
+            summary=(f"Conv2D {list(xs)} x {list(ws)} -> {list(node.out_shapes[0])}, "
+                     f"stride {sh}x{sw}, dilation {dh}x{dw}, pad {ph},{pw}"))
+
+
+@op_handler("MatMul")
+class MatMul(OpHandler):
+    """C = op(A) op(B) with transpose_a / transpose_b folded into the subscripts."""
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        m, n = node.out_shapes[0]
+        a = graph.tensor_shape(node.inputs[0])
+        k = a[0] if self.attr_bool(node, "transpose_a") else a[1]
+        return 2 * m * n * k
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        ta, tb = self.attr_bool(node, "transpose_a"), self.attr_bool(node, "transpose_b")
+        a_shape, b_shape = (graph.tensor_shape(t) for t in node.inputs)
+        M, N = node.out_shapes[0]
+        K = a_shape[0] if ta else a_shape[1]
+        ct = self.ctype(node)
+        body = render("ops/matmul.c.j2", M=M, N=N, K=K, out="c",
+                      a="a[k][i]" if ta else "a[i][k]", b="b[j][k]" if tb else "b[k][j]",
+                      fs=self.literal_suffix(node))
+        return OpFunction(body, [ArrayParam("a", a_shape, ct), ArrayParam("b", b_shape, ct)],
+                          [ArrayParam("c", (M, N), ct)],
+                          summary=f"MatMul {M}x{K}x{N} transpose_a={ta} transpose_b={tb}")

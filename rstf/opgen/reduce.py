@@ -1,0 +1,74 @@
+"""Reductions over constant axes (Mean) and Softmax."""
+from __future__ import annotations
+
+import math
+
+from ..graph import Graph, Node
+from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, index_names, numel,
+                   op_handler, render, subscript)
+
+
+def reduction_axes(graph: Graph, node: Node, rank: int) -> list[int]:
+    """The constant `reduction_indices` input, normalised: sorted, non-negative, unique."""
+    raw = graph.const_value(node.inputs[1]).reshape(-1).tolist()
+    axes = set()
+    for a in raw:
+        if not -rank <= a < rank:
+            raise Unsupported(f"axis {a} out of range for rank {rank}")
+        axes.add(a % rank)
+    return sorted(axes)
+
+
+@op_handler("Mean")
+class Mean(OpHandler):
+    ignored_inputs = (1,)
+    const_inputs = (1,)
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        return numel(graph.tensor_shape(node.inputs[0]))
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        in_shape = graph.tensor_shape(node.inputs[0])
+        rank = len(in_shape)
+        axes = reduction_axes(graph, node, rank)
+        keep = self.attr_bool(node, "keep_dims")
+        in_idx = index_names("i", rank)
+        # The output subscripts of an input point: reduced axes map to 0 (keep_dims) or vanish.
+        red_sub = [("0" if keep else None) if d in axes else in_idx[d] for d in range(rank)]
+        red_sub = [s for s in red_sub if s is not None]
+        out_shape = node.out_shapes[0]
+        out_idx = index_names("o", len(out_shape))
+        ct = self.ctype(node)
+        fs = self.literal_suffix(node)
+        count = math.prod(in_shape[d] for d in axes)
+        target = subscript("y", red_sub)
+        body = render("ops/reduce.c.j2", out="y", out_idx=out_idx, out_shape=out_shape,
+                      in_idx=in_idx, in_shape=in_shape, red_sub=red_sub, init=f"0.0{fs}",
+                      update=f"{target} + {subscript('x', in_idx)}",
+                      divisor=f"({ct}){count}")
+        return OpFunction(body, [ArrayParam("x", in_shape, ct)], [ArrayParam("y", out_shape, ct)],
+                          summary=f"Mean {list(in_shape)} axes {axes} keep_dims={keep}")
+
+
+@op_handler("Softmax")
+class Softmax(OpHandler):
+    """Softmax over the last axis; the operand is viewed as [rows][classes]."""
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        return 5 * numel(node.out_shapes[0])
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        if len(node.out_shapes[0]) < 1:
+            raise Unsupported("softmax of a scalar")
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        shape = node.out_shapes[0]
+        C = shape[-1]
+        R = numel(shape[:-1])
+        ct = self.ctype(node)
+        body = render("ops/softmax.c.j2", R=R, C=C, inp="x", out="y", m="m", s="s",
+                      fs=self.literal_suffix(node), ms=self.math_suffix(node))
+        return OpFunction(body, [ArrayParam("x", (R, C), ct)], [ArrayParam("y", (R, C), ct)],
+                          scratch=[ArrayParam("m", (R,), ct), ArrayParam("s", (R,), ct)],
+                          summary=f"Softmax {list(shape)} over the last axis")

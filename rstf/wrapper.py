@@ -1,0 +1,50 @@
+"""The C++ TensorFlow op wrapper: one registered op and kernel per subgraph (§II.F).
+
+Op names come from a hash of the generated code *and* of the whole library's code, so two
+optimized graphs, even of one model with different options, never register the same name
+with different meanings.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from . import __version__
+from .cescape import c_string
+from .codegen import Slot, SubgraphCode
+from .opgen.base import render
+
+TF_TYPES = {np.dtype(np.float32): ("float", "DT_FLOAT")}
+
+
+def library_digest(subgraphs: list[SubgraphCode]) -> str:
+    h = hashlib.sha256(__version__.encode())
+    for sg in subgraphs:
+        h.update(sg.digest.encode())
+    return h.hexdigest()
+
+
+def op_name(sg: SubgraphCode, lib_digest: str) -> str:
+    """'Rstf' + 16 hex digits: a valid TF op name ([A-Z][A-Za-z0-9_]*)."""
+    return "Rstf" + hashlib.sha256(f"{lib_digest}/{sg.index}/{sg.digest}".encode()).hexdigest()[:16]
+
+
+def _tensor(slot: Slot) -> dict:
+    tf_type, dt_enum = TF_TYPES[slot.dtype]
+    return {"tf_type": tf_type, "dt_enum": dt_enum, "ctype": slot.ctype,
+            "dims": [str(d) for d in slot.shape], "name_literal": c_string(slot.tensor)}
+
+
+def generate_wrapper(subgraphs: list[SubgraphCode], names: list[str]) -> str:
+    ops = []
+    for sg, name in zip(subgraphs, names):
+        c_params = ([f"const {s.ctype} *" for s in sg.inputs]
+                    + [f"{s.ctype} *" for s in sg.outputs] + ["void *"])
+        ops.append({"index": sg.index, "entry": sg.entry, "name_literal": c_string(name),
+                    "kernel": f"{name}Kernel", "node_count": len(sg.nodes),
+                    "first_node": c_string(sg.nodes[0]), "c_params": c_params,
+                    "inputs": [_tensor(s) for s in sg.inputs],
+                    "outputs": [_tensor(s) for s in sg.outputs],
+                    "workspace": max(sg.workspace_bytes, 0)})
+    return render("wrapper.cc.j2", version=__version__, ops=ops)

@@ -1,0 +1,23 @@
+"""Installs the `rstf` package and the `rstf` command."""
+from setuptools import find_packages, setup
+
+setup(
+    name="rstf",
+    version="0.1.0",
+    description="Polyhedral optimizer for TensorFlow graphs: generated, shape-specialised custom ops",
+    packages=find_packages(include=["rstf", "rstf.*"]),
+    package_data={"rstf": ["templates/*.j2", "templates/ops/*.j2", "runtime/*.h"]},
+    include_package_data=True,
+    python_requires=">=3.11,<3.12",
+    install_requires=[
+        "tensorflow-cpu==2.21.0",
+        "networkx==3.6.1",
+        "pymetis==2025.2.2",
+        "pycparser==3.0",
+        "islpy==2026.2.2",
+        "jinja2==3.1.6",
+        "numpy==2.4.6",
+    ],
+    extras_require={"test": ["pytest==9.0.3", "hypothesis==6.155.2"]},
+    entry_points={"console_scripts": ["rstf=rstf.cli:main"]},
+)
