@@ -107,9 +107,9 @@ def partition_subgraph(
           k-way with ``k = ceil(len(nodes) / max_ops)``; the repairs needed
           for convexity can add parts and some imbalance).
 
-        If ``len(nodes) <= max_ops`` the single part ``nodes`` is returned
-        as is (in topological order); it is not split into components.
-        Every part lists its nodes in the topological order of
+        If ``len(nodes) <= max_ops`` the single part ``list(nodes)`` is
+        returned as is, in the caller's order, even if it is not connected.
+        Otherwise every part lists its nodes in the topological order of
         :func:`~rstf.partition.select.topological_order`; parts are sorted by
         the position of their first node.  An empty ``nodes`` gives ``[]``.
 
@@ -128,10 +128,19 @@ def partition_subgraph(
             raise ValueError(f"node {n!r} is not in the graph")
     if not nodes:
         return []
+    if len(nodes) <= max_ops:
+        # Nothing to split.  Returned in the caller's order (which is
+        # topological for sets from select_subgraphs) without computing a
+        # topological order of the whole graph: this path runs once per
+        # selected subgraph and must stay cheap.
+        return [nodes]
     pos = {n: i for i, n in enumerate(topological_order(dag))}
     nodes.sort(key=pos.__getitem__)
-    if len(nodes) <= max_ops:
-        return [nodes]
+    if max_ops == 1:
+        # Singletons are trivially convex with an acyclic quotient (dag is
+        # acyclic).  METIS cannot do k = n: it prints "too many parts" to the
+        # C stdout and returns fewer parts.
+        return [[n] for n in nodes]
     costs = _costs(nodes, cost)
     parts = _partition(dag, pos, nodes, max_ops, costs, seed)
     return _canonical(parts, pos)

@@ -1,0 +1,111 @@
+"""The `rstf` command.
+
+    rstf optimize MODEL [-o OUTDIR] [--input-shape NAME:d0,d1,...] [--outputs A,B]
+                        [--max-ops N] [--march ARCH] [--force]
+    rstf compare MODEL OUTDIR [--inputs FILE.npz] [--rtol 1e-4] [--reps N] [--seed S] [--json]
+
+Errors the user can cause print one line, `rstf: error: ...`, and exit with status 2 (bad
+usage or input) or 1 (`compare` found outputs outside the tolerance). Set RSTF_DEBUG=1 to see
+the traceback of an internal error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .errors import RstfError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rstf", description="Polyhedral optimizer for TensorFlow "
+                                "graphs: supported subgraphs become generated custom ops.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    o = sub.add_parser("optimize", help="optimize a frozen graph or SavedModel")
+    o.add_argument("model", help="binary GraphDef (.pb), text GraphDef (.pbtxt) or SavedModel dir")
+    o.add_argument("-o", "--output", help="output folder (default: MODEL stem + .rstf)")
+    o.add_argument("--input-shape", action="append", default=[], metavar="NAME:d0,d1,...",
+                   help="pin an input's shape (repeatable)")
+    o.add_argument("--outputs", help="comma-separated output node names (default: the graph's "
+                   "sinks, or the SavedModel signature's outputs)")
+    o.add_argument("--max-ops", type=int, default=None,
+                   help="split subgraphs larger than this many nodes with METIS (default 400)")
+    o.add_argument("--march", default="native", help="gcc -march for the generated code")
+    o.add_argument("--force", action="store_true", help="replace an existing output folder")
+
+    c = sub.add_parser("compare", help="check an optimized graph against stock TensorFlow")
+    c.add_argument("model", help="the original model")
+    c.add_argument("outdir", help="the folder written by `rstf optimize`")
+    c.add_argument("--inputs", help=".npz of input arrays, keyed by Placeholder name")
+    c.add_argument("--rtol", type=float, default=1e-4,
+                   help="max error relative to each output's largest magnitude (default 1e-4)")
+    c.add_argument("--reps", type=int, default=5, help="timed runs per configuration")
+    c.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def _optimize(a) -> int:
+    from .graph import parse_input_shapes
+    from .pipeline import DEFAULT_MAX_OPS, optimize
+
+    outputs = [s for s in a.outputs.split(",") if s] if a.outputs else None
+    report = optimize(a.model, a.output, parse_input_shapes(a.input_shape), outputs,
+                      a.max_ops if a.max_ops is not None else DEFAULT_MAX_OPS, a.march, a.force)
+    pct = lambda x, y: f"{100.0 * x / y:.1f}%" if y else "n/a"  # noqa: E731
+    print(f"optimized {a.model} -> {a.output or report['output_dir']}")
+    print(f"  subgraphs: {len(report['subgraphs'])}   nodes covered: {report['nodes_covered']}/"
+          f"{report['nodes_total']} ({pct(report['nodes_covered'], report['nodes_total'])})"
+          f"   conv/matmul FLOPs covered: {pct(report['flops_covered'], report['flops_total'])}")
+    if report["unsupported"]:
+        left = ", ".join(f"{op} x{v['count']}" for op, v in report["unsupported"].items())
+        print(f"  left to TensorFlow: {left}")
+    print(f"  optimize time: {report['optimize_seconds']:.1f} s (build "
+          f"{report['build_seconds']:.1f} s{', cached' if report['build_cached'] else ''})")
+    return 0
+
+
+def _compare(a) -> int:
+    from .compare import compare
+
+    if a.reps < 1:
+        raise RstfError("--reps must be at least 1")
+    r = compare(a.model, a.outdir, a.inputs, a.rtol, a.reps, a.seed)
+    if a.json:
+        print(json.dumps(r))
+    else:
+        for o in r["outputs"]:
+            print(f"{o['name']}: max_abs_err {o['max_abs_err']:.3g}  max_rel_err "
+                  f"{o['max_rel_err']:.3g}  {'ok' if o['passed'] else 'FAIL'}")
+        lat = r["latency_ms"]
+        print(f"latency (median of {r['reps']}): rstf {lat['rstf']:.2f} ms, TF Eigen "
+              f"{lat['tf_eigen']:.2f} ms, TF oneDNN {lat['tf_onednn']:.2f} ms  (rstf/Eigen "
+              f"{lat['rstf'] / lat['tf_eigen']:.2f}x, rstf/oneDNN "
+              f"{lat['rstf'] / lat['tf_onednn']:.2f}x time)")
+        print("PASSED" if r["passed"] else f"FAILED: error above --rtol {a.rtol:g}")
+    return 0 if r["passed"] else 1
+
+
+def main(argv=None) -> int:
+    a = _parser().parse_args(argv)
+    try:
+        return {"optimize": _optimize, "compare": _compare}[a.command](a)
+    except RstfError as e:
+        print(f"rstf: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rstf: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # never a traceback for the user; RSTF_DEBUG=1 shows it
+        if os.environ.get("RSTF_DEBUG"):
+            raise
+        msg = " ".join(str(e).split())[:300]
+        print(f"rstf: internal error: {type(e).__name__}: {msg} (RSTF_DEBUG=1 for details)",
+              file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""`rstf compare`: the optimized graph against stock TensorFlow, numbers and speed.
+
+Both graphs run on the same seeded random inputs (or the user's `--inputs FILE.npz`). Errors
+are measured against stock TensorFlow with Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0), per
+output: the max absolute error, and that error relative to the output's largest magnitude.
+Latency is the median of `--reps` runs after a warm-up, for the optimized graph and for stock
+TensorFlow with Eigen and with oneDNN kernels, each in its own process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from .errors import RstfError
+from .graph import load_model, parse_input_shapes
+
+
+def _read_report(out_dir: str) -> dict:
+    path = os.path.join(out_dir, "report.json")
+    if not os.path.isfile(path):
+        raise RstfError(f"{out_dir}: not an rstf output folder (no report.json)")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise RstfError(f"{path}: unreadable ({e})") from None
+
+
+def make_inputs(graph, seed: int, user_inputs: str | None) -> dict[str, np.ndarray]:
+    """Seeded random inputs for every Placeholder, or the user's, checked against the graph."""
+    rng = np.random.RandomState(seed)
+    provided = {}
+    if user_inputs:
+        try:
+            provided = dict(np.load(user_inputs))
+        except (OSError, ValueError) as e:
+            raise RstfError(f"--inputs {user_inputs}: cannot read ({e})") from None
+    feeds = {}
+    for p in graph.placeholders:
+        shape, dtype = p.shape(0), p.out_dtypes[0]
+        if p.name in provided:
+            val = np.asarray(provided[p.name])
+            if shape is not None and (len(val.shape) != len(shape) or any(
+                    d is not None and d != v for d, v in zip(shape, val.shape))):
+                raise RstfError(f"--inputs: {p.name} has shape {list(val.shape)}, the graph "
+                                f"expects {list(shape)}")
+            feeds[f"{p.name}:0"] = val.astype(dtype)
+            continue
+        if shape is None or any(d is None for d in shape):
+            raise RstfError(f"input {p.name!r} has an unknown shape; pass --inputs FILE.npz")
+        if np.issubdtype(dtype, np.floating):
+            feeds[f"{p.name}:0"] = rng.standard_normal(shape).astype(dtype)
+        elif np.issubdtype(dtype, np.integer):
+            feeds[f"{p.name}:0"] = rng.randint(0, 4, size=shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[f"{p.name}:0"] = rng.randint(0, 2, size=shape).astype(bool)
+        else:
+            raise RstfError(f"input {p.name!r}: cannot generate values of dtype {dtype}")
+    return feeds
+
+
+def _run(label: str, graph_path: str, libs: list[str], inputs: str, fetches: list[str],
+         reps: int, env_extra: dict[str, str], save: str) -> dict:
+    cmd = [sys.executable, "-m", "rstf.runner", "--graph", graph_path, "--inputs", inputs,
+           "--reps", str(reps), "--save", save]
+    for lib in libs:
+        cmd += ["--lib", lib]
+    for t in fetches:
+        cmd += ["--fetch", t]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env_extra}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {"error": proc.stderr.strip()[-500:]}
+    if proc.returncode != 0 or "error" in result:
+        raise RstfError(f"running the {label} graph failed: {result.get('error', '?')}")
+    return result
+
+
+def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1e-4,
+            reps: int = 5, seed: int = 0) -> dict:
+    report = _read_report(out_dir)
+    pins = {k: tuple(v) for k, v in report.get("pinned_shapes", {}).items()}
+    graph = load_model(model, pins, report.get("outputs"))
+    feeds = make_inputs(graph, seed, inputs)
+    fetches = [f"{o}:{i}" for o in graph.outputs
+               for i in range(len(graph.nodes[o].out_shapes))]
+    optimized = os.path.join(out_dir, "optimized.pb")
+    libs = [os.path.join(out_dir, report["library"])] if report.get("library") else []
+    with tempfile.TemporaryDirectory() as tmp:
+        in_path = os.path.join(tmp, "inputs.npz")
+        np.savez(in_path, **feeds)
+        # The original model may be a SavedModel or text graph: run its frozen GraphDef.
+        from .tfutil import tf  # noqa: F401  (graph_def serialisation below)
+
+        orig_path = os.path.join(tmp, "original.pb")
+        with open(orig_path, "wb") as f:
+            f.write(graph.graph_def.SerializeToString())
+        runs = {}
+        for label, path, lib, env in [
+            ("tf_eigen", orig_path, [], {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+            ("tf_onednn", orig_path, [], {"TF_ENABLE_ONEDNN_OPTS": "1"}),
+            ("rstf", optimized, libs, {}),
+        ]:
+            save = os.path.join(tmp, f"{label}.npz")
+            runs[label] = _run(label, path, lib, in_path, fetches, reps, env, save)
+            runs[label]["outputs"] = [np.load(save)[f"out{i}"] for i in range(len(fetches))]
+    outputs, passed = [], True
+    for i, name in enumerate(fetches):
+        ref = runs["tf_eigen"]["outputs"][i].astype(np.float64)
+        got = runs["rstf"]["outputs"][i].astype(np.float64)
+        onednn = runs["tf_onednn"]["outputs"][i].astype(np.float64)
+        abs_err, rel_err = _errors(ref, got)
+        ok = bool(rel_err <= rtol)
+        passed &= ok
+        outputs.append({"name": name, "shape": list(ref.shape), "max_abs_err": abs_err,
+                        "max_rel_err": rel_err, "passed": ok,
+                        "onednn_vs_eigen_rel_err": _errors(ref, onednn)[1]})
+    lat = {k: runs[k]["latency_ms"] for k in ("rstf", "tf_eigen", "tf_onednn")}
+    return {"passed": passed, "rtol": rtol, "outputs": outputs, "latency_ms": lat,
+            "reps": reps, "seed": seed,
+            "speedup_vs_eigen": lat["tf_eigen"] / lat["rstf"] if lat["rstf"] else None,
+            "speedup_vs_onednn": lat["tf_onednn"] / lat["rstf"] if lat["rstf"] else None}
+
+
+def _errors(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
+    if ref.shape != got.shape:
+        return float("inf"), float("inf")
+    if ref.size == 0:
+        return 0.0, 0.0
+    diff = np.abs(ref - got)
+    if not np.all(np.isfinite(diff) | (np.isnan(ref) & np.isnan(got))):
+        return float("inf"), float("inf")
+    abs_err = float(np.nanmax(diff))
+    scale = float(np.nanmax(np.abs(ref)))
+    return abs_err, abs_err / scale if scale > 0 else abs_err

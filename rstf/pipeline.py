@@ -1,0 +1,225 @@
+"""`rstf optimize`, top to bottom: load -> select -> partition -> opgen -> build -> splice.
+
+Each stage is a plain function of the previous stage's value (see shared/DESIGN.md); this
+module only strings them together and writes the output folder atomically.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import networkx as nx
+
+from . import __version__
+from .build import CUSTOM_OPS_DIR, RUNTIME_HEADERS, build_library
+from .codegen import SubgraphCode, generate_subgraph
+from .errors import RstfError
+from .graph import TRIVIAL_OPS, Graph, load_model, split_tensor
+from .opgen import check_node, get_handler
+from .partition import partition_subgraph, select_subgraphs
+from .splice import custom_node_names, splice
+from .wrapper import generate_wrapper, library_digest, op_name
+
+DEFAULT_MAX_OPS = 400
+# Op types whose FLOPs the coverage figure counts (the "conv/matmul FLOPs").
+FLOP_OPS = {"Conv2D", "MatMul", "DepthwiseConv2dNative", "BatchMatMul", "BatchMatMulV2",
+            "BatchMatMulV3", "Conv3D", "Conv2DBackpropInput", "_FusedConv2D", "_FusedMatMul"}
+
+
+def dataflow_dag(graph: Graph) -> nx.DiGraph:
+    """Nodes and their data and control edges, the input of selection and partitioning."""
+    dag = nx.DiGraph()
+    dag.add_nodes_from(graph.nodes)
+    for n in graph.nodes.values():
+        for t in n.inputs:
+            src = split_tensor(t)[0]
+            w = dag.edges[src, n.name]["weight"] + 1 if dag.has_edge(src, n.name) else 1
+            dag.add_edge(src, n.name, weight=w)
+        for c in n.control_inputs:
+            if not dag.has_edge(c, n.name):
+                dag.add_edge(c, n.name, weight=1)
+    return dag
+
+
+def supported_nodes(graph: Graph) -> tuple[set[str], dict[str, str]]:
+    """Nodes rstf generates code for, and for the others (not trivial) the reason."""
+    ok, reasons = set(), {}
+    for n in graph.nodes.values():
+        if n.op in ("Const", "Placeholder", "PlaceholderWithDefault", "NoOp"):
+            continue
+        if n.out_shapes and graph.is_const(f"{n.name}:0"):
+            continue  # a read of a weight: stays a constant input of the custom op
+        reason = check_node(n, graph)
+        if reason is None:
+            ok.add(n.name)
+        else:
+            reasons[n.name] = reason
+    return ok, reasons
+
+
+def node_flops(graph: Graph, name: str) -> int:
+    """Conv/matmul FLOPs of one node, whether or not rstf supports it (0 for other ops)."""
+    n = graph.nodes[name]
+    if n.op not in FLOP_OPS or len(n.inputs) < 2 or not n.out_shapes or not n.is_static(0):
+        return 0
+    a, b = graph.tensor_shape(n.inputs[0]), graph.tensor_shape(n.inputs[1])
+    if a is None or b is None or None in a or None in b:
+        return 0
+    out = math.prod(n.out_shapes[0])
+    if n.op.startswith("Depthwise"):  # filter [kh, kw, ic, multiplier]
+        return 2 * out * math.prod(b[:-2])
+    if "Conv" in n.op:  # filter [kh, kw, ic, oc]: each output sums kh*kw*ic products
+        return 2 * out * math.prod(b[:-1])
+    transposed = any(n.attr[k].b for k in ("transpose_a", "adj_x") if k in n.attr)
+    return 2 * out * (a[-2] if transposed else a[-1])
+
+
+def _select(graph: Graph, max_ops: int, log) -> tuple[list[list[str]], dict[str, str]]:
+    supported, reasons = supported_nodes(graph)
+    dag = dataflow_dag(graph)
+    clusters = select_subgraphs(dag, supported)
+    cost = {}
+    for n in supported:
+        h = get_handler(graph.nodes[n].op)
+        cost[n] = max(h.flops(graph.nodes[n], graph), 1)
+    parts = []
+    for c in clusters:
+        # A subgraph that only moves data (Identity, Reshape) gains nothing as a custom op.
+        if all(cost[n] <= 1 or get_handler(graph.nodes[n].op).flops(graph.nodes[n], graph) == 0
+               for n in c):
+            continue
+        split = partition_subgraph(dag, c, max_ops, cost)
+        if len(split) > 1:
+            log(f"split a subgraph of {len(c)} nodes into {len(split)} parts (METIS)")
+        parts.extend(split)
+    return parts, reasons
+
+
+def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=None,
+             max_ops: int = DEFAULT_MAX_OPS, march: str = "native", force: bool = False,
+             log=None) -> dict:
+    """Optimize `model` into `out_dir`; returns the report (also written as report.json)."""
+    log = log or (lambda msg: print(f"rstf: {msg}", file=sys.stderr))
+    if max_ops < 1:
+        raise RstfError("--max-ops must be at least 1")
+    out_dir = out_dir or _default_out_dir(model)
+    if os.path.exists(out_dir) and not force:
+        raise RstfError(f"{out_dir} already exists (choose another -o, or --force to replace it)")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    if not os.path.isdir(parent):
+        raise RstfError(f"{parent}: no such directory for the output")
+    t0 = time.perf_counter()
+    graph = load_model(model, input_shapes, outputs)
+    for p in graph.placeholders:
+        if not p.is_static(0):
+            log(f"input {p.name!r} has shape {_fmt_shape(p.shape(0))}: nodes depending on its "
+                f"unknown dimensions stay in TensorFlow; pin it with --input-shape "
+                f"{p.name}:d0,d1,...")
+    parts, reasons = _select(graph, max_ops, log)
+    codes = [generate_subgraph(graph, nodes, i) for i, nodes in enumerate(parts)]
+    digest = library_digest(codes)
+    op_types = [op_name(sg, digest) for sg in codes]
+    node_names = custom_node_names(graph, len(codes))
+    wrapper = generate_wrapper(codes, op_types)
+    c_sources = {f"subgraph_{sg.index}.c": sg.source for sg in codes}
+    t_build = time.perf_counter()
+    lib, cached = build_library(c_sources, wrapper, march) if codes else (None, False)
+    build_seconds = time.perf_counter() - t_build
+    new_gd = splice(graph, codes, op_types, node_names)
+
+    report = _report(graph, codes, op_types, node_names, reasons, input_shapes, model,
+                     march, max_ops)
+    report["build_seconds"] = round(build_seconds, 3)
+    report["build_cached"] = cached
+    report["optimize_seconds"] = round(time.perf_counter() - t0, 3)
+    report["output_dir"] = os.path.abspath(out_dir)
+    _write_output(out_dir, new_gd, lib, c_sources, wrapper, report, force)
+    return report
+
+
+def _fmt_shape(shape) -> str:
+    return "unknown" if shape is None else "[" + ",".join("?" if d is None else str(d)
+                                                         for d in shape) + "]"
+
+
+def _default_out_dir(model: str) -> str:
+    base = os.path.basename(os.path.normpath(model))
+    stem = base.rsplit(".", 1)[0] if "." in base else base
+    return os.path.join(os.path.dirname(os.path.normpath(model)) or ".", stem + ".rstf")
+
+
+def _report(graph: Graph, codes: list[SubgraphCode], op_types, node_names, reasons,
+            input_shapes, model, march, max_ops) -> dict:
+    covered = {n for sg in codes for n in sg.nodes}
+    counted = [n for n in graph.nodes.values() if n.op not in TRIVIAL_OPS]
+    flops = {n: node_flops(graph, n) for n in graph.nodes}
+    unsupported = collections.defaultdict(lambda: {"count": 0, "reason": ""})
+    for name, reason in reasons.items():
+        if graph.nodes[name].op in TRIVIAL_OPS:
+            continue
+        entry = unsupported[graph.nodes[name].op]
+        entry["count"] += 1
+        entry["reason"] = entry["reason"] or reason
+    return {
+        "rstf_version": __version__,
+        "model": os.path.abspath(model),
+        "input_shapes": {p.name: list(p.shape(0)) if p.shape(0) is not None else None
+                         for p in graph.placeholders},
+        "pinned_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
+        "outputs": graph.outputs,
+        "options": {"max_ops": max_ops, "march": march},
+        "nodes_total": len(counted),
+        "nodes_covered": sum(1 for n in counted if n.name in covered),
+        "flops_total": sum(flops.values()),
+        "flops_covered": sum(f for n, f in flops.items() if n in covered),
+        "unsupported": dict(sorted(unsupported.items())),
+        "subgraphs": [
+            {"name": node_names[i], "op_type": op_types[i], "optimizer": "none",
+             "ops": dict(collections.Counter(graph.nodes[n].op for n in sg.nodes)),
+             "nodes": sg.nodes, "flops": sg.flops, "op_functions": sg.op_functions,
+             "inputs": [s.tensor for s in sg.inputs], "outputs": [s.tensor for s in sg.outputs],
+             "workspace_bytes": sg.workspace_bytes,
+             "temp_bytes_without_reuse": sg.temp_bytes_unshared,
+             "source": f"src/subgraph_{sg.index}.c"}
+            for i, sg in enumerate(codes)],
+    }
+
+
+def _write_output(out_dir, graph_def, lib, c_sources, wrapper, report, force) -> None:
+    """Write everything into a sibling temp folder, then rename it into place."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    tmp = tempfile.mkdtemp(prefix=".rstf-", dir=parent)
+    try:
+        src = os.path.join(tmp, "src")
+        os.makedirs(src)
+        for name, text in [*c_sources.items(), ("rstf_ops.cc", wrapper)]:
+            with open(os.path.join(src, name), "w") as f:
+                f.write(text)
+        for h in RUNTIME_HEADERS:
+            shutil.copy(os.path.join(CUSTOM_OPS_DIR, h), src)
+        if lib:
+            shutil.copy(lib, os.path.join(tmp, os.path.basename(lib)))
+            report["library"] = os.path.basename(lib)
+        else:
+            report["library"] = None
+        with open(os.path.join(tmp, "optimized.pb"), "wb") as f:
+            f.write(graph_def.SerializeToString(deterministic=True))
+        with open(os.path.join(tmp, "report.json"), "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+        if os.path.exists(out_dir):  # only with --force; the old folder goes last
+            old = tempfile.mkdtemp(prefix=".rstf-old-", dir=parent)
+            os.rename(out_dir, os.path.join(old, "x"))
+            os.rename(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out_dir)
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)

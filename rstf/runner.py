@@ -1,0 +1,66 @@
+"""Run a frozen graph and time it, in its own process: `python -m rstf.runner ...`.
+
+`rstf compare` starts one runner per configuration because TensorFlow reads
+TF_ENABLE_ONEDNN_OPTS once, at import: stock TF with Eigen kernels and stock TF with oneDNN
+cannot share a process. The runner loads optional op libraries, feeds the inputs from an
+.npz file, fetches the requested tensors, saves them to an .npz file and prints one JSON line
+with the latencies.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+
+def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
+        reps: int, save: str | None) -> dict:
+    import numpy as np
+
+    from .tfutil import tf
+
+    for lib in libs:
+        tf.load_op_library(lib)
+    gd = tf.compat.v1.GraphDef()
+    with open(graph_path, "rb") as f:
+        gd.ParseFromString(f.read())
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(gd, name="")
+    feeds = dict(np.load(inputs_path))
+    with tf.compat.v1.Session(graph=g) as sess:
+        feed = {g.get_tensor_by_name(k): v for k, v in feeds.items()}
+        fetch = [g.get_tensor_by_name(t) for t in fetches]
+        outs = sess.run(fetch, feed)  # warm-up: graph optimisation, allocations
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            sess.run(fetch, feed)
+            times.append((time.perf_counter() - t0) * 1e3)
+    if save:
+        np.savez(save, **{f"out{i}": o for i, o in enumerate(outs)})
+    return {"latency_ms": statistics.median(times) if times else None, "times_ms": times}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rstf.runner")
+    p.add_argument("--graph", required=True)
+    p.add_argument("--lib", action="append", default=[])
+    p.add_argument("--inputs", required=True)
+    p.add_argument("--fetch", action="append", default=[])
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--save")
+    a = p.parse_args(argv)
+    try:
+        result = run(a.graph, a.lib, a.inputs, a.fetch, a.reps, a.save)
+    except Exception as e:  # reported to the parent as one line
+        print(json.dumps({"error": " ".join(str(e).split())[:500] or type(e).__name__}))
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
