@@ -44,7 +44,7 @@ def splice(graph: Graph, subgraphs: list[SubgraphCode], op_types: list[str],
         node, idx = split_tensor(ref)
         if node in owner:
             return produced[f"{node}:{idx}"]
-        return ref
+        return _tensor_ref(node, idx)
 
     out = tf.compat.v1.GraphDef()
     out.versions.CopyFrom(graph.graph_def.versions)

@@ -72,3 +72,31 @@ def run_generated(graph: Graph, nodes: list[str], feeds: dict, index: int = 0):
         getattr(lib, sg.entry)(*args)
         del lib
     return outs, sg
+
+
+def check_against_tf(build, feeds: dict, fetch: str = "out:0", rtol: float = 1e-5,
+                     require_all: bool = True):
+    """Build a graph, generate every non-constant node as one subgraph, and compare the C
+    result of `fetch` with TensorFlow's (max error relative to the largest magnitude).
+
+    Returns (max relative error, SubgraphCode) so tests can also inspect the C.
+    """
+    from rstf.opgen import check_node
+
+    gd = make_graph_def(build)
+    graph = load_graph_def(gd, outputs=[fetch.split(":")[0]])
+    nodes = [n for n in graph.topo_order()
+             if graph.nodes[n].op not in ("Const", "Placeholder")
+             and not graph.is_const(f"{n}:0")]
+    if require_all:
+        for n in nodes:
+            reason = check_node(graph.nodes[n], graph)
+            assert reason is None, f"{n}: {reason}"
+    outs, sg = run_generated(graph, nodes, feeds)
+    ref = np.asarray(run_tf(gd, feeds, [fetch])[0])
+    got = outs[fetch]
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    scale = max(float(np.max(np.abs(ref))), 1e-30) if ref.size else 1.0
+    err = float(np.max(np.abs(got.astype(np.float64) - ref))) / scale if ref.size else 0.0
+    assert err <= rtol, f"relative error {err:.3g} > {rtol:g}"
+    return err, sg

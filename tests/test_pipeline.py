@@ -1,0 +1,149 @@
+"""The whole path on small graphs: optimize -> splice -> load the custom ops -> compare."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from harness import make_graph_def, save_graph_def, tf
+from rstf.codegen import generate_subgraph
+from rstf.compare import compare
+from rstf.graph import load_model
+from rstf.pipeline import dataflow_dag, optimize, supported_nodes
+from rstf.splice import custom_node_names, splice
+
+rng = np.random.RandomState(7)
+W1 = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
+B1 = rng.standard_normal(8).astype(np.float32)
+W2 = rng.standard_normal((8 * 2, 10)).astype(np.float32)
+
+
+def small_cnn():
+    """conv -> bias -> relu -> (pool | erf) -> concat -> mean -> matmul -> softmax.
+
+    Erf has no generator, so it splits the graph; the output is a supported node.
+    """
+    x = tf.compat.v1.placeholder(tf.float32, [1, 12, 12, 3], name="input")
+    y = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, W1, 2, "SAME"), B1), name="relu")
+    a = tf.nn.max_pool2d(y, 3, 1, "SAME")
+    b = tf.math.erf(y, name="erf")
+    y = tf.concat([a, b], -1)
+    y = tf.reduce_mean(y, [1, 2])
+    tf.nn.softmax(tf.matmul(y, W2), name="probs")
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("small")
+    return save_graph_def(make_graph_def(small_cnn), str(d))
+
+
+def test_splice_structure(small_model):
+    graph = load_model(small_model)
+    assert graph.outputs == ["probs"]
+    supported, reasons = supported_nodes(graph)
+    assert "erf" in reasons and "erf" not in supported
+    from rstf.partition import select_subgraphs
+
+    parts = select_subgraphs(dataflow_dag(graph), supported)
+    assert len(parts) == 2  # before and after the unsupported Erf
+    codes = [generate_subgraph(graph, p, i) for i, p in enumerate(parts)]
+    names = custom_node_names(graph, len(codes))
+    gd = splice(graph, codes, ["RstfA", "RstfB"], names)
+    by_name = {n.name: n for n in gd.node}
+    for p in parts:
+        for n in p:
+            assert n not in by_name or n == "probs"  # replaced, except the kept output name
+    assert by_name["probs"].op == "Identity"  # the model's output name survives
+    assert by_name["probs"].input == [names[1]]
+    # Erf now reads the first custom op's output; the second custom op reads Erf.
+    assert by_name["erf"].input[0].startswith(names[0])
+    assert any(i.startswith("erf") for i in by_name[names[1]].input)
+    # Weights stay Const nodes feeding the custom ops, not C source.
+    assert any(graph.is_const(s.tensor) for s in codes[0].inputs)
+    consts = {n.name for n in gd.node if n.op == "Const"}
+    assert any(i in consts for i in by_name[names[0]].input)
+
+
+@pytest.mark.tfbuild
+def test_optimize_and_compare(small_model, tmp_path):
+    out = str(tmp_path / "out")
+    report = optimize(small_model, out, log=lambda m: None)
+    assert sorted(os.listdir(out)) == sorted(
+        ["optimized.pb", "report.json", "src", report["library"]])
+    for key in ("nodes_total", "nodes_covered", "flops_total", "flops_covered",
+                "optimize_seconds", "subgraphs"):
+        assert key in report
+    assert report["flops_covered"] == report["flops_total"] > 0
+    assert report["nodes_covered"] == report["nodes_total"] - 1  # all but Erf
+    for sg in report["subgraphs"]:
+        assert {"name", "ops", "flops", "optimizer"} <= set(sg)
+    result = compare(small_model, out, reps=1)
+    assert result["passed"], result
+    assert result["outputs"][0]["max_rel_err"] < 1e-5
+    assert set(result["latency_ms"]) == {"rstf", "tf_eigen", "tf_onednn"}
+
+    # Loading in TF directly: same result, and a wrong-shape input is a clean error.
+    lib = tf.load_op_library(os.path.join(out, report["library"]))
+    assert lib is not None
+    gd = tf.compat.v1.GraphDef()
+    gd.ParseFromString(open(os.path.join(out, "optimized.pb"), "rb").read())
+    ops = {n.op for n in gd.node}
+    assert not ops & {"Conv2D", "MatMul", "Softmax", "MaxPool"}
+    x = rng.standard_normal((1, 12, 12, 3)).astype(np.float32)
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(gd, name="")
+    with tf.compat.v1.Session(graph=g) as s:
+        got = s.run("probs:0", {"input:0": x})
+    g0 = tf.Graph()
+    with g0.as_default():
+        orig = tf.compat.v1.GraphDef()
+        orig.ParseFromString(open(small_model, "rb").read())
+        tf.graph_util.import_graph_def(orig, name="")
+    with tf.compat.v1.Session(graph=g0) as s:
+        ref = s.run("probs:0", {"input:0": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+    # The custom op checks its inputs at run time: feed a mis-shaped tensor straight in.
+    op_name = report["subgraphs"][0]["op_type"]
+    n_in = len(report["subgraphs"][0]["inputs"])
+    fn = getattr(lib, _snake(op_name))
+    bad = [tf.zeros([1, 2, 2, 3])] + [tf.zeros([1])] * (n_in - 1)
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError)) as e:
+        fn(*bad)
+    assert "input 0" in str(e.value) or "Dimension" in str(e.value) or "shape" in str(e.value)
+
+    # A second run is a cache hit and replaces nothing without --force.
+    again = optimize(small_model, str(tmp_path / "again"), log=lambda m: None)
+    assert again["build_cached"]
+    from rstf.errors import RstfError
+
+    with pytest.raises(RstfError, match="already exists"):
+        optimize(small_model, out, log=lambda m: None)
+
+
+def _snake(name):
+    import re
+
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+@pytest.mark.tfbuild
+def test_cli_json_and_failure_exit(small_model, tmp_path):
+    out = str(tmp_path / "o")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "rstf", *a],  # noqa: E731
+                                    capture_output=True, text=True)
+    r = run("optimize", small_model, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert "nodes covered" in r.stdout
+    r = run("compare", small_model, out, "--json", "--reps", "1")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["passed"] and data["rtol"] == 1e-4
+    assert {"name", "max_abs_err", "max_rel_err"} <= set(data["outputs"][0])
+    # An impossible tolerance fails with a non-zero exit.
+    r = run("compare", small_model, out, "--json", "--reps", "1", "--rtol", "-1")
+    assert r.returncode == 1 and json.loads(r.stdout)["passed"] is False
