@@ -113,7 +113,7 @@ def generate_subgraph(graph: Graph, nodes: list[str], index: int) -> SubgraphCod
     buffers = []
     for node, _, fn in emitted:
         s = step_of[node.name]
-        for i in range(len(node.out_shapes)):
+        for i in range(get_handler(node.op).num_outputs(node)):
             t = f"{node.name}:{i}"
             shape, dtype = node.out_shapes[i], node.out_dtypes[i]
             if t in read_outside or node.name in graph.outputs:

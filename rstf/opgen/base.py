@@ -125,7 +125,8 @@ class OpHandler:
                 raise Unsupported(f"input {t} has a non-static shape")
             if graph.tensor_dtype(t) not in C_TYPES:
                 raise Unsupported(f"input {t} has dtype {graph.tensor_dtype(t)}")
-        for i in range(len(node.out_shapes)):
+        produced = self.num_outputs(node)
+        for i in range(produced):
             if not _static(node.out_shapes[i]):
                 raise Unsupported(f"output {i} has a non-static shape")
             if node.out_dtypes[i] not in C_TYPES:
@@ -133,6 +134,19 @@ class OpHandler:
         for i in self.const_inputs:
             if i >= len(node.inputs) or not graph.is_const(node.inputs[i]):
                 raise Unsupported(f"input {i} must be a constant")
+        if produced < len(node.out_shapes):
+            if node.name in graph.outputs:
+                raise Unsupported("a model output whose secondary outputs are not generated")
+            for c in graph.consumers[node.name]:
+                for t in graph.nodes[c].inputs:
+                    src, idx = t.rsplit(":", 1)
+                    if src == node.name and int(idx) >= produced:
+                        raise Unsupported(f"output {idx} is used, only {produced} generated")
+
+    def num_outputs(self, node: Node) -> int:
+        """How many of the node's outputs the generated function writes (always a prefix:
+        FusedBatchNorm in inference writes `y` only, and is refused if the rest is read)."""
+        return len(node.out_shapes)
 
     def data_inputs(self, node: Node) -> list[str]:
         return [t for i, t in enumerate(node.inputs) if i not in self.ignored_inputs]
