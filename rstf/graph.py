@@ -78,6 +78,7 @@ class Graph:
             for c in n.control_inputs:
                 self.consumers[c].append(n.name)
         self._const_cache: dict[str, np.ndarray] = {}
+        self.folded: list[str] = []  # nodes evaluated at load time (rstf.fold)
 
     @property
     def placeholders(self) -> list[Node]:
@@ -273,11 +274,33 @@ def infer_outputs(gd) -> list[str]:
 
 
 def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None,
-               outputs: list[str] | None = None) -> Graph:
-    """Load a model file or directory into a `Graph` with static shapes where TF knows them."""
+               outputs: list[str] | None = None, fold: bool = False) -> Graph:
+    """Load a model file or directory into a `Graph` with static shapes where TF knows them.
+
+    With `fold`, nodes computable from constants alone are evaluated first (rstf.fold); the
+    Graph's `folded` lists them.
+    """
     gd, sig_outputs = read_graph_def(path)
     if input_shapes:
         _pin_placeholders(gd, input_shapes)
+    outs = outputs or sig_outputs or infer_outputs(gd)
+    names = {n.name for n in gd.node}
+    for o in outs:
+        if o not in names:
+            raise RstfError(f"output {o!r} is not a node of the graph")
+    folded = []
+    if fold:
+        from .fold import fold_constants
+
+        infer_shapes(gd)  # a graph TF cannot import fails here, with its one-line message
+        gd, folded = fold_constants(gd, outs)
+    graph = build_graph(gd, outs)
+    graph.folded = folded
+    return graph
+
+
+def build_graph(gd, outputs: list[str]) -> Graph:
+    """The IR of a GraphDef: nodes with TF-inferred output shapes and dtypes."""
     info = infer_shapes(gd)
     nodes = []
     for nd in gd.node:
@@ -289,9 +312,4 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
                 data_inputs.append(tensor_name(*split_tensor(t)))
         shapes, dtypes = info.get(nd.name, ([], []))
         nodes.append(Node(nd.name, nd.op, data_inputs, control, nd.attr, shapes, dtypes, nd))
-    outs = outputs or sig_outputs or infer_outputs(gd)
-    names = {n.name for n in nodes}
-    for o in outs:
-        if o not in names:
-            raise RstfError(f"output {o!r} is not a node of the graph")
-    return Graph(gd, nodes, outs)
+    return Graph(gd, nodes, outputs)

@@ -115,7 +115,9 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     if not os.path.isdir(parent):
         raise RstfError(f"{parent}: no such directory for the output")
     t0 = time.perf_counter()
-    graph = load_model(model, input_shapes, outputs)
+    graph = load_model(model, input_shapes, outputs, fold=True)
+    if graph.folded:
+        log(f"folded {len(graph.folded)} constant subexpressions")
     for p in graph.placeholders:
         if not p.is_static(0):
             log(f"input {p.name!r} has shape {_fmt_shape(p.shape(0))}: nodes depending on its "
@@ -174,6 +176,7 @@ def _report(graph: Graph, codes: list[SubgraphCode], op_types, node_names, reaso
         "pinned_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
         "outputs": graph.outputs,
         "options": {"max_ops": max_ops, "march": march},
+        "nodes_folded": len(graph.folded),
         "nodes_total": len(counted),
         "nodes_covered": sum(1 for n in counted if n.name in covered),
         "flops_total": sum(flops.values()),
