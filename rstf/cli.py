@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--reps", type=int, default=5, help="timed runs per configuration")
     c.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.add_argument("--per-subgraph", action="store_true",
+                   help="run each custom op alone on TF's intermediate tensors and name the "
+                   "first subgraph and node whose error exceeds --rtol")
     return p
 
 
@@ -72,6 +75,8 @@ def _compare(a) -> int:
 
     if a.reps < 1:
         raise RstfError("--reps must be at least 1")
+    if a.per_subgraph:
+        return _compare_per_subgraph(a)
     r = compare(a.model, a.outdir, a.inputs, a.rtol, a.reps, a.seed)
     if a.json:
         print(json.dumps(r))
@@ -86,6 +91,26 @@ def _compare(a) -> int:
               f"{lat['rstf'] / lat['tf_onednn']:.2f}x time)")
         print("PASSED" if r["passed"] else f"FAILED: error above --rtol {a.rtol:g}")
     return 0 if r["passed"] else 1
+
+
+def _compare_per_subgraph(a) -> int:
+    from .compare import compare_per_subgraph
+
+    r = compare_per_subgraph(a.model, a.outdir, a.inputs, a.rtol, a.seed)
+    if a.json:
+        print(json.dumps(r))
+        return 0 if r["passed"] else 1
+    for s in r["subgraphs"]:
+        print(f"{s['name']} ({s['nodes']} nodes): max_rel_err {s['max_rel_err']:.3g}  "
+              f"{'ok' if s['passed'] else 'FAIL'}")
+    f = r["first_failure"]
+    if f is None:
+        print("PASSED: every subgraph matches TensorFlow")
+        return 0
+    where = f" at node {f['node']!r} ({f['op']}), max_rel_err {f['max_rel_err']:.3g}" \
+        if "node" in f else ""
+    print(f"FAILED: first failing subgraph {f['subgraph']}{where}")
+    return 1
 
 
 def main(argv=None) -> int:

@@ -80,8 +80,13 @@ def _cast(p: ArrayParam, const: bool, ptr: str) -> str:
     return f"({q}{p.ctype} (*){''.join(f'[{d}]' for d in dims[1:])}){ptr}"
 
 
-def generate_subgraph(graph: Graph, nodes: list[str], index: int) -> SubgraphCode:
-    """C source for one subgraph; `nodes` must be in topological order."""
+def generate_subgraph(graph: Graph, nodes: list[str], index: int,
+                      expose_all: bool = False) -> SubgraphCode:
+    """C source for one subgraph; `nodes` must be in topological order.
+
+    With `expose_all`, every tensor a node produces is an output (no temporaries): the
+    per-node debugging build behind `rstf compare --per-subgraph`.
+    """
     members = set(nodes)
     step_of = {n: s for s, n in enumerate(nodes)}
     emitted = []
@@ -116,7 +121,7 @@ def generate_subgraph(graph: Graph, nodes: list[str], index: int) -> SubgraphCod
         for i in range(get_handler(node.op).num_outputs(node)):
             t = f"{node.name}:{i}"
             shape, dtype = node.out_shapes[i], node.out_dtypes[i]
-            if t in read_outside or node.name in graph.outputs:
+            if expose_all or t in read_outside or node.name in graph.outputs:
                 outputs[t] = Slot(t, f"out{len(outputs)}", "output", shape, dtype)
             else:
                 temps[t] = Slot(t, f"t{len(temps)}", "temp", shape, dtype)

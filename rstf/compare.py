@@ -17,7 +17,7 @@ import tempfile
 import numpy as np
 
 from .errors import RstfError
-from .graph import load_model, parse_input_shapes
+from .graph import load_model
 
 
 def _read_report(out_dir: str) -> dict:
@@ -138,3 +138,110 @@ def _errors(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
     abs_err = float(np.nanmax(diff))
     scale = float(np.nanmax(np.abs(ref)))
     return abs_err, abs_err / scale if scale > 0 else abs_err
+
+
+# --------------------------------------------------------------------------- per subgraph
+
+
+def _custom_op_graph_def(op_type: str, slots) -> object:
+    """A GraphDef: one Placeholder per input slot feeding one node of the custom op."""
+    from .tfutil import tf
+
+    gd = tf.compat.v1.GraphDef()
+    for i, s in enumerate(slots):
+        p = gd.node.add()
+        p.name = f"in{i}"
+        p.op = "Placeholder"
+        p.attr["dtype"].type = tf.as_dtype(s.dtype).as_datatype_enum
+        p.attr["shape"].shape.CopyFrom(tf.TensorShape(s.shape).as_proto())
+    n = gd.node.add()
+    n.name = "op"
+    n.op = op_type
+    n.input.extend(f"in{i}" for i in range(len(slots)))
+    return gd
+
+
+def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
+                         rtol: float = 1e-4, seed: int = 0) -> dict:
+    """Run every custom op alone on the intermediate tensors stock TF (Eigen) computed for
+    its inputs, and compare its outputs with TF's. For a subgraph over the tolerance, a
+    debug build of its C that exposes every node's output names the first bad node."""
+    from .cexec import run_subgraph_c
+    from .codegen import generate_subgraph
+    from .opgen import get_handler
+    from .tfutil import tf
+
+    report = _read_report(out_dir)
+    pins = {k: tuple(v) for k, v in report.get("pinned_shapes", {}).items()}
+    graph = load_model(model, pins, report.get("outputs"), fold=True)  # what optimize saw
+    feeds = make_inputs(graph, seed, inputs)
+    codes = []
+    for i, entry in enumerate(report["subgraphs"]):
+        missing = [n for n in entry["nodes"] if n not in graph.nodes]
+        if missing:
+            raise RstfError(f"{out_dir} does not match {model}: node {missing[0]!r} of "
+                            f"{entry['name']} is not in the model")
+        codes.append(generate_subgraph(graph, entry["nodes"], i))
+    # Everything the check reads: each subgraph's inputs and each member's outputs.
+    fetches = []
+    for sg in codes:
+        fetches += [s.tensor for s in sg.inputs if not graph.is_const(s.tensor)]
+        for n in sg.nodes:
+            k = get_handler(graph.nodes[n].op).num_outputs(graph.nodes[n])
+            fetches += [f"{n}:{j}" for j in range(k)]
+    fetches = list(dict.fromkeys(fetches))
+    with tempfile.TemporaryDirectory() as tmp:
+        in_path, gpath, save = (os.path.join(tmp, f) for f in ("in.npz", "g.pb", "ref.npz"))
+        np.savez(in_path, **feeds)
+        with open(gpath, "wb") as f:
+            f.write(graph.graph_def.SerializeToString())
+        _run("reference", gpath, [], in_path, fetches, 0, {"TF_ENABLE_ONEDNN_OPTS": "0"}, save)
+        ref_npz = np.load(save)
+        ref = {t: ref_npz[f"out{i}"] for i, t in enumerate(fetches)}
+
+    def value(t):
+        return ref[t] if t in ref else graph.const_value(t)
+
+    lib_path = os.path.join(out_dir, report["library"]) if report.get("library") else None
+    if lib_path:
+        tf.load_op_library(lib_path)
+    results, first_failure = [], None
+    for sg, entry in zip(codes, report["subgraphs"]):
+        g = tf.Graph()
+        with g.as_default():
+            tf.graph_util.import_graph_def(_custom_op_graph_def(entry["op_type"], sg.inputs),
+                                           name="")
+        with tf.compat.v1.Session(graph=g) as sess:
+            got = sess.run([f"op:{j}" for j in range(len(sg.outputs))],
+                           {f"in{i}:0": value(s.tensor) for i, s in enumerate(sg.inputs)})
+        outs = []
+        for s, v in zip(sg.outputs, got):
+            abs_err, rel_err = _errors(ref[s.tensor].astype(np.float64), v.astype(np.float64))
+            outs.append({"name": s.tensor, "max_abs_err": abs_err, "max_rel_err": rel_err})
+        worst = max((o["max_rel_err"] for o in outs), default=0.0)
+        item = {"name": entry["name"], "op_type": entry["op_type"], "nodes": len(sg.nodes),
+                "max_rel_err": worst, "passed": bool(worst <= rtol), "outputs": outs}
+        if not item["passed"]:
+            item["first_bad_node"] = _first_bad_node(graph, sg, value, rtol, run_subgraph_c,
+                                                     generate_subgraph)
+            if first_failure is None:
+                first_failure = {"subgraph": entry["name"], **(item["first_bad_node"] or {})}
+        results.append(item)
+    return {"passed": first_failure is None, "rtol": rtol, "subgraphs": results,
+            "first_failure": first_failure}
+
+
+def _first_bad_node(graph, sg, value, rtol, run_subgraph_c, generate_subgraph):
+    """Debug build exposing every node's outputs; the first node (topological order) whose
+    output differs from TF's by more than `rtol` is where the error starts."""
+    debug = generate_subgraph(graph, sg.nodes, sg.index, expose_all=True)
+    outs = run_subgraph_c(debug, {s.tensor: value(s.tensor) for s in debug.inputs})
+    for n in sg.nodes:
+        for t, v in outs.items():
+            if t.rpartition(":")[0] != n:
+                continue
+            abs_err, rel_err = _errors(value(t).astype(np.float64), v.astype(np.float64))
+            if not rel_err <= rtol:
+                return {"node": n, "op": graph.nodes[n].op, "tensor": t,
+                        "max_abs_err": abs_err, "max_rel_err": rel_err}
+    return None

@@ -5,7 +5,6 @@ Running the C through ctypes costs a gcc call (~0.2 s) instead of a TensorFlow o
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import tempfile
 
@@ -13,7 +12,7 @@ import numpy as np
 
 from rstf.codegen import generate_subgraph
 from rstf.graph import Graph, load_model
-from rstf.build import compile_c_shared
+from rstf.cexec import run_subgraph_c
 from rstf.tfutil import tf
 
 
@@ -46,32 +45,16 @@ def run_tf(gd, feeds: dict, fetches: list[str]) -> list[np.ndarray]:
 
 
 def run_generated(graph: Graph, nodes: list[str], feeds: dict, index: int = 0):
-    """Compile one subgraph's C and run it on `feeds` ({tensor name: array}); the graph's
-    constants are fed from their values. Returns ({output tensor: array}, SubgraphCode)."""
+    """Generate one subgraph and run its C on `feeds` ({tensor or node name: array}); the
+    graph's constants are fed from their values. Returns ({output tensor: array}, code)."""
     sg = generate_subgraph(graph, nodes, index)
-    with tempfile.TemporaryDirectory() as d:
-        so = os.path.join(d, "sg.so")
-        compile_c_shared(sg.source, so)
-        lib = ctypes.CDLL(so)
-        args, keep = [], []
-        for slot in sg.inputs:
-            if slot.tensor in feeds or slot.tensor.removesuffix(":0") in feeds:
-                val = feeds.get(slot.tensor, feeds.get(slot.tensor.removesuffix(":0")))
-            else:
-                val = graph.const_value(slot.tensor)
-            arr = np.ascontiguousarray(np.asarray(val, dtype=slot.dtype).reshape(slot.shape))
-            keep.append(arr)
-            args.append(arr.ctypes.data_as(ctypes.c_void_p))
-        outs = {}
-        for slot in sg.outputs:
-            arr = np.full(slot.shape, np.nan, dtype=slot.dtype)  # NaN: unwritten shows up
-            outs[slot.tensor] = arr
-            args.append(arr.ctypes.data_as(ctypes.c_void_p))
-        ws = np.full(max(sg.workspace_bytes, 1), 0xFF, dtype=np.uint8)  # NaN-ish garbage
-        args.append(ws.ctypes.data_as(ctypes.c_void_p))
-        getattr(lib, sg.entry)(*args)
-        del lib
-    return outs, sg
+    inputs = {}
+    for slot in sg.inputs:
+        name = slot.tensor
+        short = name.removesuffix(":0")
+        inputs[name] = (feeds[name] if name in feeds else feeds[short] if short in feeds
+                        else graph.const_value(name))
+    return run_subgraph_c(sg, inputs), sg
 
 
 def check_against_tf(build, feeds: dict, fetch: str = "out:0", rtol: float = 1e-5,

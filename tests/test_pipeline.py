@@ -147,3 +147,24 @@ def test_cli_json_and_failure_exit(small_model, tmp_path):
     # An impossible tolerance fails with a non-zero exit.
     r = run("compare", small_model, out, "--json", "--reps", "1", "--rtol", "-1")
     assert r.returncode == 1 and json.loads(r.stdout)["passed"] is False
+
+
+@pytest.mark.tfbuild
+def test_per_subgraph_names_the_first_bad_node(small_model, tmp_path, monkeypatch):
+    """A wrong generator (ReLU that forgets to clamp) is caught and localised to its node."""
+    from rstf.compare import compare_per_subgraph
+    from rstf.opgen.elementwise import Relu
+
+    good = str(tmp_path / "good")
+    optimize(small_model, good, log=lambda m: None)
+    r = compare_per_subgraph(small_model, good)
+    assert r["passed"] and r["first_failure"] is None
+    assert len(r["subgraphs"]) == 2 and all(s["max_rel_err"] < 1e-5 for s in r["subgraphs"])
+
+    monkeypatch.setattr(Relu, "expr", "{0}")
+    bad = str(tmp_path / "bad")
+    optimize(small_model, bad, log=lambda m: None)
+    r = compare_per_subgraph(small_model, bad)
+    assert not r["passed"]
+    f = r["first_failure"]
+    assert f["subgraph"] == "rstf/subgraph_0" and f["node"] == "relu" and f["op"] == "Relu"
