@@ -34,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="split subgraphs larger than this many nodes with METIS (default 400)")
     o.add_argument("--march", default="native", help="gcc -march for the generated code")
     o.add_argument("--force", action="store_true", help="replace an existing output folder")
+    o.add_argument("--model-name", help="name of the SavedModel under OUTDIR/serving/ "
+                   "(default: the model file's stem)")
+    o.add_argument("--model-version", type=int, default=1,
+                   help="version folder of the SavedModel (default 1)")
 
     c = sub.add_parser("compare", help="check an optimized graph against stock TensorFlow")
     c.add_argument("model", help="the original model")
@@ -56,7 +60,8 @@ def _optimize(a) -> int:
 
     outputs = [s for s in a.outputs.split(",") if s] if a.outputs else None
     report = optimize(a.model, a.output, parse_input_shapes(a.input_shape), outputs,
-                      a.max_ops if a.max_ops is not None else DEFAULT_MAX_OPS, a.march, a.force)
+                      a.max_ops if a.max_ops is not None else DEFAULT_MAX_OPS, a.march, a.force,
+                      model_name=a.model_name, model_version=a.model_version)
     pct = lambda x, y: f"{100.0 * x / y:.1f}%" if y else "n/a"  # noqa: E731
     print(f"optimized {a.model} -> {a.output or report['output_dir']}")
     print(f"  subgraphs: {len(report['subgraphs'])}   nodes covered: {report['nodes_covered']}/"

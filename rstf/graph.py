@@ -79,6 +79,8 @@ class Graph:
                 self.consumers[c].append(n.name)
         self._const_cache: dict[str, np.ndarray] = {}
         self.folded: list[str] = []  # nodes evaluated at load time (rstf.fold)
+        # {"inputs": {key: tensor}, "outputs": {key: tensor}}: the names users call it by
+        self.signature: dict = {}
 
     @property
     def placeholders(self) -> list[Node]:
@@ -148,8 +150,8 @@ class Graph:
 def read_graph_def(path: str):
     """Read a binary GraphDef, a text GraphDef or a SavedModel directory into a GraphDef.
 
-    Returns (graph_def, output_node_names or None). The output names are known for a
-    SavedModel (its signature); for a bare GraphDef they are inferred later.
+    Returns (graph_def, signature or None). A SavedModel's signature maps its input and
+    output keys to tensor names; a bare GraphDef has none (its outputs are inferred later).
     """
     from google.protobuf import message, text_format
 
@@ -201,8 +203,14 @@ def _read_saved_model(path: str):
         raise RstfError(f"{path}: the SavedModel has no 'serving_default' signature")
     frozen = convert_variables_to_constants_v2(sig)
     gd = frozen.graph.as_graph_def()
-    outputs = [t.name.split(":")[0] for t in frozen.outputs]
-    return gd, outputs
+    # Flattening orders dict keys the way the frozen function orders its tensors.
+    in_keys = sorted(sig.structured_input_signature[1])
+    out_keys = [k for k, _ in tf.nest.flatten_with_joined_string_paths(sig.structured_outputs)]
+    signature = {
+        "inputs": {k: t.name for k, t in zip(in_keys, frozen.inputs)},
+        "outputs": {k: t.name for k, t in zip(out_keys, frozen.outputs)},
+    }
+    return gd, signature
 
 
 # --------------------------------------------------------------------------- shapes
@@ -280,9 +288,13 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     With `fold`, nodes computable from constants alone are evaluated first (rstf.fold); the
     Graph's `folded` lists them.
     """
-    gd, sig_outputs = read_graph_def(path)
+    gd, signature = read_graph_def(path)
     if input_shapes:
         _pin_placeholders(gd, input_shapes)
+    sig_outputs = None
+    if signature:
+        sig_outputs = list(dict.fromkeys(split_tensor(t)[0]
+                                         for t in signature["outputs"].values()))
     outs = outputs or sig_outputs or infer_outputs(gd)
     names = {n.name for n in gd.node}
     for o in outs:
@@ -296,7 +308,21 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
         gd, folded = fold_constants(gd, outs)
     graph = build_graph(gd, outs)
     graph.folded = folded
+    if signature is None or outputs:
+        signature = default_signature(graph)
+    graph.signature = signature
     return graph
+
+
+def default_signature(graph: Graph) -> dict:
+    """Signature keys of a bare GraphDef: Placeholder names, and output node names (with
+    '_<i>' for a node's further outputs)."""
+    outs = {}
+    for o in graph.outputs:
+        for i in range(len(graph.nodes[o].out_shapes)):
+            outs[o if i == 0 else f"{o}_{i}"] = tensor_name(o, i)
+    return {"inputs": {p.name: tensor_name(p.name, 0) for p in graph.placeholders},
+            "outputs": outs}
 
 
 def build_graph(gd, outputs: list[str]) -> Graph:

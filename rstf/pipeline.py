@@ -9,6 +9,7 @@ import collections
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -103,11 +104,16 @@ def _select(graph: Graph, max_ops: int, log) -> tuple[list[list[str]], dict[str,
 
 def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=None,
              max_ops: int = DEFAULT_MAX_OPS, march: str = "native", force: bool = False,
-             log=None) -> dict:
+             log=None, model_name: str | None = None, model_version: int = 1) -> dict:
     """Optimize `model` into `out_dir`; returns the report (also written as report.json)."""
     log = log or (lambda msg: print(f"rstf: {msg}", file=sys.stderr))
     if max_ops < 1:
         raise RstfError("--max-ops must be at least 1")
+    if model_version < 1:
+        raise RstfError("--model-version must be a positive integer")
+    model_name = model_name or _safe_name(_stem(model))
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", model_name):
+        raise RstfError(f"--model-name {model_name!r}: use letters, digits, '_', '.', '-'")
     out_dir = out_dir or _default_out_dir(model)
     if os.path.exists(out_dir) and not force:
         raise RstfError(f"{out_dir} already exists (choose another -o, or --force to replace it)")
@@ -137,11 +143,15 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
 
     report = _report(graph, codes, op_types, node_names, reasons, input_shapes, model,
                      march, max_ops)
+    report["signature"] = graph.signature
+    report["serving"] = {"model_name": model_name, "version": model_version,
+                         "saved_model": f"serving/{model_name}/{model_version}",
+                         "ops_package": "serving_ops"}
     report["build_seconds"] = round(build_seconds, 3)
     report["build_cached"] = cached
     report["optimize_seconds"] = round(time.perf_counter() - t0, 3)
     report["output_dir"] = os.path.abspath(out_dir)
-    _write_output(out_dir, new_gd, lib, c_sources, wrapper, report, force)
+    _write_output(out_dir, new_gd, lib, c_sources, wrapper, report, graph.signature)
     return report
 
 
@@ -150,10 +160,18 @@ def _fmt_shape(shape) -> str:
                                                          for d in shape) + "]"
 
 
-def _default_out_dir(model: str) -> str:
+def _stem(model: str) -> str:
     base = os.path.basename(os.path.normpath(model))
-    stem = base.rsplit(".", 1)[0] if "." in base else base
-    return os.path.join(os.path.dirname(os.path.normpath(model)) or ".", stem + ".rstf")
+    return base.rsplit(".", 1)[0] if "." in base else base
+
+
+def _safe_name(text: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", text).lstrip("._-")
+    return name or "model"
+
+
+def _default_out_dir(model: str) -> str:
+    return os.path.join(os.path.dirname(os.path.normpath(model)) or ".", _stem(model) + ".rstf")
 
 
 def _report(graph: Graph, codes: list[SubgraphCode], op_types, node_names, reasons,
@@ -194,25 +212,31 @@ def _report(graph: Graph, codes: list[SubgraphCode], op_types, node_names, reaso
     }
 
 
-def _write_output(out_dir, graph_def, lib, c_sources, wrapper, report, force) -> None:
+def _write_output(out_dir, graph_def, lib, c_sources, wrapper, report, signature) -> None:
     """Write everything into a sibling temp folder, then rename it into place."""
+    from .serving import write_saved_model, write_serving_ops
+
     parent = os.path.dirname(os.path.abspath(out_dir))
     tmp = tempfile.mkdtemp(prefix=".rstf-", dir=parent)
     try:
+        headers = {h: open(os.path.join(CUSTOM_OPS_DIR, h)).read() for h in RUNTIME_HEADERS}
         src = os.path.join(tmp, "src")
         os.makedirs(src)
-        for name, text in [*c_sources.items(), ("rstf_ops.cc", wrapper)]:
+        for name, text in [*c_sources.items(), ("rstf_ops.cc", wrapper), *headers.items()]:
             with open(os.path.join(src, name), "w") as f:
                 f.write(text)
-        for h in RUNTIME_HEADERS:
-            shutil.copy(os.path.join(CUSTOM_OPS_DIR, h), src)
+        lib_copy = None
         if lib:
-            shutil.copy(lib, os.path.join(tmp, os.path.basename(lib)))
-            report["library"] = os.path.basename(lib)
-        else:
-            report["library"] = None
+            lib_copy = os.path.join(tmp, os.path.basename(lib))
+            shutil.copy(lib, lib_copy)
+        report["library"] = os.path.basename(lib) if lib else None
         with open(os.path.join(tmp, "optimized.pb"), "wb") as f:
             f.write(graph_def.SerializeToString(deterministic=True))
+        serving = report["serving"]
+        write_saved_model(os.path.join(tmp, serving["saved_model"]), graph_def, signature,
+                          lib_copy)
+        write_serving_ops(os.path.join(tmp, serving["ops_package"]), c_sources, wrapper,
+                          headers, serving["model_name"])
         with open(os.path.join(tmp, "report.json"), "w") as f:
             json.dump(report, f, indent=2)
             f.write("\n")

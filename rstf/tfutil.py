@@ -35,5 +35,9 @@ def _quiet_import():
 
 
 tf = _quiet_import()
+if not os.environ.get("RSTF_DEBUG"):
+    # TF's Python deprecation notices (the v1 SavedModel builder API, say) are not the
+    # user's concern; errors still surface as exceptions.
+    tf.get_logger().setLevel("ERROR")
 
 __all__ = ["tf"]
