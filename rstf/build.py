@@ -8,6 +8,7 @@ source byte, the flags, the compiler and TensorFlow versions; a hit costs no com
 from __future__ import annotations
 
 import concurrent.futures
+import fcntl
 import hashlib
 import os
 import shutil
@@ -41,11 +42,23 @@ def cache_dir() -> str:
         os.path.expanduser("~"), ".cache", "rstf", "builds")
 
 
-def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd: list[str], what: str, log_dir: str | None = None) -> None:
+    """Run one compiler command; on failure the whole output goes to a log file that the
+    one-line error names (a compiler's output is never dumped on the user's terminal)."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise RstfError(f"cannot run {cmd[0]!r} to compile {what}: {e.strerror} "
+                        f"(install gcc and g++)") from None
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-20:]
-        raise RstfError(f"compiling {what} failed: " + " | ".join(tail)[-1500:])
+        log_dir = log_dir or cache_dir()
+        os.makedirs(log_dir, exist_ok=True)
+        fd, log = tempfile.mkstemp(prefix="build-failed-", suffix=".log", dir=log_dir)
+        with os.fdopen(fd, "w") as f:
+            f.write(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
+        lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if "error" in ln]
+        first = (lines[0] if lines else (proc.stderr or proc.stdout).strip()[-200:]).strip()
+        raise RstfError(f"compiling {what} failed: {first[:300]} (full log: {log})")
 
 
 def _compiler_version(cc: str) -> str:
@@ -71,9 +84,39 @@ def build_library(c_sources: dict[str, str], cc_source: str, march: str = "nativ
     digest = key.hexdigest()[:32]
     final_dir = os.path.join(cache_dir(), digest)
     lib = os.path.join(final_dir, f"librstf_{digest[:16]}.so")
-    if os.path.exists(lib):
+    if _verified(lib):
         return lib, True
     os.makedirs(cache_dir(), exist_ok=True)
+    # One builder per key: a concurrent `rstf optimize` of the same code waits, then hits.
+    with open(os.path.join(cache_dir(), f".{digest}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _verified(lib):
+            return lib, True
+        if os.path.exists(final_dir):  # a corrupt or partial entry: rebuild it
+            shutil.rmtree(final_dir, ignore_errors=True)
+        return _build(c_sources, cc_source, headers, cflags, tf_cflags, tf_lflags, digest,
+                      final_dir, lib, jobs), False
+
+
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _verified(lib: str) -> bool:
+    """A cache entry is used only if the library matches the hash recorded when it was built."""
+    try:
+        with open(lib + ".sha256") as f:
+            return f.read().strip() == _file_sha256(lib)
+    except OSError:
+        return False
+
+
+def _build(c_sources, cc_source, headers, cflags, tf_cflags, tf_lflags, digest, final_dir,
+           lib, jobs) -> str:
     work = tempfile.mkdtemp(prefix=f".{digest}.", dir=cache_dir())
     try:
         for name, text in [*c_sources.items(), ("wrapper.cc", cc_source), *headers.items()]:
@@ -93,13 +136,10 @@ def build_library(c_sources: dict[str, str], cc_source: str, march: str = "nativ
                 fut.result()
         tmp_lib = os.path.join(work, os.path.basename(lib))
         _run(["g++", "-shared", "-o", tmp_lib, *objs, *tf_lflags], "the op library (link)")
-        # Publish atomically: a concurrent build of the same key either wins or finds ours.
-        try:
-            os.rename(work, final_dir)
-        except OSError:
-            if not os.path.exists(lib):
-                raise
-        return lib, False
+        with open(tmp_lib + ".sha256", "w") as f:
+            f.write(_file_sha256(tmp_lib))
+        os.rename(work, final_dir)  # atomic publish, under the key's lock
+        return lib
     finally:
         if os.path.exists(work):
             shutil.rmtree(work, ignore_errors=True)
