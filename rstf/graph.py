@@ -205,7 +205,9 @@ def _read_saved_model(path: str):
     gd = frozen.graph.as_graph_def()
     # Flattening orders dict keys the way the frozen function orders its tensors.
     in_keys = sorted(sig.structured_input_signature[1])
-    out_keys = [k for k, _ in tf.nest.flatten_with_joined_string_paths(sig.structured_outputs)]
+    outs = sig.structured_outputs
+    out_keys = (sorted(outs) if isinstance(outs, dict)
+                else [f"output_{i}" for i in range(len(frozen.outputs))])
     signature = {
         "inputs": {k: t.name for k, t in zip(in_keys, frozen.inputs)},
         "outputs": {k: t.name for k, t in zip(out_keys, frozen.outputs)},

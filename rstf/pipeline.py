@@ -115,11 +115,15 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", model_name):
         raise RstfError(f"--model-name {model_name!r}: use letters, digits, '_', '.', '-'")
     out_dir = out_dir or _default_out_dir(model)
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise RstfError(f"{out_dir} is a file, not an output folder; choose another -o")
     if os.path.exists(out_dir) and not force:
         raise RstfError(f"{out_dir} already exists (choose another -o, or --force to replace it)")
     parent = os.path.dirname(os.path.abspath(out_dir))
     if not os.path.isdir(parent):
         raise RstfError(f"{parent}: no such directory for the output")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise RstfError(f"{parent}: not writable, cannot create {out_dir}")
     t0 = time.perf_counter()
     graph = load_model(model, input_shapes, outputs, fold=True)
     if graph.folded:
@@ -130,6 +134,9 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
                 f"unknown dimensions stay in TensorFlow; pin it with --input-shape "
                 f"{p.name}:d0,d1,...")
     parts, reasons = _select(graph, max_ops, log)
+    if not parts:
+        log("warning: no subgraph rstf can generate code for; the output graph is the "
+            "original one (see report.json 'unsupported' for the reasons)")
     codes = [generate_subgraph(graph, nodes, i) for i, nodes in enumerate(parts)]
     digest = library_digest(codes)
     op_types = [op_name(sg, digest) for sg in codes]

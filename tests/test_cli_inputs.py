@@ -126,3 +126,58 @@ def test_unknown_dims_stay_in_tensorflow(tiny_pb):
     assert not ok and "non-static" in reasons["y"]
     g = load_model(tiny_pb, {"x": (1, 4)})
     assert supported_nodes(g)[0] == {"MatMul", "y"}
+
+
+def test_output_path_is_a_file(tmp_path, tiny_pb):
+    f = tmp_path / "afile"
+    f.write_text("precious")
+    assert_one_line_error(rstf("optimize", tiny_pb, "-o", str(f), "--force"), "is a file")
+    assert f.read_text() == "precious"
+
+
+def test_output_parent_missing_or_a_file(tmp_path, tiny_pb):
+    assert_one_line_error(rstf("optimize", tiny_pb, "-o", str(tmp_path / "no" / "out")),
+                          "no such directory")
+    f = tmp_path / "plainfile"
+    f.write_text("x")
+    assert_one_line_error(rstf("optimize", tiny_pb, "-o", str(f / "out")), "no such directory")
+    assert f.read_text() == "x"
+
+
+def test_empty_graph(tmp_path):
+    p = tmp_path / "empty_graph.pb"
+    gd = tf.compat.v1.GraphDef()
+    gd.versions.producer = 1  # a valid, non-empty protobuf without a single node
+    p.write_bytes(gd.SerializeToString())
+    assert_one_line_error(rstf("optimize", str(p)), "no nodes")
+
+
+def test_names_tf_rejects_are_one_line(tmp_path):
+    """Quotes, newlines and '*/' cannot even be TF node names: a clean one-line refusal."""
+    gd = make_graph_def(tiny)
+    gd.node[0].name = 'x"\n*/ é'
+    p = tmp_path / "weird.pb"
+    p.write_bytes(gd.SerializeToString())
+    assert_one_line_error(rstf("optimize", str(p)), "cannot import")
+
+
+def test_only_unsupported_ops_gives_the_original_graph(tmp_path):
+    """int32 arithmetic and a v1 cond (Switch/Merge) stay in TF; the result still runs."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.int32, [4], name="x")
+        y = tf.compat.v1.cond(tf.reduce_sum(x) > 0, lambda: x * 2, lambda: x - 1)
+        tf.identity(y * 3, name="y")  # Mul has a generator, but not for int32
+
+    pb = save_graph_def(make_graph_def(build), str(tmp_path))
+    out = tmp_path / "o"
+    r = rstf("optimize", pb, "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "warning: no subgraph" in r.stderr
+    import json as _json
+
+    rep = _json.loads((out / "report.json").read_text())
+    assert rep["subgraphs"] == [] and rep["library"] is None
+    assert "int32" in rep["unsupported"]["Mul"]["reason"]
+    assert {"StatelessIf", "If", "Switch"} & set(rep["unsupported"])
+    r = rstf("compare", pb, str(out), "--reps", "1")
+    assert r.returncode == 0, r.stderr + r.stdout
