@@ -28,7 +28,28 @@ def c_flags(march: str = "native") -> list[str]:
     flags = ["-O3", "-std=c11", "-fPIC", "-fvisibility=hidden", "-fno-math-errno"]
     if march:
         flags.append(f"-march={march}")
-    return flags
+    return flags + sanitize_flags()
+
+
+def sanitize_flags() -> list[str]:
+    """RSTF_SANITIZE=1 builds the generated code with AddressSanitizer and
+    UndefinedBehaviorSanitizer; any report aborts. The process that loads such a library
+    needs the sanitizer runtimes preloaded (see `sanitizer_env`)."""
+    if os.environ.get("RSTF_SANITIZE", "0") in ("", "0"):
+        return []
+    return ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer", "-g"]
+
+
+def sanitizer_env() -> dict[str, str]:
+    """Environment for a Python process that loads sanitized libraries."""
+    def lib(name):
+        return subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True,
+                              text=True).stdout.strip()
+
+    return {"RSTF_SANITIZE": "1", "LD_PRELOAD": f"{lib('libasan.so')} {lib('libubsan.so')}",
+            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
 
 
 def tf_flags() -> tuple[list[str], list[str]]:
@@ -135,7 +156,8 @@ def _build(c_sources, cc_source, headers, cflags, tf_cflags, tf_lflags, digest, 
             for fut in futures:
                 fut.result()
         tmp_lib = os.path.join(work, os.path.basename(lib))
-        _run(["g++", "-shared", "-o", tmp_lib, *objs, *tf_lflags], "the op library (link)")
+        _run(["g++", "-shared", "-o", tmp_lib, *objs, *tf_lflags, *sanitize_flags()],
+             "the op library (link)")
         with open(tmp_lib + ".sha256", "w") as f:
             f.write(_file_sha256(tmp_lib))
         os.rename(work, final_dir)  # atomic publish, under the key's lock
