@@ -38,9 +38,66 @@ class _Elementwise(OpHandler):
                 raise Unsupported(str(e)) from None
 
 
+# Comparisons are written so a NaN operand propagates, as Eigen's max/min do
+# (`a < b ? b : a`): TensorFlow's Relu(NaN) is NaN, not 0.
 @op_handler("Relu")
 class Relu(_Elementwise):
-    expr = "{0} > 0.0{f} ? {0} : 0.0{f}"
+    expr = "{0} < 0.0{f} ? 0.0{f} : {0}"
+
+
+@op_handler("Relu6")
+class Relu6(_Elementwise):
+    expr = "{0} < 0.0{f} ? 0.0{f} : ({0} > 6.0{f} ? 6.0{f} : {0})"
+
+
+@op_handler("Maximum")
+class Maximum(_Elementwise):
+    expr = "{0} < {1} ? {1} : {0}"
+
+
+@op_handler("Minimum")
+class Minimum(_Elementwise):
+    expr = "{1} < {0} ? {1} : {0}"
+
+
+@op_handler("Sigmoid")
+class Sigmoid(_Elementwise):
+    expr = "1.0{f} / (1.0{f} + exp{m}(-{0}))"
+
+
+@op_handler("Tanh")
+class Tanh(_Elementwise):
+    expr = "tanh{m}({0})"
+
+
+@op_handler("Exp")
+class Exp(_Elementwise):
+    expr = "exp{m}({0})"
+
+
+@op_handler("Sqrt")
+class Sqrt(_Elementwise):
+    expr = "sqrt{m}({0})"
+
+
+@op_handler("Square")
+class Square(_Elementwise):
+    expr = "{0} * {0}"
+
+
+@op_handler("SquaredDifference")
+class SquaredDifference(_Elementwise):
+    expr = "({0} - {1}) * ({0} - {1})"
+
+
+@op_handler("Neg")
+class Neg(_Elementwise):
+    expr = "-{0}"
+
+
+@op_handler("Abs")
+class Abs(_Elementwise):
+    expr = "fabs{m}({0})"
 
 
 @op_handler("Rsqrt")

@@ -19,10 +19,15 @@ def reduction_axes(graph: Graph, node: Node, rank: int) -> list[int]:
     return sorted(axes)
 
 
-@op_handler("Mean")
-class Mean(OpHandler):
+class _Reduce(OpHandler):
+    """Reduction over constant axes: init, update over the input's index space, and for Mean
+    a final division by the number of reduced elements (as Eigen's MeanReducer divides)."""
+
     ignored_inputs = (1,)
     const_inputs = (1,)
+    init = "0.0{f}"
+    update = "{acc} + {x}"
+    mean = False
 
     def flops(self, node: Node, graph: Graph) -> int:
         return numel(graph.tensor_shape(node.inputs[0]))
@@ -41,13 +46,41 @@ class Mean(OpHandler):
         ct = self.ctype(node)
         fs = self.literal_suffix(node)
         count = math.prod(in_shape[d] for d in axes)
-        target = subscript("y", red_sub)
+        update = self.update.format(acc=subscript("y", red_sub), x=subscript("x", in_idx))
         body = render("ops/reduce.c.j2", out="y", out_idx=out_idx, out_shape=out_shape,
-                      in_idx=in_idx, in_shape=in_shape, red_sub=red_sub, init=f"0.0{fs}",
-                      update=f"{target} + {subscript('x', in_idx)}",
-                      divisor=f"({ct}){count}")
+                      in_idx=in_idx, in_shape=in_shape, red_sub=red_sub,
+                      init=self.init.format(f=fs), update=update,
+                      divisor=f"({ct}){count}" if self.mean else None)
         return OpFunction(body, [ArrayParam("x", in_shape, ct)], [ArrayParam("y", out_shape, ct)],
-                          summary=f"Mean {list(in_shape)} axes {axes} keep_dims={keep}")
+                          summary=f"{node.op} {list(in_shape)} axes {axes} keep_dims={keep}")
+
+
+@op_handler("Mean")
+class Mean(_Reduce):
+    mean = True
+
+
+@op_handler("Sum")
+class Sum(_Reduce):
+    pass
+
+
+@op_handler("Prod")
+class Prod(_Reduce):
+    init = "1.0{f}"
+    update = "{acc} * {x}"
+
+
+@op_handler("Max")
+class Max(_Reduce):
+    init = "-INFINITY"
+    update = "{acc} < {x} ? {x} : {acc}"  # NaN in x propagates, as in Eigen's MaxReducer
+
+
+@op_handler("Min")
+class Min(_Reduce):
+    init = "INFINITY"
+    update = "{x} < {acc} ? {x} : {acc}"
 
 
 @op_handler("Softmax")
