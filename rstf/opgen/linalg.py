@@ -8,7 +8,8 @@ from .window import check_nhwc, nhwc_attrs, pad_before, window_access
 
 @op_handler("Conv2D")
 class Conv2D(OpHandler):
-    """NHWC x HWIO, any strides and dilations, SAME / VALID / EXPLICIT padding."""
+    """NHWC x HWIO, any strides and dilations, SAME / VALID / EXPLICIT padding, and grouped
+    convolution (the input has a multiple of the filter's input channels)."""
 
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)
@@ -16,8 +17,9 @@ class Conv2D(OpHandler):
         nhwc_attrs(node, "strides")
         nhwc_attrs(node, "dilations")
         x, w = (graph.tensor_shape(t) for t in node.inputs)
-        if x[3] != w[2]:
-            raise Unsupported(f"grouped convolution ({x[3]} input channels, filter {w[2]})")
+        if x[3] % w[2] or w[3] % (x[3] // w[2]):
+            raise Unsupported(f"{x[3]} input channels do not split into groups of {w[2]} "
+                              f"with {w[3]} output channels")
         if self.attr_str(node, "padding") == "EXPLICIT":
             pads = self.attr_ints(node, "explicit_paddings")
             if len(pads) != 8 or any(pads[i] for i in (0, 1, 6, 7)):
@@ -40,14 +42,16 @@ class Conv2D(OpHandler):
         ih, gh = window_access("oh", "kh", sh, dh, ph, H, OH, KH)
         iw, gw = window_access("ow", "kw", sw, dw, pw, W, OW, KW)
         ct = self.ctype(node)
-        body = render("ops/conv2d.c.j2", N=N, OH=OH, OW=OW, OC=OC, KH=KH, KW=KW, IC=IC,
+        G = IC // ws[2]  # groups: input channels per group = the filter's in-channels
+        body = render("ops/conv2d.c.j2", N=N, OH=OH, OW=OW, OC=OC, KH=KH, KW=KW, IC=ws[2],
+                      G=G, OCG=OC // G,
                       ih=ih, iw=iw, guards=gh + gw, out="y", inp="x", filt="w",
                       fs=self.literal_suffix(node))
         return OpFunction(
             body, [ArrayParam("x", xs, ct), ArrayParam("w", ws, ct)],
             [ArrayParam("y", node.out_shapes[0], ct)],
             summary=(f"Conv2D {list(xs)} x {list(ws)} -> {list(node.out_shapes[0])}, "
-                     f"stride {sh}x{sw}, dilation {dh}x{dw}, pad {ph},{pw}"))
+                     f"stride {sh}x{sw}, dilation {dh}x{dw}, pad {ph},{pw}, groups {G}"))
 
 
 @op_handler("MatMul")

@@ -1,2 +1,125 @@
-"""Neural-network layer ops beyond convolution: depthwise convolution, padding, batch norm."""
+"""Neural-network layer ops beyond Conv2D: depthwise convolution, padding, batch norm."""
 from __future__ import annotations
+
+from ..graph import Graph, Node
+from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, index_names, numel,
+                   op_handler, render)
+from .window import check_nhwc, nhwc_attrs, pad_before, window_access
+
+
+def c_float_literal(value: float, suffix: str) -> str:
+    """An exact C literal for a float value (hex float; INFINITY/NAN spelled out)."""
+    if value != value:
+        return "NAN"
+    if value in (float("inf"), float("-inf")):
+        return "INFINITY" if value > 0 else "-INFINITY"
+    return f"{float(value).hex()}{suffix}"
+
+
+@op_handler("DepthwiseConv2dNative")
+class DepthwiseConv2d(OpHandler):
+    """NHWC depthwise convolution with a depth multiplier; filter [KH][KW][C][M]."""
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        check_nhwc(node)
+        nhwc_attrs(node, "strides")
+        nhwc_attrs(node, "dilations")
+        if self.attr_str(node, "padding") == "EXPLICIT":
+            pads = self.attr_ints(node, "explicit_paddings")
+            if len(pads) != 8 or any(pads[i] for i in (0, 1, 6, 7)):
+                raise Unsupported(f"explicit_paddings {pads}")
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        kh, kw, _, _ = graph.tensor_shape(node.inputs[1])
+        return 2 * numel(node.out_shapes[0]) * kh * kw
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        xs, ws = (graph.tensor_shape(t) for t in node.inputs)
+        N, H, W, C = xs
+        KH, KW, _, M = ws
+        _, OH, OW, OC = node.out_shapes[0]
+        sh, sw = nhwc_attrs(node, "strides")
+        dh, dw = nhwc_attrs(node, "dilations")
+        ph = pad_before(node, 1, H, OH, KH, sh, dh)
+        pw = pad_before(node, 2, W, OW, KW, sw, dw)
+        ih, gh = window_access("oh", "kh", sh, dh, ph, H, OH, KH)
+        iw, gw = window_access("ow", "kw", sw, dw, pw, W, OW, KW)
+        ct = self.ctype(node)
+        body = render("ops/depthwise.c.j2", N=N, OH=OH, OW=OW, OC=OC, KH=KH, KW=KW, C=C, M=M,
+                      ih=ih, iw=iw, guards=gh + gw, out="y", inp="x", filt="w",
+                      fs=self.literal_suffix(node))
+        return OpFunction(
+            body, [ArrayParam("x", xs, ct), ArrayParam("w", ws, ct)],
+            [ArrayParam("y", node.out_shapes[0], ct)],
+            summary=(f"DepthwiseConv2dNative {list(xs)} x {list(ws)} -> "
+                     f"{list(node.out_shapes[0])}, stride {sh}x{sw}, dilation {dh}x{dw}, "
+                     f"pad {ph},{pw}"))
+
+
+@op_handler("Pad", "PadV2")
+class Pad(OpHandler):
+    """Constant padding (any rank); PadV2's pad value must be a constant scalar."""
+
+    ignored_inputs = (1, 2)
+    const_inputs = (1,)
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        if node.op == "PadV2" and (len(node.inputs) < 3 or not graph.is_const(node.inputs[2])):
+            raise Unsupported("PadV2's constant_values must be a constant")
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        return 0
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        in_shape = graph.tensor_shape(node.inputs[0])
+        out_shape = node.out_shapes[0]
+        pads = graph.const_value(node.inputs[1]).reshape(-1, 2)[:, 0].tolist()
+        value = 0.0
+        if node.op == "PadV2":
+            value = float(graph.const_value(node.inputs[2]).reshape(()))
+        in_idx = index_names("i", len(in_shape))
+        interior = [f"{v} + {p}" if p else v for v, p in zip(in_idx, pads)]
+        ct = self.ctype(node)
+        body = render("ops/pad.c.j2", out="y", inp="x", out_idx=index_names("o", len(out_shape)),
+                      out_shape=out_shape, in_idx=in_idx, in_shape=in_shape, interior=interior,
+                      value=c_float_literal(value, self.literal_suffix(node)))
+        return OpFunction(body, [ArrayParam("x", in_shape, ct)], [ArrayParam("y", out_shape, ct)],
+                          summary=f"{node.op} {list(in_shape)} -> {list(out_shape)} value {value}")
+
+
+@op_handler("FusedBatchNorm", "FusedBatchNormV3")
+class FusedBatchNorm(OpHandler):
+    """Inference batch normalisation (is_training false), NHWC; only `y` is generated."""
+
+    def num_outputs(self, node: Node) -> int:
+        return 1
+
+    def data_inputs(self, node: Node) -> list[str]:
+        return node.inputs[:5]
+
+    def check(self, node: Node, graph: Graph) -> None:
+        if self.attr_bool(node, "is_training", True):
+            raise Unsupported("training-mode batch norm")
+        check_nhwc(node)
+        super().check(node, graph)
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        return 2 * numel(node.out_shapes[0])
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        shape = node.out_shapes[0]
+        C = shape[-1]
+        ct = self.ctype(node)
+        eps = node.attr["epsilon"].f if "epsilon" in node.attr else 1e-4
+        fs = self.literal_suffix(node)
+        body = render("ops/batchnorm.c.j2", C=C, idx=index_names("i", len(shape)), shape=shape,
+                      out="y", inp="x", scale="scale", offset="offset", mean="mean",
+                      var="variance", a="a", b="b", eps=c_float_literal(eps, fs), fs=fs,
+                      ms=self.math_suffix(node))
+        ins = [ArrayParam("x", shape, ct)] + [ArrayParam(n, (C,), ct) for n in
+                                               ("scale", "offset", "mean", "variance")]
+        return OpFunction(body, ins, [ArrayParam("y", shape, ct)],
+                          scratch=[ArrayParam("a", (C,), ct), ArrayParam("b", (C,), ct)],
+                          summary=f"{node.op} {list(shape)} epsilon {eps}")
