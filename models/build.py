@@ -4,7 +4,8 @@ Usage::
 
     python models/build.py NAME -o PATH.pb [--input-size H] [--seed S]
 
-NAME is one of ``inception_v3`` (default input 299), ``resnet50`` (224) or
+NAME is one of ``inception_v3`` (default input 299), ``inception_v4`` (299; built by
+``models/inception_v4.py``, not in keras.applications), ``resnet50`` (224) or
 ``mobilenet_v2`` (224).  ``--input-size H`` builds a smaller (or larger) square
 variant, e.g. ``inception_v3`` at 75 or ``mobilenet_v2`` at 96, for fast tests.
 
@@ -41,10 +42,12 @@ MODELS: dict[str, tuple[str, int]] = {
     "inception_v3": ("InceptionV3", 299),
     "resnet50": ("ResNet50", 224),
     "mobilenet_v2": ("MobileNetV2", 224),
+    "inception_v4": ("inception_v4", 299),  # models/inception_v4.py, not keras.applications
 }
 
 # Smallest square input keras.applications accepts for each architecture.
-MIN_INPUT_SIZE: dict[str, int] = {"inception_v3": 75, "resnet50": 32, "mobilenet_v2": 32}
+MIN_INPUT_SIZE: dict[str, int] = {"inception_v3": 75, "resnet50": 32, "mobilenet_v2": 32,
+                                  "inception_v4": 75}
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "output"
@@ -63,6 +66,7 @@ CLASSIFIER_SCALE: dict[str, float] = {
     "inception_v3": 0.1,
     "resnet50": 0.1,
     "mobilenet_v2": 1.0,
+    "inception_v4": 0.1,
 }
 
 # ResNet50 adds each residual branch onto its shortcut with no effective
@@ -195,9 +199,15 @@ def build_graph_def(
         raise ValueError(f"{name} needs input size >= {MIN_INPUT_SIZE[name]}, got {size}")
 
     keras.backend.clear_session()
-    model = getattr(keras.applications, ctor_name)(
-        weights=None, include_top=True, input_shape=(size, size, 3), classes=1000
-    )
+    if ctor_name == "inception_v4":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from inception_v4 import inception_v4
+
+        model = inception_v4(input_shape=(size, size, 3), classes=1000)
+    else:
+        model = getattr(keras.applications, ctor_name)(
+            weights=None, include_top=True, input_shape=(size, size, 3), classes=1000
+        )
     _assign_weights(model, name, seed)
 
     # autograph is unnecessary for a straight-line keras call.

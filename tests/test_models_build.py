@@ -83,3 +83,20 @@ def test_unknown_name_cli(tmp_path):
 def test_unknown_name_function():
     with pytest.raises(ValueError, match="valid names"):
         build_graph_def("no_such_net")
+
+
+def test_inception_v4_architecture():
+    """Paper's Fig. 9: 149 conv layers (each Conv2D + BN + ReLU), 14 average pools (4 A,
+    7 B, 3 C blocks), 4 max pools, one 1000-way dense layer; deterministic at 75x75."""
+    import collections
+
+    gd = build_graph_def("inception_v4", input_size=75)
+    ops = collections.Counter(n.op for n in gd.node)
+    assert ops["Conv2D"] == 149 and ops["AvgPool"] == 14 and ops["MaxPool"] == 4
+    assert ops["MatMul"] == 1 and ops["Softmax"] == 1
+    assert gd.SerializeToString(deterministic=True) == build_graph_def(
+        "inception_v4", input_size=75).SerializeToString(deterministic=True)
+    g = tf.Graph()
+    with g.as_default():
+        tf.import_graph_def(gd, name="")
+    assert g.get_tensor_by_name("output:0").shape.as_list() == [1, 1000]
