@@ -108,3 +108,66 @@ def test_reductions(op, shape, axes, keep):
         tf.identity(REDUCERS[op](ph(shape), axes, keepdims=keep), name="out")
 
     check_against_tf(build, {"x": x})
+
+
+@pytest.mark.parametrize("shape,perm", [((2, 3, 4), [2, 0, 1]), ((1, 5, 5, 3), [0, 3, 1, 2]),
+                                        ((4, 1), [1, 0]), ((2, 3), [0, 1])])
+def test_transpose(shape, perm):
+    x = randn(*shape)
+
+    def build():
+        tf.identity(tf.transpose(ph(shape), perm), name="out")
+
+    check_against_tf(build, {"x": x})
+
+
+SLICES = [
+    lambda v: v[::-1],
+    lambda v: v[..., 1:3],
+    lambda v: v[:, tf.newaxis, 2],
+    lambda v: v[1],
+    lambda v: v[-2:, ::2, 1:-1:2],
+    lambda v: v[:, 3:0:-2],
+    lambda v: v[tf.newaxis, ..., -1],
+]
+
+
+@pytest.mark.parametrize("k", range(len(SLICES)))
+def test_strided_slice(k):
+    x = randn(3, 5, 4)
+
+    def build():
+        tf.identity(SLICES[k](ph(x.shape)), name="out")
+
+    check_against_tf(build, {"x": x})
+
+
+@pytest.mark.parametrize("begin,size", [([0, 1, 0], [-1, 2, 4]), ([1, 0, 2], [2, 5, 1]),
+                                        ([0, 0, 0], [3, 5, 4])])
+def test_slice(begin, size):
+    x = randn(3, 5, 4)
+
+    def build():
+        tf.identity(tf.slice(ph(x.shape), begin, size), name="out")
+
+    check_against_tf(build, {"x": x})
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_pack(axis):
+    a, b, c = randn(2, 3), randn(2, 3), randn(2, 3)
+
+    def build():
+        tf.identity(tf.stack([ph(a.shape, "a"), ph(b.shape, "b"), ph(c.shape, "c")], axis),
+                    name="out")
+
+    check_against_tf(build, {"a": a, "b": b, "c": c})
+
+
+def test_reverse():
+    x = randn(2, 3, 4)
+
+    def build():
+        tf.identity(tf.reverse(ph(x.shape), [1, -1]), name="out")
+
+    check_against_tf(build, {"x": x})
