@@ -80,6 +80,8 @@ RESIDUAL_BRANCH_SCALE: dict[str, tuple[str, float]] = {
 
 
 def _check_name(name: str) -> None:
+    if name.startswith("keras:"):
+        return  # any keras.applications constructor, checked when it is looked up
     if name not in MODELS:
         raise ValueError(
             f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}"
@@ -113,7 +115,7 @@ def _assign_weights(model, name: str, seed: int) -> None:
             fan_in = int(np.prod(shape[:-1]))
             value = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
             if w is classifier:
-                value *= CLASSIFIER_SCALE[name]
+                value *= CLASSIFIER_SCALE.get(name, 0.1)
             elif name in RESIDUAL_BRANCH_SCALE:
                 suffix, scale = RESIDUAL_BRANCH_SCALE[name]
                 if w.path.endswith(suffix):
@@ -130,6 +132,11 @@ def _assign_weights(model, name: str, seed: int) -> None:
             value = rng.standard_normal(shape) * 0.1
         elif kind == "moving_variance":
             value = rng.uniform(0.5, 1.5, shape)
+        elif name.startswith("keras:"):
+            # Other architectures (the zoo sweep) have more weight kinds (layer scales,
+            # normalisation statistics, ...): small values, still from our RandomState.
+            value = (rng.uniform(0.5, 1.5, shape) if "variance" in kind
+                     else rng.standard_normal(shape) * 0.05)
         else:
             # Fail loudly rather than leave a keras-RNG-initialised weight in
             # the graph, which would silently break cross-process determinism.
@@ -193,9 +200,9 @@ def build_graph_def(
         convert_variables_to_constants_v2,
     )
 
-    ctor_name, default_size = MODELS[name]
+    ctor_name, default_size = MODELS[name] if name in MODELS else (name[len("keras:"):], 224)
     size = default_size if input_size is None else int(input_size)
-    if size < MIN_INPUT_SIZE[name]:
+    if size < MIN_INPUT_SIZE.get(name, 32):
         raise ValueError(f"{name} needs input size >= {MIN_INPUT_SIZE[name]}, got {size}")
 
     keras.backend.clear_session()
@@ -205,6 +212,8 @@ def build_graph_def(
 
         model = inception_v4(input_shape=(size, size, 3), classes=1000)
     else:
+        if not hasattr(keras.applications, ctor_name):
+            raise ValueError(f"keras.applications has no {ctor_name!r}")
         model = getattr(keras.applications, ctor_name)(
             weights=None, include_top=True, input_shape=(size, size, 3), classes=1000
         )

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..graph import Graph, Node
 from .base import ArrayParam, OpFunction, OpHandler, Unsupported, op_handler, render
-from .window import check_nhwc, nhwc_attrs, pad_before, window_access
+from .window import check_window_attrs, window
 
 
 @op_handler("Conv2D")
@@ -13,17 +13,11 @@ class Conv2D(OpHandler):
 
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)
-        check_nhwc(node)
-        nhwc_attrs(node, "strides")
-        nhwc_attrs(node, "dilations")
+        check_window_attrs(node)
         x, w = (graph.tensor_shape(t) for t in node.inputs)
         if x[3] % w[2] or w[3] % (x[3] // w[2]):
             raise Unsupported(f"{x[3]} input channels do not split into groups of {w[2]} "
                               f"with {w[3]} output channels")
-        if self.attr_str(node, "padding") == "EXPLICIT":
-            pads = self.attr_ints(node, "explicit_paddings")
-            if len(pads) != 8 or any(pads[i] for i in (0, 1, 6, 7)):
-                raise Unsupported(f"explicit_paddings {pads}")
 
     def flops(self, node: Node, graph: Graph) -> int:
         n, oh, ow, oc = node.out_shapes[0]
@@ -32,26 +26,20 @@ class Conv2D(OpHandler):
 
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         xs, ws = (graph.tensor_shape(t) for t in node.inputs)
-        N, H, W, IC = xs
+        N, _, _, IC = xs
         KH, KW, _, OC = ws
         _, OH, OW, _ = node.out_shapes[0]
-        sh, sw = nhwc_attrs(node, "strides")
-        dh, dw = nhwc_attrs(node, "dilations")
-        ph = pad_before(node, 1, H, OH, KH, sh, dh)
-        pw = pad_before(node, 2, W, OW, KW, sw, dw)
-        ih, gh = window_access("oh", "kh", sh, dh, ph, H, OH, KH)
-        iw, gw = window_access("ow", "kw", sw, dw, pw, W, OW, KW)
+        win = window(node, xs, node.out_shapes[0], KH, KW)
         ct = self.ctype(node)
         G = IC // ws[2]  # groups: input channels per group = the filter's in-channels
         body = render("ops/conv2d.c.j2", N=N, OH=OH, OW=OW, OC=OC, KH=KH, KW=KW, IC=ws[2],
-                      G=G, OCG=OC // G,
-                      ih=ih, iw=iw, guards=gh + gw, out="y", inp="x", filt="w",
-                      fs=self.literal_suffix(node))
+                      G=G, OCG=OC // G, ih=win.ih, iw=win.iw, guards=win.guards, out="y",
+                      inp="x", filt="w", fs=self.literal_suffix(node))
         return OpFunction(
             body, [ArrayParam("x", xs, ct), ArrayParam("w", ws, ct)],
             [ArrayParam("y", node.out_shapes[0], ct)],
             summary=(f"Conv2D {list(xs)} x {list(ws)} -> {list(node.out_shapes[0])}, "
-                     f"stride {sh}x{sw}, dilation {dh}x{dw}, pad {ph},{pw}, groups {G}"))
+                     f"{win.describe()}, groups {G}"))
 
 
 @op_handler("MatMul")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..graph import Graph, Node
 from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, index_names, numel,
                    op_handler, render)
-from .window import check_nhwc, nhwc_attrs, pad_before, window_access
+from .window import check_nhwc, check_window_attrs, window
 
 
 def c_float_literal(value: float, suffix: str) -> str:
@@ -22,13 +22,7 @@ class DepthwiseConv2d(OpHandler):
 
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)
-        check_nhwc(node)
-        nhwc_attrs(node, "strides")
-        nhwc_attrs(node, "dilations")
-        if self.attr_str(node, "padding") == "EXPLICIT":
-            pads = self.attr_ints(node, "explicit_paddings")
-            if len(pads) != 8 or any(pads[i] for i in (0, 1, 6, 7)):
-                raise Unsupported(f"explicit_paddings {pads}")
+        check_window_attrs(node)
 
     def flops(self, node: Node, graph: Graph) -> int:
         kh, kw, _, _ = graph.tensor_shape(node.inputs[1])
@@ -36,25 +30,19 @@ class DepthwiseConv2d(OpHandler):
 
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         xs, ws = (graph.tensor_shape(t) for t in node.inputs)
-        N, H, W, C = xs
+        N, _, _, C = xs
         KH, KW, _, M = ws
         _, OH, OW, OC = node.out_shapes[0]
-        sh, sw = nhwc_attrs(node, "strides")
-        dh, dw = nhwc_attrs(node, "dilations")
-        ph = pad_before(node, 1, H, OH, KH, sh, dh)
-        pw = pad_before(node, 2, W, OW, KW, sw, dw)
-        ih, gh = window_access("oh", "kh", sh, dh, ph, H, OH, KH)
-        iw, gw = window_access("ow", "kw", sw, dw, pw, W, OW, KW)
+        win = window(node, xs, node.out_shapes[0], KH, KW)
         ct = self.ctype(node)
         body = render("ops/depthwise.c.j2", N=N, OH=OH, OW=OW, OC=OC, KH=KH, KW=KW, C=C, M=M,
-                      ih=ih, iw=iw, guards=gh + gw, out="y", inp="x", filt="w",
+                      ih=win.ih, iw=win.iw, guards=win.guards, out="y", inp="x", filt="w",
                       fs=self.literal_suffix(node))
         return OpFunction(
             body, [ArrayParam("x", xs, ct), ArrayParam("w", ws, ct)],
             [ArrayParam("y", node.out_shapes[0], ct)],
             summary=(f"DepthwiseConv2dNative {list(xs)} x {list(ws)} -> "
-                     f"{list(node.out_shapes[0])}, stride {sh}x{sw}, dilation {dh}x{dw}, "
-                     f"pad {ph},{pw}"))
+                     f"{list(node.out_shapes[0])}, {win.describe()}"))
 
 
 @op_handler("Pad", "PadV2")

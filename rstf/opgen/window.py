@@ -1,6 +1,8 @@
 """Sliding-window geometry shared by convolutions and pooling (NHWC)."""
 from __future__ import annotations
 
+import dataclasses
+
 from ..graph import Node
 from .base import Unsupported
 
@@ -63,3 +65,52 @@ def check_nhwc(node: Node) -> None:
     fmt = node.attr["data_format"].s.decode() if "data_format" in node.attr else "NHWC"
     if fmt != "NHWC":
         raise Unsupported(f"data_format {fmt}")
+
+
+def check_window_attrs(node: Node) -> None:
+    """Refuse what the window generators cannot do: NCHW, batch/channel strides or
+    dilations, explicit padding of the batch or channel dimensions."""
+    check_nhwc(node)
+    nhwc_attrs(node, "strides")
+    nhwc_attrs(node, "dilations")
+    if "padding" in node.attr and node.attr["padding"].s == b"EXPLICIT":
+        pads = list(node.attr["explicit_paddings"].list.i)
+        if len(pads) != 8 or any(pads[i] for i in (0, 1, 6, 7)):
+            raise Unsupported(f"explicit_paddings {pads}")
+
+
+@dataclasses.dataclass
+class Window:
+    """A 2-D sliding window over NHWC: strides, dilations, padding before, the input row and
+    column expressions read at (oh, kh) and (ow, kw), and the guards they need."""
+
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    ph: int
+    pw: int
+    ih: str
+    iw: str
+    guards_h: list
+    guards_w: list
+
+    @property
+    def guards(self) -> list:
+        return self.guards_h + self.guards_w
+
+    def describe(self) -> str:
+        return (f"stride {self.sh}x{self.sw}, dilation {self.dh}x{self.dw}, "
+                f"pad {self.ph},{self.pw}")
+
+
+def window(node: Node, in_shape, out_shape, kh: int, kw: int) -> Window:
+    _, H, W, _ = in_shape
+    _, OH, OW, _ = out_shape
+    sh, sw = nhwc_attrs(node, "strides")
+    dh, dw = nhwc_attrs(node, "dilations")
+    ph = pad_before(node, 1, H, OH, kh, sh, dh)
+    pw = pad_before(node, 2, W, OW, kw, sw, dw)
+    ih, gh = window_access("oh", "kh", sh, dh, ph, H, OH, kh)
+    iw, gw = window_access("ow", "kw", sw, dw, pw, W, OW, kw)
+    return Window(sh, sw, dh, dw, ph, pw, ih, iw, gh, gw)
