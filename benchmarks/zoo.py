@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 DEFAULT = ("VGG16,ResNet50V2,InceptionResNetV2,Xception,MobileNet,MobileNetV3Small,"
@@ -85,7 +84,6 @@ def main() -> int:
     rows = []
     for name in a.models.split(","):
         size = max(a.input_size, MIN_SIZE.get(name, 32))
-        t0 = time.time()
         rows.append(run_one(name, size, out_dir, a.timeout_per_model))
         print(json.dumps(rows[-1]), flush=True)
     print(table(rows))

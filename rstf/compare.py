@@ -97,8 +97,6 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
         in_path = os.path.join(tmp, "inputs.npz")
         np.savez(in_path, **feeds)
         # The original model may be a SavedModel or text graph: run its frozen GraphDef.
-        from .tfutil import tf  # noqa: F401  (graph_def serialisation below)
-
         orig_path = os.path.join(tmp, "original.pb")
         with open(orig_path, "wb") as f:
             f.write(graph.graph_def.SerializeToString())

@@ -1,6 +1,4 @@
 """The build step: failures point to a log, cache entries are verified before use."""
-import os
-
 import pytest
 
 from rstf import build
