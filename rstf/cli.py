@@ -6,7 +6,7 @@
 
 Errors the user can cause print one line, `rstf: error: ...`, and exit with status 2 (bad
 usage or input) or 1 (`compare` found outputs outside the tolerance). Set RSTF_DEBUG=1 to see
-the traceback of an internal error.
+the traceback of an internal error (or pass --debug).
 """
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from .errors import RstfError
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rstf", description="Polyhedral optimizer for TensorFlow "
                                 "graphs: supported subgraphs become generated custom ops.")
+    p.add_argument("--debug", action="store_true",
+                   help="show tracebacks of internal errors (same as RSTF_DEBUG=1)")
     sub = p.add_subparsers(dest="command", required=True)
 
     o = sub.add_parser("optimize", help="optimize a frozen graph or SavedModel")
@@ -120,6 +122,8 @@ def _compare_per_subgraph(a) -> int:
 
 def main(argv=None) -> int:
     a = _parser().parse_args(argv)
+    if a.debug:
+        os.environ["RSTF_DEBUG"] = "1"
     try:
         return {"optimize": _optimize, "compare": _compare}[a.command](a)
     except RstfError as e:

@@ -181,3 +181,66 @@ def test_only_unsupported_ops_gives_the_original_graph(tmp_path):
     assert {"StatelessIf", "If", "Switch"} & set(rep["unsupported"])
     r = rstf("compare", pb, str(out), "--reps", "1")
     assert r.returncode == 0, r.stderr + r.stdout
+
+
+def test_nan_and_inf_constants_propagate(tmp_path):
+    """NaN and Inf in weights flow through the generated code exactly as through TF."""
+    from harness import run_generated, run_tf
+
+    w = np.ones((1, 1, 2, 3), np.float32)
+    w[0, 0, 0, 0], w[0, 0, 1, 1] = np.nan, np.inf
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 2, 2, 2], name="x")
+        y = tf.nn.relu(tf.nn.conv2d(x, w, 1, "VALID"))
+        tf.identity(tf.reduce_max(y, [1, 2]) + tf.constant([0.0, 0.0, -np.inf]), name="out")
+
+    from harness import load_graph_def
+
+    gd = make_graph_def(build)
+    g = load_graph_def(gd, outputs=["out"])
+    nodes = [n for n in g.topo_order() if g.nodes[n].op not in ("Const", "Placeholder")]
+    x = np.abs(np.random.RandomState(0).standard_normal((1, 2, 2, 2))).astype(np.float32)
+    got = run_generated(g, nodes, {"x": x})[0]["out:0"]
+    ref = run_tf(gd, {"x": x}, ["out:0"])[0]
+    np.testing.assert_array_equal(got, ref)  # NaN, inf and -inf in the same places
+    assert np.isnan(ref).any() and np.isinf(ref).any()
+
+
+def test_debug_flag_shows_traceback(tmp_path, monkeypatch):
+    """An internal error is one line, unless --debug asks for the traceback."""
+    p = tmp_path / "m.pbtxt"
+    p.write_text("node { name: 'a' op: 'Const' attr { key: 'dtype' value { type: DT_FLOAT } } "
+                 "attr { key: 'value' value { tensor { dtype: DT_FLOAT tensor_shape {} "
+                 "float_val: 1 } } } }")
+    import rstf.cli as cli
+
+    def boom(a):
+        raise ZeroDivisionError("simulated bug")
+
+    monkeypatch.setattr(cli, "_optimize", boom)
+    assert cli.main(["optimize", str(p)]) == 3
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["--debug", "optimize", str(p)])
+    monkeypatch.delenv("RSTF_DEBUG", raising=False)
+
+
+def test_concurrent_optimize_share_the_cache(tmp_path, tiny_pb):
+    """Two processes building the same library at once: one builds, one waits and hits;
+    both outputs are complete and the cache entry verifies."""
+    env = {**os.environ, "RSTF_CACHE_DIR": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, "-m", "rstf", "optimize", tiny_pb, "-o",
+                               str(tmp_path / f"o{i}"), "--input-shape", "x:2,4"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    results = [p.communicate(timeout=600) + (p.returncode,) for p in procs]
+    assert all(rc == 0 for _, _, rc in results), results
+    assert sum("cached" in out for out, _, _ in results) >= 1
+    from rstf.build import _verified
+
+    libs = [os.path.join(tmp_path / "cache", d, f) for d in os.listdir(tmp_path / "cache")
+            if not d.startswith(".") for f in os.listdir(tmp_path / "cache" / d)
+            if f.endswith(".so")]
+    assert len(libs) == 1 and _verified(libs[0])
+    for i in range(2):
+        assert (tmp_path / f"o{i}" / "optimized.pb").exists()

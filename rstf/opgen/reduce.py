@@ -74,13 +74,14 @@ class Prod(_Reduce):
 @op_handler("Max")
 class Max(_Reduce):
     init = "-INFINITY"
-    update = "{acc} < {x} ? {x} : {acc}"  # NaN in x propagates, as in Eigen's MaxReducer
+    # A NaN element makes the result NaN, as TensorFlow's reduce_max does.
+    update = "{acc} < {x} || {x} != {x} ? {x} : {acc}"
 
 
 @op_handler("Min")
 class Min(_Reduce):
     init = "INFINITY"
-    update = "{x} < {acc} ? {x} : {acc}"
+    update = "{x} < {acc} || {x} != {x} ? {x} : {acc}"
 
 
 @op_handler("Softmax")
