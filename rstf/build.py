@@ -25,7 +25,8 @@ RUNTIME_HEADERS = ["rstf_kernel.h"]
 def c_flags(march: str = "native") -> list[str]:
     # -fno-math-errno lets sqrtf/expf inline without changing results; no -ffast-math,
     # which would change NaN and rounding behaviour against TensorFlow.
-    flags = ["-O3", "-std=c11", "-fPIC", "-fvisibility=hidden", "-fno-math-errno"]
+    # -fopenmp: the polyhedral pass marks parallel loops `omp parallel for`.
+    flags = ["-O3", "-std=c11", "-fPIC", "-fvisibility=hidden", "-fno-math-errno", "-fopenmp"]
     if march:
         flags.append(f"-march={march}")
     return flags + sanitize_flags()
@@ -156,7 +157,8 @@ def _build(c_sources, cc_source, headers, cflags, tf_cflags, tf_lflags, digest, 
             for fut in futures:
                 fut.result()
         tmp_lib = os.path.join(work, os.path.basename(lib))
-        _run(["g++", "-shared", "-o", tmp_lib, *objs, *tf_lflags, *sanitize_flags()],
+        _run(["g++", "-shared", "-fopenmp", "-o", tmp_lib, *objs, *tf_lflags,
+              *sanitize_flags()],
              "the op library (link)")
         with open(tmp_lib + ".sha256", "w") as f:
             f.write(_file_sha256(tmp_lib))

@@ -35,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--max-ops", type=int, default=None,
                    help="split subgraphs larger than this many nodes with METIS (default 400)")
     o.add_argument("--march", default="native", help="gcc -march for the generated code")
+    o.add_argument("--optimizer", default="poly", choices=["poly", "none"],
+                   help="polyhedral pass on the generated C (default), or the textbook C")
+    o.add_argument("--threads", type=int, default=0,
+                   help="threads of the parallel loops (default 0: what TensorFlow gives "
+                   "the op)")
     o.add_argument("--force", action="store_true", help="replace an existing output folder")
     o.add_argument("--model-name", help="name of the SavedModel under OUTDIR/serving/ "
                    "(default: the model file's stem)")
@@ -63,7 +68,8 @@ def _optimize(a) -> int:
     outputs = [s for s in a.outputs.split(",") if s] if a.outputs else None
     report = optimize(a.model, a.output, parse_input_shapes(a.input_shape), outputs,
                       a.max_ops if a.max_ops is not None else DEFAULT_MAX_OPS, a.march, a.force,
-                      model_name=a.model_name, model_version=a.model_version)
+                      model_name=a.model_name, model_version=a.model_version,
+                      optimizer=a.optimizer, threads=a.threads)
     pct = lambda x, y: f"{100.0 * x / y:.1f}%" if y else "n/a"  # noqa: E731
     print(f"optimized {a.model} -> {a.output or report['output_dir']}")
     print(f"  subgraphs: {len(report['subgraphs'])}   nodes covered: {report['nodes_covered']}/"

@@ -207,7 +207,9 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
 
     lib_path = os.path.join(out_dir, report["library"]) if report.get("library") else None
     if lib_path:
-        tf.load_op_library(lib_path)
+        from .serving import load_library
+
+        load_library(lib_path)
     results, first_failure = [], None
     for sg, entry in zip(codes, report["subgraphs"]):
         g = tf.Graph()

@@ -28,6 +28,7 @@ from .splice import custom_node_names, splice
 from .wrapper import generate_wrapper, library_digest, op_name
 
 DEFAULT_MAX_OPS = 400
+OPTIMIZERS = ("poly", "none")
 # Op types whose FLOPs the coverage figure counts (the "conv/matmul FLOPs").
 FLOP_OPS = {"Conv2D", "MatMul", "DepthwiseConv2dNative", "BatchMatMul", "BatchMatMulV2",
             "BatchMatMulV3", "Conv3D", "Conv2DBackpropInput", "_FusedConv2D", "_FusedMatMul"}
@@ -104,11 +105,16 @@ def _select(graph: Graph, max_ops: int, log) -> tuple[list[list[str]], dict[str,
 
 def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=None,
              max_ops: int = DEFAULT_MAX_OPS, march: str = "native", force: bool = False,
-             log=None, model_name: str | None = None, model_version: int = 1) -> dict:
+             log=None, model_name: str | None = None, model_version: int = 1,
+             optimizer: str = "poly", threads: int = 0) -> dict:
     """Optimize `model` into `out_dir`; returns the report (also written as report.json)."""
     log = log or (lambda msg: print(f"rstf: {msg}", file=sys.stderr))
     if max_ops < 1:
         raise RstfError("--max-ops must be at least 1")
+    if optimizer not in OPTIMIZERS:
+        raise RstfError(f"--optimizer {optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
+    if threads < 0:
+        raise RstfError("--threads must be 0 (TensorFlow's) or positive")
     if model_version < 1:
         raise RstfError("--model-version must be a positive integer")
     model_name = model_name or _safe_name(_stem(model))
@@ -138,10 +144,13 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
         log("warning: no subgraph rstf can generate code for; the output graph is the "
             "original one (see report.json 'unsupported' for the reasons)")
     codes = [generate_subgraph(graph, nodes, i) for i, nodes in enumerate(parts)]
+    poly = [{"optimizer": "none"}] * len(codes)
+    if optimizer == "poly":
+        poly = [_poly(sg, log) for sg in codes]
     digest = library_digest(codes)
     op_types = [op_name(sg, digest) for sg in codes]
     node_names = custom_node_names(graph, len(codes))
-    wrapper = generate_wrapper(codes, op_types)
+    wrapper = generate_wrapper(codes, op_types, threads)
     c_sources = {f"subgraph_{sg.index}.c": sg.source for sg in codes}
     t_build = time.perf_counter()
     lib, cached = build_library(c_sources, wrapper, march) if codes else (None, False)
@@ -150,6 +159,10 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
 
     report = _report(graph, codes, op_types, node_names, reasons, input_shapes, model,
                      march, max_ops)
+    report["options"].update(optimizer=optimizer, threads=threads)
+    for entry, info in zip(report["subgraphs"], poly):
+        entry["optimizer"] = info["optimizer"]
+        entry["poly"] = info
     report["signature"] = graph.signature
     report["serving"] = {"model_name": model_name, "version": model_version,
                          "saved_model": f"serving/{model_name}/{model_version}",
@@ -160,6 +173,16 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     report["output_dir"] = os.path.abspath(out_dir)
     _write_output(out_dir, new_gd, lib, c_sources, wrapper, report, graph.signature)
     return report
+
+
+def _poly(sg: SubgraphCode, log) -> dict:
+    """The polyhedral pass on one subgraph, in place: its source gains parallel loops."""
+    from .poly import optimize_source
+
+    sg.source, info = optimize_source(sg.source, sg.entry)
+    if info["optimizer"] != "poly":
+        log(f"subgraph {sg.index} left unoptimized: {info['diagnostic']}")
+    return info
 
 
 def _fmt_shape(shape) -> str:

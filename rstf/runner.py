@@ -21,8 +21,10 @@ def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
 
     from .tfutil import tf
 
+    from .serving import load_library
+
     for lib in libs:
-        tf.load_op_library(lib)
+        load_library(lib)
     gd = tf.compat.v1.GraphDef()
     with open(graph_path, "rb") as f:
         gd.ParseFromString(f.read())

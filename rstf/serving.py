@@ -13,6 +13,26 @@ import os
 from .errors import RstfError
 
 BUILD_TEMPLATE = "serving_BUILD.j2"
+_LOADED: dict[str, object] = {}  # library content hash -> the module tf.load_op_library gave
+
+
+def load_library(path: str):
+    """`tf.load_op_library`, once per library *content*.
+
+    The same library under two paths (an output folder and its copy, the build cache and
+    the output folder) would register every kernel twice, and TensorFlow then refuses to run
+    the op ("Multiple OpKernel registrations"). Op names derive from the code's hash, so
+    equal content means equal ops: loading it again is skipped.
+    """
+    import hashlib
+
+    from .tfutil import tf
+
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    if digest not in _LOADED:
+        _LOADED[digest] = tf.load_op_library(path)
+    return _LOADED[digest]
 
 
 def write_saved_model(export_dir: str, graph_def, signature: dict, lib_path: str | None) -> None:
@@ -21,7 +41,7 @@ def write_saved_model(export_dir: str, graph_def, signature: dict, lib_path: str
     from .tfutil import tf
 
     if lib_path:
-        tf.load_op_library(lib_path)
+        load_library(lib_path)
     g = tf.Graph()
     with g.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
@@ -68,7 +88,7 @@ class RstfModel:
         with open(path) as f:
             report = json.load(f)
         if report.get("library"):
-            tf.load_op_library(os.path.join(out_dir, report["library"]))
+            load_library(os.path.join(out_dir, report["library"]))
         gd = tf.compat.v1.GraphDef()
         with open(os.path.join(out_dir, "optimized.pb"), "rb") as f:
             gd.ParseFromString(f.read())

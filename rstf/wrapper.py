@@ -36,7 +36,7 @@ def _tensor(slot: Slot) -> dict:
             "dims": [str(d) for d in slot.shape], "name_literal": c_string(slot.tensor)}
 
 
-def generate_wrapper(subgraphs: list[SubgraphCode], names: list[str]) -> str:
+def generate_wrapper(subgraphs: list[SubgraphCode], names: list[str], threads: int = 0) -> str:
     ops = []
     for sg, name in zip(subgraphs, names):
         c_params = ([f"const {s.ctype} *" for s in sg.inputs]
@@ -47,4 +47,4 @@ def generate_wrapper(subgraphs: list[SubgraphCode], names: list[str]) -> str:
                     "inputs": [_tensor(s) for s in sg.inputs],
                     "outputs": [_tensor(s) for s in sg.outputs],
                     "workspace": max(sg.workspace_bytes, 0)})
-    return render("wrapper.cc.j2", version=__version__, ops=ops)
+    return render("wrapper.cc.j2", version=__version__, ops=ops, threads=threads)

@@ -20,10 +20,11 @@ EXAMPLES = int(os.environ.get("RSTF_FUZZ_EXAMPLES", "6"))
 REGRESSIONS = os.path.join(os.path.dirname(__file__), "data", "fuzz_regressions")
 
 
-def optimize_and_compare(gd, tmp_dir, max_ops):
+def optimize_and_compare(gd, tmp_dir, max_ops, optimizer="poly"):
     model = save_graph_def(gd, tmp_dir, "fuzz.pb")
     out = os.path.join(tmp_dir, "fuzz.rstf")
-    report = optimize(model, out, max_ops=max_ops, force=True, log=lambda m: None)
+    report = optimize(model, out, max_ops=max_ops, force=True, log=lambda m: None,
+                      optimizer=optimizer)
     result = compare(model, out, latency=False)
     return report, result
 
@@ -33,9 +34,10 @@ def optimize_and_compare(gd, tmp_dir, max_ops):
           phases=[Phase.explicit, Phase.generate],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
-@given(g=graphs(), max_ops=st.sampled_from([2, 3, 400]))
-def test_random_graphs_match_tensorflow(tmp_path, g, max_ops):
-    report, result = optimize_and_compare(g.graph_def, str(tmp_path), max_ops)
+@given(g=graphs(), max_ops=st.sampled_from([2, 3, 400]),
+       optimizer=st.sampled_from(["none", "poly"]))
+def test_random_graphs_match_tensorflow(tmp_path, g, max_ops, optimizer):
+    report, result = optimize_and_compare(g.graph_def, str(tmp_path), max_ops, optimizer)
     assert result["passed"], (g.recipe, result["outputs"])
     for sg in report["subgraphs"]:
         assert len(sg["nodes"]) <= max_ops

@@ -72,7 +72,7 @@ def test_optimize_and_compare(small_model, tmp_path):
     out = str(tmp_path / "out")
     report = optimize(small_model, out, log=lambda m: None)
     assert sorted(os.listdir(out)) == sorted(
-        ["optimized.pb", "report.json", "src", report["library"]])
+        ["optimized.pb", "report.json", "src", "serving", "serving_ops", report["library"]])
     for key in ("nodes_total", "nodes_covered", "flops_total", "flops_covered",
                 "optimize_seconds", "subgraphs"):
         assert key in report
@@ -80,13 +80,16 @@ def test_optimize_and_compare(small_model, tmp_path):
     assert report["nodes_covered"] == report["nodes_total"] - 1  # all but Erf
     for sg in report["subgraphs"]:
         assert {"name", "ops", "flops", "optimizer"} <= set(sg)
+        assert sg["optimizer"] == "poly" and sg["poly"]["statements"] > 0
     result = compare(small_model, out, reps=1)
     assert result["passed"], result
     assert result["outputs"][0]["max_rel_err"] < 1e-5
     assert set(result["latency_ms"]) == {"rstf", "tf_eigen", "tf_onednn"}
 
     # Loading in TF directly: same result, and a wrong-shape input is a clean error.
-    lib = tf.load_op_library(os.path.join(out, report["library"]))
+    from rstf.serving import load_library
+
+    lib = load_library(os.path.join(out, report["library"]))
     assert lib is not None
     gd = tf.compat.v1.GraphDef()
     gd.ParseFromString(open(os.path.join(out, "optimized.pb"), "rb").read())

@@ -42,6 +42,9 @@ class Statement:
     ast: c_ast.Node  # the assignment, for re-emission with substituted iterators
     node: str  # the TF node (from the call's comment), for reports
     call: int  # index of the op-function call it comes from
+    function: str = ""  # the op function it belongs to
+    path: tuple = ()  # its 2d+1 time path: (call, position, iterator, position, ...)
+    loop_lines: tuple = ()  # source line of each enclosing 'for', outermost first
 
 
 @dataclasses.dataclass
@@ -257,24 +260,27 @@ def raise_subgraph(source: str, entry: str) -> Scop:
     depth = [0]
 
     def visit(node, loops, guards, call_idx, binding, views, path):
-        names = {v for v, _, _ in loops}
+        names = {v for v, _, _, _ in loops}
         if isinstance(node, c_ast.Compound):
             for k, item in enumerate(node.block_items or []):
                 visit(item, loops, guards, call_idx, binding, views, path + [k])
         elif isinstance(node, c_ast.For):
             var, lb, ub = _for_header(node, names)
-            visit(node.stmt, loops + [(var, lb, ub)], guards, call_idx, binding, views,
-                  path + [var])
+            visit(node.stmt, loops + [(var, lb, ub, node.coord.line)], guards, call_idx,
+                  binding, views, path + [var])
         elif isinstance(node, c_ast.If):
             if node.iffalse is not None:
                 raise NotRaisable(f"{_line(node)}: 'else' branch (only affine guards allowed)")
             visit(node.iftrue, loops, guards + _guards(node.cond, names), call_idx, binding,
                   views, path)
         elif isinstance(node, c_ast.Assignment) and node.op in ("=", "+="):
-            statements.append(_statement(node, loops, guards, call_idx, binding, views,
-                                         buffers, path, len(statements),
-                                         call_nodes[call_idx] if call_idx < len(call_nodes)
-                                         else ""))
+            st = _statement(node, loops, guards, call_idx, binding, views, buffers, path,
+                            len(statements),
+                            call_nodes[call_idx] if call_idx < len(call_nodes) else "")
+            st.function = calls[call_idx][0].decl.name
+            st.path = tuple(path)
+            st.loop_lines = tuple(line for _, _, _, line in loops)
+            statements.append(st)
             depth[0] = max(depth[0], len(path))
         else:
             raise NotRaisable(f"{_line(node)}: {type(node).__name__} is outside the "
@@ -315,9 +321,9 @@ def _for_header(node: c_ast.For, outer: set[str]):
 
 
 def _statement(node, loops, guards, call_idx, binding, views, buffers, path, k, tf_node):
-    iters = [v for v, _, _ in loops]
+    iters = [v for v, _, _, _ in loops]
     names = set(iters)
-    cons = [f"{_fmt(lb)} <= {v} < {_fmt(ub)}" for v, lb, ub in loops] + guards
+    cons = [f"{_fmt(lb)} <= {v} < {_fmt(ub)}" for v, lb, ub, _ in loops] + guards
     name = f"S{k}"
     tup = f"{name}[{', '.join(iters)}]"
     domain = isl.Set(f"{{ {tup} : {' and '.join(cons) or 'true'} }}")
