@@ -171,3 +171,18 @@ def test_reverse():
         tf.identity(tf.reverse(ph(x.shape), [1, -1]), name="out")
 
     check_against_tf(build, {"x": x})
+
+
+def test_identity_n_from_custom_gradient():
+    """keras' swish in EfficientNet is wrapped in tf.custom_gradient, which emits IdentityN."""
+    x = randn(1, 4, 4, 3)
+
+    @tf.custom_gradient
+    def swish(v):
+        return v * tf.sigmoid(v), lambda dy: dy
+
+    def build():
+        tf.identity(swish(ph(x.shape)) + 1.0, name="out")
+
+    _, sg = check_against_tf(build, {"x": x})
+    assert "IdentityN" in sg.source

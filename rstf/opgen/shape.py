@@ -30,6 +30,23 @@ class Copy(OpHandler):
                           summary=f"{node.op} {size} elements")
 
 
+@op_handler("IdentityN")
+class IdentityN(OpHandler):
+    """Output i is input i (tf.custom_gradient wraps activations such as swish in it)."""
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        return 0
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        sizes = [numel(s) for s in node.out_shapes]
+        ct = self.ctype(node)
+        body = "\n".join(render("ops/copy.c.j2", size=n, out=f"y{k}", inp=f"x{k}")
+                          for k, n in enumerate(sizes))
+        return OpFunction(body, [ArrayParam(f"x{k}", (n,), ct) for k, n in enumerate(sizes)],
+                          [ArrayParam(f"y{k}", (n,), ct) for k, n in enumerate(sizes)],
+                          summary=f"IdentityN of {len(sizes)} tensors")
+
+
 @op_handler("ConcatV2")
 class ConcatV2(OpHandler):
     """Concatenation along a constant axis (the last input), each input into its slice."""
