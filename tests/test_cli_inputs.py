@@ -244,3 +244,36 @@ def test_concurrent_optimize_share_the_cache(tmp_path, tiny_pb):
     assert len(libs) == 1 and _verified(libs[0])
     for i in range(2):
         assert (tmp_path / f"o{i}" / "optimized.pb").exists()
+
+
+def test_unknown_dims_message_names_input_and_option(tiny_pb, tmp_path):
+    r = rstf("optimize", tiny_pb, "-o", str(tmp_path / "o"))
+    assert r.returncode == 0
+    warning = [ln for ln in r.stderr.splitlines() if "unknown" in ln or "[?" in ln]
+    assert warning and "'x'" in warning[0] and "--input-shape x:" in warning[0]
+
+
+def test_hostile_but_valid_node_names_are_escaped(tmp_path):
+    """TF accepts '>', '.', '-', '_' and '/' in node names (and a leading digit or dot;
+    quotes, backslashes, newlines and '*/' it rejects, see above): names reach the generated
+    C and C++ only inside escaped comments and string literals, and the library builds."""
+    from rstf.pipeline import optimize
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 4], name="9.in>put")
+        y = tf.nn.relu(tf.matmul(x, np.ones((4, 3), np.float32)), name=".a>b/c.d-e_")
+        tf.identity(y * 2.0, name="out>x.y-z")
+
+    pb = save_graph_def(make_graph_def(build), str(tmp_path))
+    out = tmp_path / "o"
+    report = optimize(pb, str(out), log=lambda m: None)
+    assert report["subgraphs"]
+    for f in (out / "src").iterdir():
+        text = f.read_text()
+        if f.suffix == ".c":
+            assert "\\" not in text  # no backslash at all: no line splicing, no escapes
+            assert ".a>b/c.d-e_" in text  # the names are there, in comments
+        elif f.suffix == ".cc":
+            assert "9.in\\076put:0" in text  # in string literals, '>' is an octal escape
+    r = rstf("compare", pb, str(out), "--reps", "1")
+    assert r.returncode == 0, r.stderr + r.stdout
