@@ -20,6 +20,7 @@ from .tfutil import tf
 # Ops that only forward a tensor: a chain of them over a Const is itself a constant.
 FORWARDING_OPS = {"Identity", "StopGradient", "Snapshot"}
 # Nodes that never count as computation in coverage figures.
+PROTOBUF_LIMIT = 2**31  # bytes: protobuf cannot parse a message this large
 TRIVIAL_OPS = {"Const", "Identity", "Placeholder", "PlaceholderWithDefault", "NoOp"}
 
 
@@ -160,6 +161,10 @@ def read_graph_def(path: str):
     if os.path.isdir(path):
         return _read_saved_model(path)
     gd = tf.compat.v1.GraphDef()
+    if os.path.getsize(path) >= PROTOBUF_LIMIT:
+        raise RstfError(f"{path}: {os.path.getsize(path) / 2**30:.1f} GiB is over protobuf's "
+                        f"2 GiB limit for one GraphDef; export the model as a SavedModel, "
+                        f"whose weights live in variable files")
     try:
         with open(path, "rb") as f:
             data = f.read()

@@ -277,3 +277,12 @@ def test_hostile_but_valid_node_names_are_escaped(tmp_path):
             assert "9.in\\076put:0" in text  # in string literals, '>' is an octal escape
     r = rstf("compare", pb, str(out), "--reps", "1")
     assert r.returncode == 0, r.stderr + r.stdout
+
+
+def test_graph_over_the_protobuf_limit(tmp_path):
+    """A GraphDef of 2 GiB or more cannot be parsed; say so, and what to do instead. (A
+    sparse file: no disk is used.)"""
+    p = tmp_path / "huge.pb"
+    with open(p, "wb") as f:
+        f.truncate(2**31 + 10)
+    assert_one_line_error(rstf("optimize", str(p)), "2 GiB limit")
