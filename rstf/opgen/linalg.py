@@ -15,7 +15,7 @@ class Conv2D(OpHandler):
         super().check(node, graph)
         check_window_attrs(node)
         x, w = (graph.tensor_shape(t) for t in node.inputs)
-        if x[3] % w[2] or w[3] % (x[3] // w[2]):
+        if not w[2] or x[3] % w[2] or not x[3] or w[3] % (x[3] // w[2]):
             raise Unsupported(f"{x[3]} input channels do not split into groups of {w[2]} "
                               f"with {w[3]} output channels")
 

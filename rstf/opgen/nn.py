@@ -1,19 +1,28 @@
 """Neural-network layer ops beyond Conv2D: depthwise convolution, padding, batch norm."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..graph import Graph, Node
 from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, index_names, numel,
                    op_handler, render)
-from .window import check_nhwc, check_window_attrs, window
+from .window import check_window_attrs, window
 
 
-def c_float_literal(value: float, suffix: str) -> str:
-    """An exact C literal for a float value (hex float; INFINITY/NAN spelled out)."""
-    if value != value:
+def c_float_literal(value: float, suffix: str = "f") -> str:
+    """An exact C literal for a float32 value: its shortest decimal that reads back as the
+    same float32 ('-1.5f', '0.001f'), else a hex float; INFINITY/NAN spelled out."""
+    value = np.float32(value)
+    if np.isnan(value):
         return "NAN"
-    if value in (float("inf"), float("-inf")):
+    if np.isinf(value):
         return "INFINITY" if value > 0 else "-INFINITY"
-    return f"{float(value).hex()}{suffix}"
+    text = str(value)  # numpy prints the shortest round-tripping digits
+    if not any(ch in text for ch in ".e"):
+        text += ".0"
+    if np.float32(text) != value or np.signbit(np.float32(text)) != np.signbit(value):
+        text = float(value).hex()  # exact by construction
+    return text + suffix
 
 
 @op_handler("DepthwiseConv2dNative")
@@ -54,8 +63,11 @@ class Pad(OpHandler):
 
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)
-        if node.op == "PadV2" and (len(node.inputs) < 3 or not graph.is_const(node.inputs[2])):
-            raise Unsupported("PadV2's constant_values must be a constant")
+        if node.op == "PadV2":
+            if len(node.inputs) < 3 or not graph.is_const(node.inputs[2]):
+                raise Unsupported("PadV2's constant_values must be a constant")
+            if graph.const_value(node.inputs[2]).size != 1:
+                raise Unsupported("PadV2's constant_values must be a scalar")
 
     def flops(self, node: Node, graph: Graph) -> int:
         return 0
@@ -64,9 +76,9 @@ class Pad(OpHandler):
         in_shape = graph.tensor_shape(node.inputs[0])
         out_shape = node.out_shapes[0]
         pads = graph.const_value(node.inputs[1]).reshape(-1, 2)[:, 0].tolist()
-        value = 0.0
+        value = np.float32(0.0)
         if node.op == "PadV2":
-            value = float(graph.const_value(node.inputs[2]).reshape(()))
+            value = np.float32(graph.const_value(node.inputs[2]).reshape(()))
         in_idx = index_names("i", len(in_shape))
         interior = [f"{v} + {p}" if p else v for v, p in zip(in_idx, pads)]
         ct = self.ctype(node)
@@ -90,7 +102,9 @@ class FusedBatchNorm(OpHandler):
     def check(self, node: Node, graph: Graph) -> None:
         if self.attr_bool(node, "is_training", True):
             raise Unsupported("training-mode batch norm")
-        check_nhwc(node)
+        fmt = self.attr_str(node, "data_format", "NHWC")
+        if fmt not in ("NHWC", "NDHWC"):  # channels last: the channel is the last subscript
+            raise Unsupported(f"data_format {fmt}")
         super().check(node, graph)
 
     def flops(self, node: Node, graph: Graph) -> int:
@@ -100,7 +114,7 @@ class FusedBatchNorm(OpHandler):
         shape = node.out_shapes[0]
         C = shape[-1]
         ct = self.ctype(node)
-        eps = node.attr["epsilon"].f if "epsilon" in node.attr else 1e-4
+        eps = np.float32(node.attr["epsilon"].f if "epsilon" in node.attr else 1e-4)
         fs = self.literal_suffix(node)
         body = render("ops/batchnorm.c.j2", C=C, idx=index_names("i", len(shape)), shape=shape,
                       out="y", inp="x", scale="scale", offset="offset", mean="mean",

@@ -15,6 +15,14 @@ and ``B -> A``).  :func:`make_convex` repairs any labelling:
                0 if v has none,
     new label(v) = (label(v), level(v)).
 
+The only property used below is the edge constraint
+
+    level(w) >= level(v) + (0 if label(v) == label(w) else 1)  for every v -> w,
+
+so after this forward pass nodes may also be moved *up* as long as it holds;
+the implementation raises a node towards its same-label consumers, which keeps
+e.g. a weight constant (a source, level 0) with the op that reads it.
+
 Along every edge the level never decreases, and across an edge between two
 different new labels it strictly increases (same old label and different level
 means a larger level; a different old label means +1).  Hence any path that
@@ -38,17 +46,25 @@ from ``S`` or cannot reach it), so the region is all that needs checking.
 For the usual input, a set from :func:`select_subgraphs`, the region is ``S``
 itself.
 
-Why splitting one set of an acyclic global quotient into parts whose local
-quotient (inside the region) is acyclic keeps the global quotient acyclic: a
-cycle through a part either stays inside the region, which is excluded by
-construction, or leaves it, which is impossible as shown above.  So the parts
-can replace the set in the list returned by :func:`select_subgraphs`.
+Why the parts can replace ``S`` in the list returned by
+:func:`select_subgraphs`: take a cycle of the new global quotient (``S``
+replaced by its parts, the other sets still contracted).  Contracting the parts
+back into ``S`` maps it to a closed walk of the old quotient.  If the cycle
+visits anything besides parts of ``S``, that walk contains a cycle through
+``S`` in the old quotient, which was acyclic; otherwise the cycle only uses
+parts of ``S`` and edges between them, which the local repair excludes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+import contextlib
+import ctypes
+import logging
 import math
+import os
+import sys
+import tempfile
 
 import networkx as nx
 import pymetis
@@ -56,6 +72,8 @@ import pymetis
 from rstf.partition.select import ContractionGraph, topological_order
 
 __all__ = ["partition_subgraph", "cut_size", "make_convex"]
+
+_log = logging.getLogger(__name__)
 
 # METIS sums vertex weights in 32-bit integers (idx_t); keep the total well
 # inside that range.
@@ -80,8 +98,9 @@ def partition_subgraph(
 
     Args:
         dag: The whole dataflow graph (see :func:`select_subgraphs`).  An edge
-            attribute ``weight`` (a positive number, e.g. the number of tensors
-            or bytes the edge carries) is used as its METIS edge weight;
+            attribute ``weight`` (a non-negative number, e.g. the number of
+            tensors or bytes the edge carries; rounded, at least 1) is used
+            as its METIS edge weight;
             otherwise every edge weighs 1, and parallel edges of an
             ``nx.MultiDiGraph`` add up.
         nodes: The nodes to split, normally one set returned by
@@ -103,9 +122,13 @@ def partition_subgraph(
           acyclic graph - and if ``nodes`` was one set of a family with an
           acyclic quotient (e.g. the output of :func:`select_subgraphs`),
           replacing it by these parts keeps that quotient acyclic;
-        * parts are roughly balanced by ``cost`` and cut few edges (METIS
-          k-way with ``k = ceil(len(nodes) / max_ops)``; the repairs needed
-          for convexity can add parts and some imbalance).
+        * parts are balanced by ``cost`` and cut few edges: METIS k-way
+          with ``k = ceil(len(nodes) / max_ops)`` (default 3% imbalance),
+          then the convexity repair, which can only add parts: it splits
+          METIS parts and merges pieces back, never beyond the cost of the
+          heaviest METIS part or ``max_ops`` nodes.  With a non-uniform
+          ``cost`` a cost-balanced METIS part can exceed ``max_ops`` nodes;
+          such parts are partitioned again on their own.
 
         If ``len(nodes) <= max_ops`` the single part ``list(nodes)`` is
         returned as is, in the caller's order, even if it is not connected.
@@ -295,15 +318,56 @@ def _metis_labels(
     # A disconnected induced graph (or one without edges) is fine for METIS
     # k-way: it balances the weights and simply has nothing to cut between
     # components; the component split in _level_split separates them again.
-    result = pymetis.part_graph(
-        k,
-        adjacency=pymetis.CSRAdjacency(xadj, adjncy),
-        vweights=_int_vertex_weights(nodes, costs),
-        eweights=eweights or None,
-        options=pymetis.Options(seed=seed),
-        recursive=False,  # k-way: the objective is the total cut over k parts
-    )
+    with _c_stdout_to_log():
+        result = pymetis.part_graph(
+            k,
+            adjacency=pymetis.CSRAdjacency(xadj, adjncy),
+            vweights=_int_vertex_weights(nodes, costs),
+            eweights=eweights or None,
+            options=pymetis.Options(seed=seed),
+            recursive=False,  # k-way: the objective is the total cut over k parts
+        )
     return {n: int(p) for n, p in zip(nodes, result.vertex_part)}
+
+
+@contextlib.contextmanager
+def _c_stdout_to_log() -> Iterator[None]:
+    """Send what C code prints on file descriptor 1 to the debug log.
+
+    With very uneven vertex weights and many parts per vertex (k close to
+    n / 2), METIS prints "You are trying to partition a graph into too many
+    parts!" with printf and still returns a usable labelling (fewer parts;
+    the repair below does not care).  That text must not end up in the
+    output of the rstf command, so fd 1 is pointed at a temporary file for
+    the duration of the call.
+    """
+    # C's printf writes to file descriptor 1 whatever sys.stdout is.
+    if sys.stdout is not None:
+        sys.stdout.flush()  # keep Python's pending output before ours
+    try:
+        saved = os.dup(1)
+    except OSError:  # no fd 1 at all: nothing can be printed anyway
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield
+        finally:
+            _flush_c_stdio()  # so nothing buffered in C leaks out later
+            os.dup2(saved, 1)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace").strip()
+    if text:
+        _log.debug("METIS said: %s", text)
+
+
+def _flush_c_stdio() -> None:
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library to talk to
+        pass
 
 
 def _region(dag: nx.DiGraph, nodes: Iterable[str]) -> set[str]:
