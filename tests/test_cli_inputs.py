@@ -218,11 +218,13 @@ def test_debug_flag_shows_traceback(tmp_path, monkeypatch):
     def boom(a):
         raise ZeroDivisionError("simulated bug")
 
+    # Recorded now, restored at teardown: --debug sets RSTF_DEBUG, which must not leak
+    # into later tests (it turns TensorFlow's start-up banners back on).
+    monkeypatch.delenv("RSTF_DEBUG", raising=False)
     monkeypatch.setattr(cli, "_optimize", boom)
     assert cli.main(["optimize", str(p)]) == 3
     with pytest.raises(ZeroDivisionError):
         cli.main(["--debug", "optimize", str(p)])
-    monkeypatch.delenv("RSTF_DEBUG", raising=False)
 
 
 def test_concurrent_optimize_share_the_cache(tmp_path, tiny_pb):
