@@ -220,7 +220,7 @@ def test_debug_flag_shows_traceback(tmp_path, monkeypatch):
 
     # Recorded now, restored at teardown: --debug sets RSTF_DEBUG, which must not leak
     # into later tests (it turns TensorFlow's start-up banners back on).
-    monkeypatch.delenv("RSTF_DEBUG", raising=False)
+    monkeypatch.setenv("RSTF_DEBUG", "")
     monkeypatch.setattr(cli, "_optimize", boom)
     assert cli.main(["optimize", str(p)]) == 3
     with pytest.raises(ZeroDivisionError):
