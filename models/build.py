@@ -9,6 +9,14 @@ NAME is one of ``inception_v3`` (default input 299), ``inception_v4`` (299; buil
 ``mobilenet_v2`` (224).  ``--input-size H`` builds a smaller (or larger) square
 variant, e.g. ``inception_v3`` at 75 or ``mobilenet_v2`` at 96, for fast tests.
 
+NAME may also be ``keras:CTOR`` for any image classifier constructor in
+``keras.applications`` (``keras:DenseNet121``, ``keras:EfficientNetB0``, ...; used by
+``benchmarks/zoo.py``), at that architecture's standard input size by default
+(``KERAS_DEFAULT_SIZE``, else 224) and no smaller than ``KERAS_MIN_INPUT_SIZE`` (else
+32).  The weight rules are the same; architectures' extra weight kinds get small
+values from the same RandomState (see ``_assign_weights``), and the classifier is
+rescaled by a power of two so the logits' std is about 1 (``_calibrate_classifier``).
+
 Contract of the produced file (and of :func:`build_graph_def`):
 
 * A binary ``GraphDef`` with no variables: every weight is a ``Const``.
@@ -24,12 +32,15 @@ Contract of the produced file (and of :func:`build_graph_def`):
   TensorFlow version.
 
 Exit status: 0 on success, 2 on a usage error (including an unknown NAME, which
-is reported as a single line on stderr before TensorFlow is even imported).
+is reported as a single line on stderr before TensorFlow is even imported; a
+``keras:CTOR`` that keras.applications lacks is found, and reported the same way,
+once keras is imported).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from typing import TYPE_CHECKING
@@ -46,8 +57,23 @@ MODELS: dict[str, tuple[str, int]] = {
 }
 
 # Smallest square input keras.applications accepts for each architecture.
+# inception_v4 at 75: stem 37, 35, 35, 17, 15, 7x7x384; Reduction-A 3x3; Reduction-B 1x1
+# (at 74 Reduction-B's VALID stride-2 3x3 convolutions get a 2x2 input: no output).
 MIN_INPUT_SIZE: dict[str, int] = {"inception_v3": 75, "resnet50": 32, "mobilenet_v2": 32,
                                   "inception_v4": 75}
+
+# "keras:CTOR" names: standard input sizes other than 224, and minimum sizes other than
+# 32 (keras.applications' own checks).
+KERAS_DEFAULT_SIZE: dict[str, int] = {
+    "InceptionV3": 299, "InceptionResNetV2": 299, "Xception": 299, "NASNetLarge": 331,
+    "EfficientNetB1": 240, "EfficientNetB2": 260, "EfficientNetB3": 300,
+    "EfficientNetB4": 380, "EfficientNetB5": 456, "EfficientNetB6": 528,
+    "EfficientNetB7": 600, "EfficientNetV2B1": 240, "EfficientNetV2B2": 260,
+    "EfficientNetV2B3": 300, "EfficientNetV2S": 384, "EfficientNetV2M": 480,
+    "EfficientNetV2L": 480,
+}
+KERAS_MIN_INPUT_SIZE: dict[str, int] = {"InceptionV3": 75, "InceptionResNetV2": 75,
+                                        "Xception": 71}
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "output"
@@ -77,14 +103,40 @@ CLASSIFIER_SCALE: dict[str, float] = {
 RESIDUAL_BRANCH_SCALE: dict[str, tuple[str, float]] = {
     "resnet50": ("_3_conv/kernel", 0.25),
 }
+# The same rule for the keras:ResNet* family (v1 and v2 name their branches' last conv
+# "convS_blockN_3_conv" too); ResNet152 has 50 blocks, so without it the softmax is one-hot.
+_KERAS_RESNET = re.compile(r"keras:ResNet\d+(V2)?$")
+
+
+def _residual_rule(name: str) -> tuple[str, float] | None:
+    if name in RESIDUAL_BRANCH_SCALE:
+        return RESIDUAL_BRANCH_SCALE[name]
+    if _KERAS_RESNET.match(name):
+        return RESIDUAL_BRANCH_SCALE["resnet50"]
+    return None
+
+
+def default_input_size(name: str) -> int:
+    """The model's standard square input size."""
+    if name in MODELS:
+        return MODELS[name][1]
+    return KERAS_DEFAULT_SIZE.get(name[len("keras:"):], 224)
+
+
+def min_input_size(name: str) -> int:
+    """The smallest square input size the model builds at."""
+    if name in MIN_INPUT_SIZE:
+        return MIN_INPUT_SIZE[name]
+    return KERAS_MIN_INPUT_SIZE.get(name[len("keras:"):], 32)
 
 
 def _check_name(name: str) -> None:
-    if name.startswith("keras:"):
+    if name.startswith("keras:") and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name[6:]):
         return  # any keras.applications constructor, checked when it is looked up
     if name not in MODELS:
         raise ValueError(
-            f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}"
+            f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))} "
+            f"or keras:CTOR (a keras.applications constructor)"
         )
 
 
@@ -106,6 +158,7 @@ def _assign_weights(model, name: str, seed: int) -> None:
     ]
     # The classifier is the last 2-D kernel in the model (include_top=True).
     classifier = dense_kernels[-1] if dense_kernels else None
+    residual = _residual_rule(name)
 
     for w in model.weights:
         shape = tuple(int(d) for d in w.shape)
@@ -116,14 +169,15 @@ def _assign_weights(model, name: str, seed: int) -> None:
             value = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
             if w is classifier:
                 value *= CLASSIFIER_SCALE.get(name, 0.1)
-            elif name in RESIDUAL_BRANCH_SCALE:
-                suffix, scale = RESIDUAL_BRANCH_SCALE[name]
-                if w.path.endswith(suffix):
-                    value *= scale
+            elif residual is not None and w.path.endswith(residual[0]):
+                value *= residual[1]
         elif kind == "depthwise_kernel":
             # (kh, kw, in, multiplier): each output sees only kh*kw inputs.
             fan_in = shape[0] * shape[1]
             value = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+        elif kind == "pointwise_kernel" and name.startswith("keras:"):
+            # SeparableConv2D's 1x1 (1, 1, in, out) half (Xception, NASNet): He over `in`.
+            value = rng.standard_normal(shape) * np.sqrt(2.0 / shape[2])
         elif kind == "bias":
             value = rng.standard_normal(shape) * 0.01
         elif kind == "gamma":
@@ -144,9 +198,180 @@ def _assign_weights(model, name: str, seed: int) -> None:
         w.assign(value.astype(np.float32))
 
 
+def _calibrate_classifier(model, size: int) -> None:
+    """``keras:CTOR`` names: scale the classifier kernel by a power of two so the logits
+    have a standard deviation within a factor sqrt(2) of 1 on a N(0,1) input.
+
+    The zoo's architectures differ too much for one CLASSIFIER_SCALE: with the plain
+    rules Xception's logits have std ~9e4 and NASNetMobile's ~650 at 96x96 (a one-hot
+    softmax, on which rstf's errors would be invisible) and EfficientNetB0's ~0.02 (an
+    almost uniform one).  The classifier is the last kernel (Dense, or the 1x1 Conv2D of
+    MobileNet v1/v3).  Scaling by a power of two is exact, and rounding log2 of the
+    measured std makes the file independent of the forward pass's last-bit rounding.
+    """
+    import keras
+    import numpy as np
+
+    kernels = [w for w in model.weights if _short(w) == "kernel"]
+    if not kernels:
+        return
+    cls = kernels[-1]
+    layer = next(lay for lay in model.layers if any(w is cls for w in lay.weights))
+    x = np.random.RandomState(20160223).standard_normal((1, size, size, 3)).astype(np.float32)
+    feats = np.asarray(keras.Model(model.input, layer.input)(x), np.float64).reshape(-1)
+    kernel = np.asarray(cls.numpy(), np.float64)
+    if feats.size != int(np.prod(kernel.shape[:-1])):
+        return  # a classifier over a spatial map: leave it
+    std = float(np.std(feats @ kernel.reshape(feats.size, -1)))
+    if not np.isfinite(std) or std == 0.0:
+        return
+    cls.assign((kernel * 2.0 ** round(-np.log2(std))).astype(np.float32))
+
+
 def _short(w) -> str:
     """Short weight name ('kernel', 'gamma', ...) for keras 3 variables."""
     return w.name.split("/")[-1].split(":")[0]
+
+
+_CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
+
+
+def _inline_calls(graph_def: "tf.compat.v1.GraphDef") -> "tf.compat.v1.GraphDef":
+    """Inline function calls that survive freezing, so every op is a node of the graph.
+
+    keras 3 runs grouped convolutions (ConvNeXt's depthwise ``Conv2D(groups=C)``) in a
+    nested ``tf.function(jit_compile=True)``; frozen, each is a
+    ``StatefulPartitionedCall`` (marked ``_XlaMustCompile``) whose body holds the
+    ``Conv2D``, invisible to a graph optimizer.  Each call node is replaced by its body,
+    named ``CALL/NODE``, and an ``Identity`` (``IdentityN`` for several outputs) named
+    like the call, so its consumers are unchanged; control inputs inside the bodies
+    (ordering variable reads, now constants) are dropped.  Stock TensorFlow runs the
+    grouped ``Conv2D`` on CPU itself.  A graph without calls is returned as is.
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework import op_def_registry
+
+    if not any(n.op in _CALL_OPS for n in graph_def.node):
+        return graph_def
+    funcs = {f.signature.name: f for f in graph_def.library.function}
+    out = tf.compat.v1.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+
+    def flat_index(node, out_arg: str, idx: int) -> int:
+        k = 0
+        for arg in op_def_registry.get(node.op).output_arg:
+            if arg.name == out_arg:
+                return k + idx
+            if arg.number_attr:
+                k += node.attr[arg.number_attr].i
+            elif arg.type_list_attr:
+                k += len(node.attr[arg.type_list_attr].list.type)
+            else:
+                k += 1
+        raise RuntimeError(f"{node.op} {node.name!r} has no output {out_arg!r}")
+
+    def add(node) -> None:
+        if node.op not in _CALL_OPS:
+            out.node.append(node)
+            return
+        fdef = funcs[node.attr["f"].func.name]
+        data_inputs = [i for i in node.input if not i.startswith("^")]
+        args = dict(zip((a.name for a in fdef.signature.input_arg), data_inputs))
+        body = {b.name: b for b in fdef.node_def}
+
+        def rename(tensor: str) -> str:
+            name, _, rest = tensor.partition(":")
+            if name in args and rest in ("", "0"):
+                return args[name]
+            out_arg, _, idx = rest.partition(":")
+            i = flat_index(body[name], out_arg, int(idx or 0))
+            return f"{node.name}/{name}" + (f":{i}" if i else "")
+
+        for b in fdef.node_def:
+            n = tf.compat.v1.NodeDef()
+            n.CopyFrom(b)
+            n.name = f"{node.name}/{b.name}"
+            n.ClearField("device")
+            del n.input[:]
+            n.input.extend(rename(i) for i in b.input if not i.startswith("^"))
+            add(n)
+        rets = [rename(fdef.ret[a.name]) for a in fdef.signature.output_arg]
+        ident = out.node.add()
+        ident.name = node.name
+        types = node.attr["Tout"].list.type
+        if len(rets) == 1:
+            ident.op = "Identity"
+            ident.attr["T"].type = types[0]
+        else:
+            ident.op = "IdentityN"
+            ident.attr["T"].list.type.extend(types)
+        ident.input.extend(rets)
+
+    for n in graph_def.node:
+        add(n)
+    if any(v.HasField("func") or v.list.func for n in out.node for v in n.attr.values()):
+        out.library.CopyFrom(graph_def.library)  # other functional ops still need it
+    return _depthwise_from_grouped(out)
+
+
+def _depthwise_from_grouped(graph_def: "tf.compat.v1.GraphDef") -> "tf.compat.v1.GraphDef":
+    """Rewrite each grouped ``Conv2D`` with one input channel per group (a depthwise
+    convolution, as keras 3 writes ConvNeXt's) as ``DepthwiseConv2dNative``.
+
+    Stock TensorFlow cannot run a grouped ``Conv2D`` on CPU once Grappler fuses it with
+    its ``BiasAdd`` ("Fused conv implementation does not support grouped convolutions";
+    keras avoids that with XLA).  The two ops agree exactly: the ``(kh, kw, 1, C*M)``
+    filter reshaped to ``(kh, kw, C, M)`` maps output channel ``c*M + m`` to input
+    channel ``c`` in both.  The reshaped filter is a new ``Const`` named ``CONV/filter``.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    convs = [n for n in graph_def.node if n.op == "Conv2D"]
+    if not convs:
+        return graph_def
+    g = tf.Graph()
+    with g.as_default():
+        tf.import_graph_def(graph_def, name="")
+    by_name = {n.name: n for n in graph_def.node}
+
+    def const_of(tensor: str):
+        node = by_name[tensor.split(":")[0]]
+        while node.op == "Identity":
+            node = by_name[node.input[0].split(":")[0]]
+        return node if node.op == "Const" else None
+
+    new_consts = {}
+    for conv in convs:
+        in_depth = g.get_tensor_by_name(_tensor_name(conv.input[0])).shape[-1]
+        fnode = const_of(conv.input[1])
+        if fnode is None or in_depth is None or conv.attr["data_format"].s != b"NHWC":
+            continue
+        kernel = tf.make_ndarray(fnode.attr["value"].tensor)
+        if kernel.shape[2] != 1 or in_depth == 1 or kernel.shape[3] % in_depth:
+            continue  # an ordinary convolution, or grouped with several channels a group
+        filt = tf.compat.v1.NodeDef(name=f"{conv.name}/filter", op="Const")
+        filt.attr["dtype"].type = fnode.attr["dtype"].type
+        filt.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.ascontiguousarray(
+            kernel.reshape(kernel.shape[0], kernel.shape[1], in_depth, -1))))
+        new_consts[conv.name] = filt
+        conv.op = "DepthwiseConv2dNative"
+        conv.input[1] = filt.name
+        del conv.attr["use_cudnn_on_gpu"]
+    if not new_consts:
+        return graph_def
+    out = tf.compat.v1.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    for n in graph_def.node:
+        if n.name in new_consts:
+            out.node.append(new_consts[n.name])
+        out.node.append(n)
+    return out
+
+
+def _tensor_name(inp: str) -> str:
+    return inp if ":" in inp else inp + ":0"
 
 
 def _prune_to_output(graph_def: "tf.compat.v1.GraphDef") -> "tf.compat.v1.GraphDef":
@@ -184,9 +409,10 @@ def build_graph_def(
     """Return the frozen inference GraphDef of model ``name``.
 
     ``input_size`` defaults to the model's standard size (299 for
-    inception_v3, 224 otherwise); the input is ``[1, input_size, input_size,
-    3]`` float32.  Raises ``ValueError`` for an unknown name or an input size
-    below ``MIN_INPUT_SIZE[name]``.  See the module
+    inception_v3 and inception_v4, 224 for resnet50 and mobilenet_v2,
+    :func:`default_input_size` for ``keras:CTOR`` names); the input is
+    ``[1, input_size, input_size, 3]`` float32.  Raises ``ValueError`` for an
+    unknown name or an input size below :func:`min_input_size`.  See the module
     docstring for the input/output naming and determinism contract.
 
     Calls ``keras.backend.clear_session()`` first: keras auto-names layers from
@@ -200,10 +426,10 @@ def build_graph_def(
         convert_variables_to_constants_v2,
     )
 
-    ctor_name, default_size = MODELS[name] if name in MODELS else (name[len("keras:"):], 224)
-    size = default_size if input_size is None else int(input_size)
-    if size < MIN_INPUT_SIZE.get(name, 32):
-        raise ValueError(f"{name} needs input size >= {MIN_INPUT_SIZE[name]}, got {size}")
+    ctor_name = MODELS[name][0] if name in MODELS else name[len("keras:"):]
+    size = default_input_size(name) if input_size is None else int(input_size)
+    if size < min_input_size(name):
+        raise ValueError(f"{name} needs input size >= {min_input_size(name)}, got {size}")
 
     keras.backend.clear_session()
     if ctor_name == "inception_v4":
@@ -212,12 +438,15 @@ def build_graph_def(
 
         model = inception_v4(input_shape=(size, size, 3), classes=1000)
     else:
-        if not hasattr(keras.applications, ctor_name):
-            raise ValueError(f"keras.applications has no {ctor_name!r}")
+        if not ctor_name[:1].isupper() or not hasattr(keras.applications, ctor_name):
+            raise ValueError(f"unknown model {name!r}: keras.applications has no "
+                             f"{ctor_name!r}")
         model = getattr(keras.applications, ctor_name)(
             weights=None, include_top=True, input_shape=(size, size, 3), classes=1000
         )
     _assign_weights(model, name, seed)
+    if name.startswith("keras:"):
+        _calibrate_classifier(model, size)
 
     # autograph is unnecessary for a straight-line keras call.
     @tf.function(autograph=False)
@@ -228,7 +457,7 @@ def build_graph_def(
         tf.TensorSpec([1, size, size, 3], tf.float32, name=INPUT_NAME)
     )
     frozen = convert_variables_to_constants_v2(concrete)
-    graph_def = _prune_to_output(frozen.graph.as_graph_def())
+    graph_def = _prune_to_output(_inline_calls(frozen.graph.as_graph_def()))
 
     names = {n.name: n for n in graph_def.node}
     if names.get(INPUT_NAME, None) is None or names[INPUT_NAME].op != "Placeholder":
@@ -267,7 +496,8 @@ def write_graph_def(graph_def: "tf.compat.v1.GraphDef", path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("name", help=f"one of: {', '.join(sorted(MODELS))}")
+    parser.add_argument("name", help=f"one of: {', '.join(sorted(MODELS))}, or keras:CTOR "
+                        "for a keras.applications classifier (e.g. keras:DenseNet121)")
     parser.add_argument("-o", "--output", required=True, help="output .pb path")
     parser.add_argument("--input-size", type=int, default=None, metavar="H",
                         help="square input size (default: the model's standard)")
@@ -275,13 +505,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     # Validate before importing TensorFlow so the error is the only stderr line.
-    if args.name not in MODELS:
-        print(f"error: unknown model {args.name!r}; valid names: "
-              f"{', '.join(sorted(MODELS))}", file=sys.stderr)
+    try:
+        _check_name(args.name)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.input_size is not None and args.input_size < MIN_INPUT_SIZE[args.name]:
+    if args.input_size is not None and args.input_size < min_input_size(args.name):
         print(f"error: {args.name} needs --input-size >= "
-              f"{MIN_INPUT_SIZE[args.name]}", file=sys.stderr)
+              f"{min_input_size(args.name)}", file=sys.stderr)
         return 2
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quieter build output
@@ -290,7 +521,13 @@ def main(argv: list[str] | None = None) -> int:
         import rstf.tfutil  # noqa: F401
     except ImportError:
         pass
-    graph_def = build_graph_def(args.name, args.input_size, args.seed)
+    try:
+        graph_def = build_graph_def(args.name, args.input_size, args.seed)
+    except ValueError as e:
+        if not str(e).startswith("unknown model"):
+            raise
+        print(f"error: {e}", file=sys.stderr)  # keras:CTOR that keras.applications lacks
+        return 2
     write_graph_def(graph_def, args.output)
     return 0
 

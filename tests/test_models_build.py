@@ -85,12 +85,17 @@ def test_unknown_name_function():
         build_graph_def("no_such_net")
 
 
-def test_inception_v4_architecture():
+@pytest.fixture(scope="module")
+def v4_graph_def():
+    return build_graph_def("inception_v4", input_size=75)  # the smallest input it takes
+
+
+def test_inception_v4_architecture(v4_graph_def):
     """Paper's Fig. 9: 149 conv layers (each Conv2D + BN + ReLU), 14 average pools (4 A,
     7 B, 3 C blocks), 4 max pools, one 1000-way dense layer; deterministic at 75x75."""
     import collections
 
-    gd = build_graph_def("inception_v4", input_size=75)
+    gd = v4_graph_def
     ops = collections.Counter(n.op for n in gd.node)
     assert ops["Conv2D"] == 149 and ops["AvgPool"] == 14 and ops["MaxPool"] == 4
     assert ops["MatMul"] == 1 and ops["Softmax"] == 1
@@ -100,3 +105,135 @@ def test_inception_v4_architecture():
     with g.as_default():
         tf.import_graph_def(gd, name="")
     assert g.get_tensor_by_name("output:0").shape.as_list() == [1, 1000]
+
+
+def test_inception_v4_runs(v4_graph_def):
+    g = tf.Graph()
+    with g.as_default():
+        tf.import_graph_def(v4_graph_def, name="")
+    x = np.random.RandomState(0).standard_normal((1, 75, 75, 3)).astype(np.float32)
+    with tf.compat.v1.Session(graph=g) as sess:
+        y = sess.run("output:0", {"input:0": x})
+    assert y.shape == (1, 1000) and np.all(np.isfinite(y))
+    np.testing.assert_allclose(y.sum(), 1.0, rtol=1e-4)
+    # Neither one-hot nor uniform (at 75 the 1x1 final map gives a flat softmax, max
+    # ~0.0012; at 299 its max is ~0.07).
+    assert 1.1 * y.min() < y.max() < 0.99
+
+
+def test_inception_v4_shapes_and_params():
+    """42.7M parameters (as the paper's / TF-slim's), an 8x8x1536 map before the pooling at
+    299x299; 75 is the smallest input (74 leaves Reduction-B nothing to convolve)."""
+    import keras
+
+    sys.path.insert(0, os.path.join(REPO, "models"))
+    from inception_v4 import inception_v4
+
+    keras.backend.clear_session()
+    model = inception_v4(input_shape=(299, 299, 3))
+    assert model.count_params() == 42_711_400
+    pool = next(l for l in model.layers if isinstance(l, keras.layers.GlobalAveragePooling2D))
+    assert tuple(pool.input.shape) == (None, 8, 8, 1536)
+    assert tuple(model.output.shape) == (None, 1000)
+    with pytest.raises(ValueError, match=">= 75"):
+        build_graph_def("inception_v4", input_size=74)
+    with pytest.raises(ValueError):
+        keras.backend.clear_session()
+        inception_v4(input_shape=(74, 74, 3))
+
+
+def test_keras_names_checked():
+    # Minimum sizes of keras:CTOR names are ValueErrors (not KeyErrors), found before
+    # any model is built; unknown constructors are ValueErrors too.
+    with pytest.raises(ValueError, match="keras:Xception needs input size >= 71"):
+        build_graph_def("keras:Xception", input_size=64)
+    with pytest.raises(ValueError, match="keras:DenseNet121 needs input size >= 32"):
+        build_graph_def("keras:DenseNet121", input_size=31)
+    with pytest.raises(ValueError, match="valid names"):
+        build_graph_def("keras:../x")
+    with pytest.raises(ValueError, match="keras.applications has no 'NoSuchNet'"):
+        build_graph_def("keras:NoSuchNet", input_size=32)
+
+
+def test_keras_classifier_calibrated():
+    """keras:CTOR names get their classifier rescaled by a power of two (plain rules give
+    Xception logits with std ~1e5: a one-hot softmax that would hide any error)."""
+    gd = build_graph_def("keras:Xception", input_size=71)
+    g = tf.Graph()
+    with g.as_default():
+        tf.import_graph_def(gd, name="")
+    x = np.random.RandomState(0).standard_normal((1, 71, 71, 3)).astype(np.float32)
+    with tf.compat.v1.Session(graph=g) as sess:
+        y = sess.run("output:0", {"input:0": x})
+    assert y.shape == (1, 1000) and np.all(np.isfinite(y))
+    assert 0.003 < y.max() < 0.5 and y.min() > 0
+
+
+def test_grouped_conv_call_inlined_as_depthwise():
+    """keras 3 runs a grouped Conv2D through a nested XLA function; freezing leaves a
+    StatefulPartitionedCall that build.py inlines, rewriting the depthwise-grouped Conv2D
+    as DepthwiseConv2dNative (ConvNeXt's 7x7 depthwise convolutions)."""
+    import collections
+
+    import keras
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    from models import build
+
+    keras.backend.clear_session()
+    inp = keras.Input((8, 8, 4))
+    x = keras.layers.Conv2D(8, 3, padding="same", groups=4)(inp)  # multiplier 2
+    model = keras.Model(inp, keras.layers.Conv2D(3, 1)(x))
+    rng = np.random.RandomState(0)
+    for w in model.weights:
+        w.assign(rng.standard_normal(w.shape).astype(np.float32))
+    fn = tf.function(lambda t: tf.identity(model(t, training=False), name="output"))
+    frozen = convert_variables_to_constants_v2(
+        fn.get_concrete_function(tf.TensorSpec([1, 8, 8, 4], tf.float32, name="input")))
+    raw = frozen.graph.as_graph_def()
+    assert any(n.op == "StatefulPartitionedCall" for n in raw.node)
+    gd = build._prune_to_output(build._inline_calls(raw))
+    ops = collections.Counter(n.op for n in gd.node)
+    assert ops["DepthwiseConv2dNative"] == 1 and ops["Conv2D"] == 1
+    assert "StatefulPartitionedCall" not in ops and not gd.library.function
+    g = tf.Graph()
+    with g.as_default():
+        tf.import_graph_def(gd, name="")
+    x_in = rng.standard_normal((1, 8, 8, 4)).astype(np.float32)
+    with tf.compat.v1.Session(graph=g) as sess:
+        y = sess.run("output:0", {"input:0": x_in})
+    np.testing.assert_allclose(y, np.asarray(model(x_in)), rtol=1e-5, atol=1e-5)
+
+
+def test_keras_name_cli_errors(tmp_path):
+    script = os.path.join(REPO, "models", "build.py")
+    for args, needle in ((["keras:Xception", "--input-size", "64"], ">= 71"),
+                         (["keras:NoSuchNet", "--input-size", "32"], "NoSuchNet")):
+        proc = subprocess.run([sys.executable, script, *args, "-o", str(tmp_path / "x.pb")],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        assert proc.returncode == 2, proc.stderr
+        assert needle in proc.stderr.strip().splitlines()[-1], proc.stderr
+        assert not (tmp_path / "x.pb").exists()
+
+
+def test_zoo_driver_helpers():
+    """benchmarks/zoo.py's model list and table, without running any model."""
+    from benchmarks import zoo
+
+    assert ("Xception", 71) in zoo.parse_models("Xception", 32)
+    assert zoo.parse_models("inception_v4@299,VGG16", 96) == [("inception_v4", 299),
+                                                              ("VGG16", 96)]
+    assert zoo.build_name("inception_v4") == "inception_v4"
+    assert zoo.build_name("DenseNet121") == "keras:DenseNet121"
+    assert "inception_v4" in zoo.ALL and len(zoo.ALL) == len(set(zoo.ALL))
+    md = zoo.table([
+        {"model": "A", "input_size": 96, "nodes_total": 10, "nodes_covered": 5,
+         "flops_total": 4, "flops_covered": 4, "unsupported": {"Erf": 2},
+         "max_rel_err": 1e-6, "passed": True, "optimize_seconds": 3.0, "output_max": 0.1},
+        {"model": "B", "input_size": 96, "error": "optimize: RstfError: a | b"}])
+    lines = md.splitlines()
+    assert "| A | 96 | 5/10 (50.0%) | 100.0% | Erf x2 | 1e-06 | pass | 3 | 0.100 |" in lines
+    assert lines[-1].startswith("| B | 96 |") and "a \\| b" in lines[-1]

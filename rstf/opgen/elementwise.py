@@ -38,8 +38,8 @@ class _Elementwise(OpHandler):
                 raise Unsupported(str(e)) from None
 
 
-# Comparisons are written so a NaN operand propagates, as Eigen's max/min do
-# (`a < b ? b : a`): TensorFlow's Relu(NaN) is NaN, not 0.
+# Comparisons are written so a NaN operand propagates, as TensorFlow's kernels do:
+# Relu(NaN) is NaN, not 0, and Maximum/Minimum return NaN when either operand is NaN.
 @op_handler("Relu")
 class Relu(_Elementwise):
     expr = "{0} < 0.0{f} ? 0.0{f} : {0}"
@@ -52,12 +52,12 @@ class Relu6(_Elementwise):
 
 @op_handler("Maximum")
 class Maximum(_Elementwise):
-    expr = "{0} < {1} ? {1} : {0}"
+    expr = "{0} < {1} || {1} != {1} ? {1} : {0}"
 
 
 @op_handler("Minimum")
 class Minimum(_Elementwise):
-    expr = "{1} < {0} ? {1} : {0}"
+    expr = "{1} < {0} || {1} != {1} ? {1} : {0}"
 
 
 @op_handler("Sigmoid")

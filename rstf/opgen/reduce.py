@@ -1,4 +1,4 @@
-"""Reductions over constant axes (Mean) and Softmax."""
+"""Reductions over constant axes (Mean, Sum, Prod, Max, Min) and Softmax."""
 from __future__ import annotations
 
 import math
@@ -9,25 +9,45 @@ from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, index_names, 
 
 
 def reduction_axes(graph: Graph, node: Node, rank: int) -> list[int]:
-    """The constant `reduction_indices` input, normalised: sorted, non-negative, unique."""
+    """The constant `reduction_indices` input, normalised: sorted and non-negative.
+
+    Negative and unsorted axes are accepted as TensorFlow accepts them; an axis named twice
+    (also as `1` and `-2` of a rank-3 input) is refused, since TensorFlow's kernel fails
+    on it at run time ("Axes contains duplicate dimension").
+    """
     raw = graph.const_value(node.inputs[1]).reshape(-1).tolist()
     axes = set()
     for a in raw:
+        a = int(a)
         if not -rank <= a < rank:
             raise Unsupported(f"axis {a} out of range for rank {rank}")
+        if a % rank in axes:
+            raise Unsupported(f"axis {a % rank} is reduced twice in {raw}")
         axes.add(a % rank)
     return sorted(axes)
 
 
 class _Reduce(OpHandler):
     """Reduction over constant axes: init, update over the input's index space, and for Mean
-    a final division by the number of reduced elements (as Eigen's MeanReducer divides)."""
+    a final division by the number of reduced elements (as Eigen's MeanReducer divides).
+
+    `init` and `update` are format strings: `{acc}` the output element being accumulated,
+    `{x}` the input element, `{f}` the float-literal suffix. An empty axis list is the
+    identity and becomes a plain copy (so `-0.0` stays `-0.0`, as in TensorFlow).
+    """
 
     ignored_inputs = (1,)
     const_inputs = (1,)
     init = "0.0{f}"
     update = "{acc} + {x}"
     mean = False
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        in_shape = graph.tensor_shape(node.inputs[0])
+        reduction_axes(graph, node, len(in_shape))
+        if numel(in_shape) == 0:
+            raise Unsupported(f"reduction of an empty tensor {list(in_shape)}")
 
     def flops(self, node: Node, graph: Graph) -> int:
         return numel(graph.tensor_shape(node.inputs[0]))
@@ -46,11 +66,11 @@ class _Reduce(OpHandler):
         ct = self.ctype(node)
         fs = self.literal_suffix(node)
         count = math.prod(in_shape[d] for d in axes)
-        update = self.update.format(acc=subscript("y", red_sub), x=subscript("x", in_idx))
-        body = render("ops/reduce.c.j2", out="y", out_idx=out_idx, out_shape=out_shape,
-                      in_idx=in_idx, in_shape=in_shape, red_sub=red_sub,
-                      init=self.init.format(f=fs), update=update,
-                      divisor=f"({ct}){count}" if self.mean else None)
+        acc, x = subscript("y", red_sub), subscript("x", in_idx)
+        body = render("ops/reduce.c.j2", out="y", inp="x", out_idx=out_idx, out_shape=out_shape,
+                      in_idx=in_idx, in_shape=in_shape, red_sub=red_sub, copy=not axes,
+                      init=self.init.format(f=fs), update=self.update.format(acc=acc, x=x),
+                      divisor=f"({ct}){count}" if self.mean and axes else None)
         return OpFunction(body, [ArrayParam("x", in_shape, ct)], [ArrayParam("y", out_shape, ct)],
                           summary=f"{node.op} {list(in_shape)} axes {axes} keep_dims={keep}")
 
@@ -71,10 +91,11 @@ class Prod(_Reduce):
     update = "{acc} * {x}"
 
 
+# A NaN element makes the result NaN, as TensorFlow's reduce_max/reduce_min do: once the
+# accumulator is NaN both comparisons are false and it stays NaN.
 @op_handler("Max")
 class Max(_Reduce):
     init = "-INFINITY"
-    # A NaN element makes the result NaN, as TensorFlow's reduce_max does.
     update = "{acc} < {x} || {x} != {x} ? {x} : {acc}"
 
 

@@ -1,13 +1,14 @@
 """Ops that only move data: Reshape and friends (flat copies), ConcatV2, Pack, and affine
-gathers (Transpose, Slice, StridedSlice, ReverseV2)."""
+gathers (Transpose, Slice, StridedSlice, ReverseV2) read through per-dimension subscripts."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from ..graph import Graph, Node
 from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, index_names, numel,
                    op_handler, render)
-from .window import affine
 
 
 @op_handler("Reshape", "Squeeze", "ExpandDims", "Identity", "Snapshot", "StopGradient")
@@ -85,91 +86,237 @@ class ConcatV2(OpHandler):
                           summary=f"ConcatV2 axis {axis} of {len(ins)} -> {list(out_shape)}")
 
 
-def _index_map(node: Node, graph: Graph) -> np.ndarray:
-    """Which flat input element each output element reads, computed by TensorFlow itself:
-    the node is re-run (with its constant operands) on an int32 tensor of flat indices."""
-    from ..tfutil import tf
-
-    in_shape = graph.tensor_shape(node.inputs[0])
-    size = numel(in_shape)
-    if size >= 2**31:
-        raise Unsupported("input too large for an index map")
-    g = tf.Graph()
-    with g.as_default():
-        ops = [tf.constant(np.arange(size, dtype=np.int32).reshape(in_shape))]
-        ops += [tf.constant(graph.const_value(t)) for t in node.inputs[1:]]
-        nd = tf.compat.v1.NodeDef()
-        nd.CopyFrom(node.node_def)
-        nd.name = "gather"
-        del nd.input[:]
-        nd.input.extend(t.op.name for t in ops)
-        if "T" in nd.attr:
-            nd.attr["T"].type = tf.int32.as_datatype_enum
-        gd = g.as_graph_def()
-        gd.node.extend([nd])
-    g2 = tf.Graph()
-    with g2.as_default():
-        tf.graph_util.import_graph_def(gd, name="")
-    with tf.compat.v1.Session(graph=g2) as sess:
-        return sess.run("gather:0")
+# ----------------------------------------------------------------- affine gathers
+#
+# Transpose, Slice, StridedSlice and ReverseV2 read each output element from one input
+# element. Per input dimension d the read is `start + stride * o_k` for the output index o_k
+# that dimension maps to, or the constant `start` when the dimension is sliced away (a
+# StridedSlice shrink axis) or kept with extent 1. Everything is computed at generation time
+# from the constant operands, following TensorFlow's own validation (strided_slice_op.cc);
+# what TensorFlow would reject at run time is refused, never given a meaning.
 
 
-def _affine_fit(index_map: np.ndarray) -> tuple[int, list[int]]:
-    """(base, coefficients) with index_map[o] == base + sum(coef[k] * o[k]) everywhere, or
-    Unsupported if the gather is not affine in the output indices."""
-    shape = index_map.shape
-    if index_map.size == 0:
-        return 0, [0] * len(shape)
-    base = int(index_map.reshape(-1)[0])
-    coefs = []
-    for k, extent in enumerate(shape):
-        if extent == 1:
-            coefs.append(0)
-            continue
-        unit = [0] * len(shape)
-        unit[k] = 1
-        coefs.append(int(index_map[tuple(unit)]) - base)
-    grids = np.indices(shape, dtype=np.int64) if shape else np.zeros((0,), np.int64)
-    expected = base + sum(c * grids[k] for k, c in enumerate(coefs)) if shape else base
-    if not np.array_equal(np.asarray(expected).reshape(shape), index_map):
-        raise Unsupported("the element mapping is not affine")
-    return base, coefs
+@dataclasses.dataclass
+class _Read:
+    """How the input's dimension is read: `start + stride * i<out_dim>`."""
+
+    start: int
+    stride: int = 1
+    out_dim: int | None = None  # None: a single index, `start`
 
 
-@op_handler("Transpose", "Slice", "StridedSlice", "ReverseV2")
-class AffineGather(OpHandler):
-    """Ops that read each output element from one input element at an affine position.
+def _affine_index(var: str, start: int, stride: int) -> str:
+    """'i1', 3, -2 -> '3 - i1 * 2'; 'i0', 1, 1 -> 'i0 + 1'."""
+    if stride < 0:
+        return f"{start} - {var}" + (f" * {-stride}" if stride != -1 else "")
+    text = var if stride == 1 else f"{var} * {stride}"
+    return f"{text} + {start}" if start else text
 
-    The mapping is not re-derived from TF's semantics (masks, negative strides, ellipses):
-    TensorFlow evaluates the node on a tensor of flat indices at generation time, and the
-    result is fitted to `base + sum(coef_k * o_k)` and checked element by element, so the
-    generated subscript is exact or the node is refused.
-    """
 
-    ignored_inputs = (1, 2, 3)
+def _const_ints(graph: Graph, tensor: str, what: str) -> list[int]:
+    value = np.asarray(graph.const_value(tensor))
+    if value.ndim != 1 or value.dtype.kind not in "iu":
+        raise Unsupported(f"{what} must be a 1-D integer constant, got {value.dtype} "
+                          f"{list(value.shape)}")
+    return [int(v) for v in value]
 
-    def check(self, node: Node, graph: Graph) -> None:
-        super().check(node, graph)
-        for t in node.inputs[1:]:
-            if not graph.is_const(t):
-                raise Unsupported(f"operand {t} must be a constant")
-        _affine_fit(_index_map(node, graph))
+
+def _axis(a: int, rank: int, what: str) -> int:
+    if not -rank <= a < rank:
+        raise Unsupported(f"{what} {a} out of range for rank {rank}")
+    return a % rank
+
+
+class _AffineGather(OpHandler):
+    """Shared check and emission; subclasses say how each input dimension is read."""
+
+    template = "ops/slice.c.j2"
+
+    def reads(self, node: Node, graph: Graph, in_shape) -> tuple[list[_Read], list[int]]:
+        """One _Read per input dimension, and the output shape they imply."""
+        raise NotImplementedError
 
     def flops(self, node: Node, graph: Graph) -> int:
         return 0
 
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        in_shape = graph.tensor_shape(node.inputs[0])
+        _, out_shape = self.reads(node, graph, in_shape)
+        if tuple(out_shape) != tuple(node.out_shapes[0]):
+            raise Unsupported(f"computed output shape {list(out_shape)} differs from "
+                              f"TensorFlow's {list(node.out_shapes[0])}")
+        if numel(out_shape) == 0:
+            raise Unsupported(f"empty result {list(out_shape)}")
+
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         in_shape = graph.tensor_shape(node.inputs[0])
-        out_shape = node.out_shapes[0]
-        base, coefs = _affine_fit(_index_map(node, graph))
+        reads, out_shape = self.reads(node, graph, in_shape)
         idx = index_names("i", len(out_shape))
-        flat = affine(list(zip(idx, coefs)), base)
+        in_sub = []
+        for r in reads:
+            if r.out_dim is None or out_shape[r.out_dim] == 1:
+                in_sub.append(str(r.start))
+            else:
+                in_sub.append(_affine_index(idx[r.out_dim], r.start, r.stride))
         ct = self.ctype(node)
-        body = render("ops/gather.c.j2", idx=idx, shape=out_shape, out="y", inp="x",
-                      flat=flat)
-        return OpFunction(body, [ArrayParam("x", (numel(in_shape),), ct)],
-                          [ArrayParam("y", out_shape, ct)],
-                          summary=f"{node.op} {list(in_shape)} -> {list(out_shape)}")
+        body = render(self.template, idx=idx, shape=out_shape, out="y", inp="x", in_sub=in_sub)
+        return OpFunction(body, [ArrayParam("x", tuple(in_shape), ct)],
+                          [ArrayParam("y", tuple(out_shape), ct)],
+                          summary=f"{node.op} {list(in_shape)} -> {list(out_shape)}: "
+                                  f"x[{', '.join(in_sub) or ''}]")
+
+
+@op_handler("Transpose")
+class Transpose(_AffineGather):
+    """y[i0]..[in] = x[...] with input dimension perm[k] read by output index k. Negative
+    entries of perm count from the end, as TensorFlow's kernel accepts them."""
+
+    ignored_inputs = (1,)
+    const_inputs = (1,)
+    template = "ops/transpose.c.j2"
+
+    def reads(self, node, graph, in_shape):
+        rank = len(in_shape)
+        perm = [_axis(p, rank, "perm entry") for p in _const_ints(graph, node.inputs[1], "perm")]
+        if sorted(perm) != list(range(rank)):
+            raise Unsupported(f"perm {perm} is not a permutation of {rank} dimensions")
+        reads = [_Read(0, 1, perm.index(d)) for d in range(rank)]
+        return reads, [in_shape[d] for d in perm]
+
+
+@op_handler("Slice")
+class Slice(_AffineGather):
+    """A box at constant `begin` of constant `size` (-1: to the end of the dimension)."""
+
+    ignored_inputs = (1, 2)
+    const_inputs = (1, 2)
+
+    def reads(self, node, graph, in_shape):
+        begin = _const_ints(graph, node.inputs[1], "begin")
+        size = _const_ints(graph, node.inputs[2], "size")
+        if len(begin) != len(in_shape) or len(size) != len(in_shape):
+            raise Unsupported(f"begin {begin} / size {size} do not match rank {len(in_shape)}")
+        reads, out_shape = [], []
+        for d, (b, n, dim) in enumerate(zip(begin, size, in_shape)):
+            n = dim - b if n == -1 else n
+            if not (0 <= b <= dim and 0 <= n <= dim - b):
+                raise Unsupported(f"slice begin {b} size {size[d]} out of bounds for "
+                                  f"dimension {d} of extent {dim}")
+            reads.append(_Read(b, 1, d))
+            out_shape.append(n)
+        return reads, out_shape
+
+
+@op_handler("ReverseV2")
+class ReverseV2(_AffineGather):
+    """Reverse along constant axes: a reversed dimension reads `extent - 1 - i`."""
+
+    ignored_inputs = (1,)
+    const_inputs = (1,)
+
+    def reads(self, node, graph, in_shape):
+        rank = len(in_shape)
+        axes = [_axis(a, rank, "axis") for a in _const_ints(graph, node.inputs[1], "axis")]
+        if len(set(axes)) != len(axes):
+            raise Unsupported(f"an axis is reversed twice in {axes}")
+        reads = [_Read(dim - 1, -1, d) if d in axes else _Read(0, 1, d)
+                 for d, dim in enumerate(in_shape)]
+        return reads, list(in_shape)
+
+
+@op_handler("StridedSlice")
+class StridedSlice(_AffineGather):
+    """Python's x[b:e:s, ..., tf.newaxis, k]: constant begin/end/strides and the five masks.
+
+    The sparse spec (one entry per slice item) is expanded to one entry per input dimension
+    exactly as TensorFlow's ValidateStridedSliceOp does, then each dimension's first index,
+    stride and count are computed with TensorFlow's clamping rules.
+    """
+
+    ignored_inputs = (1, 2, 3)
+    const_inputs = (1, 2, 3)
+
+    def reads(self, node, graph, in_shape):
+        begin, end, strides = (_const_ints(graph, node.inputs[k], w)
+                               for k, w in ((1, "begin"), (2, "end"), (3, "strides")))
+        n = len(begin)
+        if len(end) != n or len(strides) != n:
+            raise Unsupported(f"begin {begin}, end {end}, strides {strides} differ in length")
+        mask = {m: node.attr[m].i if m in node.attr else 0 for m in
+                ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+                 "shrink_axis_mask")}
+        for m, v in mask.items():
+            if v < 0 or v >> n:
+                raise Unsupported(f"{m} {v} has bits beyond the {n} slice entries")
+        ellipsis = mask["ellipsis_mask"]
+        if ellipsis & (ellipsis - 1):
+            raise Unsupported("more than one ellipsis")
+        bit = lambda m, i: bool(mask[m] >> i & 1)  # noqa: E731
+
+        # Sparse -> dense: an ellipsis (implicitly one after the last entry) stands for as
+        # many full dimensions as the entries after it, new axes aside, leave unnamed.
+        rank = len(in_shape)
+        entries = n if ellipsis else n + 1
+        ell = ellipsis.bit_length() - 1 if ellipsis else n
+        new_after = sum(bit("new_axis_mask", i) for i in range(ell + 1, n))
+        dense = []  # per input dimension: (begin, end, stride, begin masked, end masked, shrink)
+        layout = []  # per output dimension: an input dimension, or None for a new axis
+        for i in range(entries):
+            if i == ell:
+                stop = min(rank - (entries - i) + 1 + new_after, rank)
+                while len(dense) < stop:
+                    layout.append(len(dense))
+                    dense.append((0, 0, 1, True, True, False))
+            elif bit("new_axis_mask", i):
+                layout.append(None)
+            else:
+                if len(dense) == rank:
+                    raise Unsupported(f"slice entry {i} indexes beyond rank {rank}")
+                shrink = bit("shrink_axis_mask", i)
+                if not shrink:
+                    layout.append(len(dense))
+                dense.append((begin[i], end[i], strides[i], bit("begin_mask", i),
+                              bit("end_mask", i), shrink))
+        if len(dense) != rank:
+            raise Unsupported(f"the slice names {len(dense)} of {rank} dimensions")
+
+        reads, sizes = [], []
+        for d, ((b, e, s, b_masked, e_masked, shrink), dim) in enumerate(zip(dense, in_shape)):
+            if s == 0:
+                raise Unsupported(f"stride 0 in dimension {d}")
+            if shrink:
+                if s < 0:
+                    raise Unsupported(f"negative stride on the indexed dimension {d}")
+                b = b + dim if b < 0 else b
+                if not 0 <= b < dim:
+                    raise Unsupported(f"index {b} out of bounds for dimension {d} ({dim})")
+                reads.append(_Read(b))
+                sizes.append(1)
+                continue
+            lo, hi = (0, dim) if s > 0 else (-1, dim - 1)  # valid range of begin/end
+
+            def canonical(x, masked, which):
+                if masked:  # the start of the direction of travel, or one past its end
+                    return (lo, hi)[which] if s > 0 else (hi, lo)[which]
+                x = x + dim if x < 0 else x
+                return min(max(x, lo), hi)
+
+            b, e = canonical(b, b_masked, 0), canonical(e, e_masked, 1)
+            length = e - b
+            size = 0 if length == 0 or (length < 0) != (s < 0) else -(-abs(length) // abs(s))
+            if size and not (0 <= b < dim and 0 <= b + s * (size - 1) < dim):
+                raise Unsupported(f"dimension {d} would be read out of bounds")
+            reads.append(_Read(b, s))
+            sizes.append(size)
+        out_shape = []
+        for k, d in enumerate(layout):
+            if d is None:
+                out_shape.append(1)
+            else:
+                reads[d].out_dim = k
+                out_shape.append(sizes[d])
+        return reads, out_shape
 
 
 @op_handler("Pack")
@@ -179,10 +326,23 @@ class Pack(OpHandler):
     def flops(self, node: Node, graph: Graph) -> int:
         return 0
 
+    @staticmethod
+    def _axis(node: Node) -> int:
+        rank = len(node.out_shapes[0])
+        return _axis(node.attr["axis"].i if "axis" in node.attr else 0, rank, "axis")
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        self._axis(node)
+        shapes = {tuple(graph.tensor_shape(t)) for t in node.inputs}
+        if len(shapes) != 1:
+            raise Unsupported(f"inputs of different shapes {sorted(shapes)}")
+        if numel(node.out_shapes[0]) == 0:
+            raise Unsupported(f"empty result {list(node.out_shapes[0])}")
+
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         out_shape = node.out_shapes[0]
-        axis = node.attr["axis"].i if "axis" in node.attr else 0
-        axis = axis + len(out_shape) if axis < 0 else axis
+        axis = self._axis(node)
         ct = self.ctype(node)
         parts, ins = [], []
         for k, t in enumerate(node.inputs):
@@ -191,6 +351,6 @@ class Pack(OpHandler):
             out_sub = idx[:axis] + [str(k)] + idx[axis:]
             parts.append({"name": f"x{k}", "idx": idx, "shape": shape, "out_sub": out_sub})
             ins.append(ArrayParam(f"x{k}", shape, ct))
-        body = render("ops/concat.c.j2", parts=parts, out="y")
+        body = render("ops/pack.c.j2", parts=parts, out="y")
         return OpFunction(body, ins, [ArrayParam("y", out_shape, ct)],
                           summary=f"Pack axis {axis} of {len(ins)} -> {list(out_shape)}")

@@ -2,11 +2,12 @@
 (parallel). Scheduling for fusion, tiling, placement with versioning and lowering through
 the isl AST build on these; see shared/DESIGN.md.
 """
-from .deps import Dependences, compute_dependences, violated
-from .raise_c import NotRaisable, Scop, Statement, raise_subgraph
+from .deps import Dependences, Violation, check_schedule_legal, compute_dependences, violated
+from .raise_c import Access, ArrayInfo, Call, NotRaisable, Scop, Statement, raise_subgraph
 
-__all__ = ["Dependences", "NotRaisable", "Scop", "Statement", "compute_dependences",
-           "optimize_source", "raise_subgraph", "violated"]
+__all__ = ["Access", "ArrayInfo", "Call", "Dependences", "NotRaisable", "Scop", "Statement",
+           "Violation", "check_schedule_legal", "compute_dependences", "optimize_source",
+           "raise_subgraph", "violated"]
 
 
 def optimize_source(source: str, entry: str) -> tuple[str, dict]:
