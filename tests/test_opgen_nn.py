@@ -301,7 +301,7 @@ def test_generated_c_raises_into_the_polyhedral_model():
     scop = raise_subgraph(sg.source, sg.entry)
     per_op = {}
     for s in scop.statements:
-        per_op.setdefault(s.node.rsplit("(", 1)[1].rstrip(")"), []).append(s)
+        per_op.setdefault(s.op, []).append(s)
     assert {k: len(v) for k, v in per_op.items()} == {
         "Conv2D": 2, "DepthwiseConv2dNative": 2, "Relu6": 1, "PadV2": 2,
         "FusedBatchNormV3": 3, "Identity": 1}

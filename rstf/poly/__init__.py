@@ -1,6 +1,12 @@
-"""The polyhedral pass, stage by stage: raise (raise_c), dependences (deps), parallel loops
-(parallel). Scheduling for fusion, tiling, placement with versioning and lowering through
-the isl AST build on these; see shared/DESIGN.md.
+"""The polyhedral pass, stage by stage, each a function tested alone:
+
+raise (raise_c) -> dependences (deps) -> schedule (schedule: contraction tiling around
+microkernels, checked against the dependences) -> lower (lower: isl AST to C, with
+dependence-based `omp parallel for` / `omp simd`).
+
+`optimize_source` runs them on one subgraph's C. Code outside the raisable subset, or a
+failure of a later stage, leaves the subgraph's C as it was, with the diagnostic: never
+mis-compiled.
 """
 from .deps import Dependences, Violation, check_schedule_legal, compute_dependences, violated
 from .raise_c import Access, ArrayInfo, Call, NotRaisable, Scop, Statement, raise_subgraph
@@ -10,27 +16,45 @@ __all__ = ["Access", "ArrayInfo", "Call", "Dependences", "NotRaisable", "Scop", 
            "raise_subgraph", "violated"]
 
 
-def optimize_source(source: str, entry: str) -> tuple[str, dict]:
+def optimize_source(source: str, entry: str, tile: bool = True) -> tuple[str, dict]:
     """Run the polyhedral pass on one subgraph's C. Returns (new source, report entry).
 
-    Today's pass: raise, exact dependences, and dependence-based parallel loops marked for
-    OpenMP (statement order, fusion and tiling are unchanged: that is the next stage).
-    Code outside the raisable subset comes back unchanged, with the diagnostic.
+    The report entry: `optimizer` ('poly', or 'none' with a `diagnostic`), `statements`,
+    `calls`, `tiled` (contractions tiled around microkernels, with their tile sizes),
+    `refused` (tilings the dependence check rejected), `parallel_loops`, `simd_loops`,
+    `kernel_calls` and `seconds`.
     """
     import time
 
-    from .parallel import find_parallel_loops, mark_source
+    import islpy as isl
+
+    from ..cformat import format_c
+    from .lower import lower
+    from .microkernel import VLEN
+    from .schedule import schedule_call
 
     t0 = time.perf_counter()
     try:
         scop = raise_subgraph(source, entry)
         deps = compute_dependences(scop)
-        loops = find_parallel_loops(scop, deps)
     except NotRaisable as e:
         return source, {"optimizer": "none", "diagnostic": str(e),
                         "seconds": round(time.perf_counter() - t0, 3)}
-    return mark_source(source, loops), {
-        "optimizer": "poly", "statements": len(scop.statements), "loops": len(loops),
-        "parallel_loops": sum(1 for lp in loops if lp.chosen),
-        "parallelisable_loops": sum(1 for lp in loops if lp.parallel),
+    depth = max((s.schedule.dim(isl.dim_type.out) for s in scop.statements), default=1)
+    by_call: dict[int, list] = {c.index: [] for c in scop.calls}
+    for s in scop.statements:
+        by_call[s.call].append(s)
+    schedules = [schedule_call(scop, c, stmts, deps, depth, tile=tile)
+                 for c, stmts in by_call.items() if stmts]
+    head = source.split("#include", 1)[0]
+    new, stats = lower(scop, deps, schedules, head)
+    kernels = [k for cs in schedules for k in cs.kernels]
+    return format_c(new), {
+        "optimizer": "poly", "statements": len(scop.statements), "calls": len(scop.calls),
+        "tiled": [{"statement": k.statement, "node": scop.statement(k.statement).node,
+                   "tile": [k.rb, VLEN * k.nv], "loops": [k.r, k.v], "reduction": k.k}
+                  for k in kernels],
+        "refused": [r for cs in schedules for r in cs.refused],
+        "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
+        "kernel_calls": stats.kernel_calls,
         "seconds": round(time.perf_counter() - t0, 3)}

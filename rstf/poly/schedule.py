@@ -1,0 +1,291 @@
+"""New schedules for a raised subgraph: contraction tiling around microkernels, checked
+against the exact dependences.
+
+Each op-function call is scheduled on its own (calls stay in their original order, so
+dependences between calls hold by construction). Within a call every statement keeps its
+original 2d+1 schedule, except a *contraction* `Y[..] += A[..] * B[..]` whose loops split
+into four roles:
+
+- v: the unit-stride output column (stride 1 in Y and B, absent from A), vectorised;
+- k: the innermost reduction loop (absent from Y);
+- r: an output row loop (absent from B), register-blocked;
+- the others: outer output loops and outer reduction loops, in their original order.
+
+The statement is tiled RB x VB over (r, v) (sizes from `microkernel.choose_tile`) and
+re-ordered `outer outputs, v-tile, r-tile, outer reductions, k, r, v`. Every output element
+still sees its reduction in the original order, so the schedule is legal (and checked:
+`check_schedule_legal` on the call's dependences, the tiling is dropped otherwise). Whole
+tiles, those whose every point lies in the domain (the domain is convex, so testing the
+corners suffices), become one instance of a kernel statement `K<S>` that the lowering
+emits as a microkernel call over the whole k range; the remaining points (padding borders,
+remainders of r and v) stay statement `S`, restricted to them, in the same tiled order.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import islpy as isl
+from pycparser import c_ast
+
+from .deps import Dependences, check_schedule_legal
+from .microkernel import VLEN, choose_tile
+from .raise_c import Scop, Statement, _isl_name
+
+
+@dataclasses.dataclass
+class Kernel:
+    """A contraction statement's whole tiles, run by one microkernel call each."""
+    name: str  # the kernel statement (K<S>)
+    statement: str  # the original statement S
+    r: str | None  # iterator names (C); r may be absent (a single row)
+    k: str
+    v: str
+    rb: int
+    nv: int
+    k_lo: int
+    k_hi: int
+    dims: list[str]  # K's own dimensions: outer iterators (C names), then t, u
+    a: object  # Access of the row-broadcast operand
+    b: object  # Access of the column operand
+    y: object  # Access of the written output
+    domain: isl.Set = None
+    tiles: int = 0  # number of kernel calls
+
+
+@dataclasses.dataclass
+class CallSchedule:
+    """The schedule of one call's statements."""
+    call: int
+    statements: list[Statement]
+    time: dict[str, isl.Map]  # original statement -> time vector (all points)
+    ast_time: dict[str, isl.Map]  # AST statements (S, restricted; K<S>) -> time vector
+    kernels: list[Kernel] = dataclasses.field(default_factory=list)
+    refused: list[str] = dataclasses.field(default_factory=list)  # why a tiling was dropped
+
+
+def _addr(access, scop: Scop) -> dict:
+    """Coefficients of the access's linear element offset in each iterator and constant."""
+    shape = scop.buffers[access.array].shape
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    out: dict = {}
+    stride = 1
+    for idx, extent in reversed(list(zip(access.index, shape))):
+        for var, c in idx.items():
+            out[var] = out.get(var, 0) + c * stride
+        stride *= extent
+    return out
+
+
+def _box(s: Statement, depth: int) -> tuple[int, int]:
+    lo = s.domain.dim_min_val(depth).to_python()
+    hi = s.domain.dim_max_val(depth).to_python()
+    return int(lo), int(hi)
+
+
+def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
+    """The kernel tiling of `s` if it is a contraction the microkernel fits, else None."""
+    node = s.ast
+    if not (isinstance(node, c_ast.Assignment) and node.op == "+="
+            and isinstance(node.rvalue, c_ast.BinaryOp) and node.rvalue.op == "*"
+            and isinstance(node.rvalue.left, c_ast.ArrayRef)
+            and isinstance(node.rvalue.right, c_ast.ArrayRef)):
+        return None
+    if s.domain.n_basic_set() != 1 or s.domain.dim(isl.dim_type.param) or not s.iterators:
+        return None
+    if scop.buffers[s.accesses[-1].array].ctype != "float":
+        return None
+    by_ref = {id(a.ref): a for a in s.accesses if not a.write}
+    x0, x1 = by_ref.get(id(node.rvalue.left)), by_ref.get(id(node.rvalue.right))
+    y = s.accesses[-1]
+    if x0 is None or x1 is None or x0.array == y.array or x1.array == y.array:
+        return None
+    iv = [_isl_name(v) for v in s.iterators]
+    ay = _addr(y, scop)
+    if ay is None:
+        return None
+    for a, b in ((x0, x1), (x1, x0)):
+        aa, ab = _addr(a, scop), _addr(b, scop)
+        if aa is None or ab is None:
+            continue
+        # v: the innermost iterator at unit stride in Y and B, absent from A.
+        vs = [v for v in iv if ay.get(v) == 1 and ab.get(v) == 1 and not aa.get(v)]
+        reds = [v for v in iv if not ay.get(v)]
+        if not vs or not reds:
+            continue
+        v, k = vs[-1], reds[-1]
+        if not (aa.get(k) or ab.get(k)):
+            continue
+        rows = [x for x in iv if x not in (v, k) and ay.get(x) and not ab.get(x)]
+        r = rows[-1] if rows else None
+        depth = iv.index
+        v_lo, v_hi = _box(s, depth(v))
+        k_lo, k_hi = _box(s, depth(k))
+        r_lo, r_hi = _box(s, depth(r)) if r else (0, 0)
+        tile = choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1)
+        if tile is None:
+            continue
+        rb, nv, _ = tile
+        if r is None:
+            rb = 1
+        c_of = dict(zip(iv, s.iterators))
+        outer = [c_of[x] for x in iv if x not in (r, k, v)]
+        return Kernel(f"K{s.name}", s.name, c_of.get(r), c_of[k], c_of[v], rb, nv, k_lo, k_hi,
+                      outer + ["t", "u"], a, b, y)
+    return None
+
+
+def _tiled_time(s: Statement, kern: Kernel, pos: int, prefix: str) -> tuple[isl.Map, list]:
+    """T_S: { S[i] -> [pos, outer outputs, u, t, outer reductions, k, r, v] }."""
+    iv = [_isl_name(v) for v in s.iterators]
+    c2i = dict(zip(s.iterators, iv))
+    r, k, v = (c2i.get(kern.r), c2i[kern.k], c2i[kern.v])
+    outs = [x for x in iv if x not in (r, k, v) and _is_output(kern, x)]
+    reds = [x for x in iv if x not in (r, k, v) and x not in outs]
+    u = f"floor(({v})/{VLEN * kern.nv})"
+    t = f"floor(({r})/{kern.rb})" if r else "0"
+    time = [str(pos), *outs, u, t, *reds, k, r or "0", v]
+    m = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{', '.join(time)}] }}")
+    return m.intersect_domain(s.domain), outs + reds
+
+
+def _is_output(kern: Kernel, x: str) -> bool:
+    return any(x in idx for idx in kern.y.index)
+
+
+def _kernel_domain(s: Statement, kern: Kernel, outer_isl: list[str], prefix: str) -> isl.Set:
+    """Tiles all of whose points are in the (convex) domain: every corner is."""
+    iv = [_isl_name(v) for v in s.iterators]
+    c2i = dict(zip(s.iterators, iv))
+    r, k, v = c2i.get(kern.r), c2i[kern.k], c2i[kern.v]
+    vb = VLEN * kern.nv
+    kdims = ", ".join(outer_isl + ["t", "u"])
+    dom = None
+    for cr, ck, cv in itertools.product((0, kern.rb - 1), (kern.k_lo, kern.k_hi), (0, vb - 1)):
+        target = []
+        for x in iv:
+            target.append(f"{kern.rb}*t + {cr}" if x == r else str(ck) if x == k
+                          else f"{vb}*u + {cv}" if x == v else x)
+        m = isl.Map(f"{prefix}{{ {kern.name}[{kdims}] -> {s.name}[{', '.join(target)}] }}")
+        part = m.intersect_range(s.domain).domain()
+        dom = part if dom is None else dom.intersect(part)
+    if r is None:
+        dom = dom.intersect(isl.Set(f"{prefix}{{ {kern.name}[{kdims}] : t = 0 }}"))
+    return dom.coalesce()
+
+
+def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependences,
+                  depth: int, tile: bool = True) -> CallSchedule:
+    """The new schedule of one call's statements (see the module docstring)."""
+    prefix = f"[{', '.join(map(_isl_name, scop.params))}] -> " if scop.params else ""
+    time = {s.name: _pad(s.schedule.intersect_domain(s.domain), depth) for s in stmts}
+    cs = CallSchedule(call, stmts, dict(time), dict(time))
+    if not tile:
+        return cs
+    for s in stmts:
+        kern = find_contraction(s, scop)
+        if kern is None:
+            continue
+        t_s, outer = _tiled_time(s, kern, s.path[0], prefix)
+        i2c = {_isl_name(c): c for c in s.iterators}
+        kern.dims = [i2c[x] for x in outer] + ["t", "u"]
+        trial = dict(cs.time)
+        trial[s.name] = _pad(t_s, depth)
+        bad = _violations(stmts, deps, trial)
+        if bad:
+            cs.refused.append(f"{s.name} ({s.node}): tiling breaks {bad[0]}")
+            continue
+        kdom = _kernel_domain(s, kern, outer, prefix)
+        if kdom.is_empty():
+            continue
+        iv = [_isl_name(v) for v in s.iterators]
+        c2i = dict(zip(s.iterators, iv))
+        r, v = c2i.get(kern.r), c2i[kern.v]
+        tile = [*outer, f"floor(({r})/{kern.rb})" if r else "0",
+                f"floor(({v})/{VLEN * kern.nv})"]
+        tile_of = isl.Map(
+            f"{prefix}{{ {s.name}[{', '.join(iv)}] -> {kern.name}[{', '.join(tile)}] }}")
+        covered = tile_of.intersect_range(kdom).domain().intersect(s.domain)
+        rest = s.domain.subtract(covered).coalesce()
+        # The kernel instance runs where its tile's first point would: the prefix of T_S
+        # up to the outer reductions, then zeros.
+        n_pre = len(t_s.get_space().range().get_var_names(isl.dim_type.set)) - 3
+        ktime = tile_of.reverse().apply_range(t_s).intersect_domain(kdom)
+        ktime = ktime.project_out(isl.dim_type.out, n_pre, 3)
+        ktime = ktime.add_dims(isl.dim_type.out, 3)
+        for i in range(n_pre, n_pre + 3):
+            ktime = ktime.fix_val(isl.dim_type.out, i, 0)
+        # tile_of's inverse relates a tile to all its points: the prefix is the same for
+        # all of them, so ktime is single-valued; make it explicit for the AST build.
+        ktime = ktime.lexmin()
+        cs.time[s.name] = trial[s.name]
+        cs.ast_time[s.name] = _pad(t_s.intersect_domain(rest), depth)
+        cs.ast_time[kern.name] = _pad(ktime, depth)
+        kern.domain = kdom
+        cs.kernels.append(kern)
+    return cs
+
+
+def _pad(m: isl.Map, depth: int) -> isl.Map:
+    m = m.reset_tuple_id(isl.dim_type.out)
+    k = m.dim(isl.dim_type.out)
+    if k < depth:
+        m = m.add_dims(isl.dim_type.out, depth - k)
+        for i in range(k, depth):
+            m = m.fix_val(isl.dim_type.out, i, 0)
+    return m
+
+
+def call_dependences(deps: Dependences, stmts: list[Statement]) -> Dependences:
+    """The validity dependences between instances of these statements only."""
+    dom = isl.UnionSet.empty(stmts[0].domain.get_space().params())
+    for s in stmts:
+        dom = dom.union(isl.UnionSet.from_set(s.domain))
+    cut = [u.intersect_domain(dom).intersect_range(dom) for u in (deps.raw, deps.war, deps.waw)]
+    return Dependences(*cut)
+
+
+def _violations(stmts, deps: Dependences, time: dict[str, isl.Map]) -> list:
+    u = None
+    for s in stmts:
+        m = isl.UnionMap.from_map(time[s.name])
+        u = m if u is None else u.union(m)
+    return check_schedule_legal(None, deps, u)
+
+
+def parallel_dims(deps: Dependences, time: dict[str, isl.Map], names: set[str],
+                  dims: list[int]) -> dict[int, bool]:
+    """For each time dimension p in `dims`: True when no validity dependence between
+    instances of the statements `names` is carried at p (instances in the same iteration
+    of every outer time dimension agree on p)."""
+    if not names:
+        return {p: True for p in dims}
+    sched = None
+    for n in names:
+        m = isl.UnionMap.from_map(time[n])
+        sched = m if sched is None else sched.union(m)
+    dom = sched.domain()
+    d = deps.validity.intersect_domain(dom).intersect_range(dom)
+    out = {}
+    if d.is_empty():
+        return {p: True for p in dims}
+    pairs = d.apply_domain(sched).apply_range(sched)
+    n_time = next(iter(time[n] for n in names)).dim(isl.dim_type.out)
+    for p in dims:
+        out[p] = pairs.intersect(isl.UnionMap.from_map(_eq(n_time, p))).is_subset(
+            isl.UnionMap.from_map(_eq(n_time, p + 1)))
+    return out
+
+
+_EQ: dict[tuple[int, int], isl.Map] = {}
+
+
+def _eq(n: int, p: int) -> isl.Map:
+    """{ [a] -> [b] : a_i = b_i for i < p } on n-dimensional time vectors."""
+    if (n, p) not in _EQ:
+        a = [f"a{i}" for i in range(n)]
+        b = [f"b{i}" for i in range(n)]
+        cons = " and ".join(f"a{i} = b{i}" for i in range(p)) or "true"
+        _EQ[(n, p)] = isl.Map(f"{{ [{', '.join(a)}] -> [{', '.join(b)}] : {cons} }}")
+    return _EQ[(n, p)]
