@@ -168,3 +168,23 @@ def test_tile_choice_fits_registers():
         rb, nv, _ = choose_tile(rows, cols)
         assert fits_registers(rb, nv) and rb <= rows and 16 * nv <= cols
     assert choose_tile(10, 15) is None
+
+
+def test_failure_after_raising_keeps_the_textbook_c(monkeypatch):
+    """A scheduling or lowering error leaves the subgraph's C as it was, with a diagnostic,
+    instead of failing `rstf optimize`."""
+    import rstf.poly.schedule as sched
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 32], name="x")
+        tf.identity(tf.matmul(x, _w(32, 32)), name="out")
+
+    _, sg = _subgraph(build)
+
+    def broken(*a, **k):
+        raise isl.Error("simulated")
+
+    monkeypatch.setattr(sched, "schedule_call", broken)
+    new, info = optimize_source(sg.source, sg.entry)
+    assert new == sg.source
+    assert info["optimizer"] == "none" and "simulated" in info["diagnostic"]

@@ -44,10 +44,17 @@ def optimize_source(source: str, entry: str, tile: bool = True) -> tuple[str, di
     by_call: dict[int, list] = {c.index: [] for c in scop.calls}
     for s in scop.statements:
         by_call[s.call].append(s)
-    schedules = [schedule_call(scop, c, stmts, deps, depth, tile=tile)
-                 for c, stmts in by_call.items() if stmts]
-    head = source.split("#include", 1)[0]
-    new, stats = lower(scop, deps, schedules, head)
+    try:
+        schedules = [schedule_call(scop, c, stmts, deps, depth, tile=tile)
+                     for c, stmts in by_call.items() if stmts]
+        head = source.split("#include", 1)[0]
+        new, stats = lower(scop, deps, schedules, head)
+    except (isl.Error, ValueError, KeyError) as e:
+        # A scheduling or lowering failure must never cost the user the subgraph: keep the
+        # textbook C, which is correct, and say why.
+        return source, {"optimizer": "none",
+                        "diagnostic": f"polyhedral pass failed ({type(e).__name__}: {e})",
+                        "seconds": round(time.perf_counter() - t0, 3)}
     kernels = [k for cs in schedules for k in cs.kernels]
     return format_c(new), {
         "optimizer": "poly", "statements": len(scop.statements), "calls": len(scop.calls),
