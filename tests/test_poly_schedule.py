@@ -60,6 +60,10 @@ CASES = {
     "conv_1x1_bias_relu": ((1, 9, 9, 64), lambda x: tf.nn.relu(tf.nn.bias_add(
         tf.nn.conv2d(x, _w(1, 1, 64, 100), 1, "SAME"), _w(100)))),
     "conv_grouped": ((1, 8, 8, 32), lambda x: tf.nn.conv2d(x, _w(3, 3, 16, 64), 1, "SAME")),
+    "conv_bn_relu6_chain": ((1, 9, 11, 16), lambda x: tf.nn.relu6(
+        tf.nn.conv2d(x, _w(3, 3, 16, 32), 1, "SAME") * _w(32) + _w(32))),
+    "chain_with_fan_out": ((2, 6, 6, 8), lambda x: (lambda m: tf.nn.relu(m + 1.0) * m)(
+        tf.nn.sigmoid(x) * _w(8))),
     "matmul": ((20, 70), lambda x: tf.matmul(x, _w(70, 50))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
     "matmul_transposed_b": ((3, 33), lambda x: tf.matmul(x, _w(48, 33), transpose_b=True)),
@@ -89,6 +93,12 @@ def test_poly_equals_textbook_bitwise(case):
         assert info["tiled"] and info["kernel_calls"] > 0, info
     if case == "matmul_transposed_b":  # b[j][k]: no unit-stride column in b
         assert not info["tiled"]
+    if case == "conv_bn_relu6_chain":  # Mul, AddV2, Relu6 fused; both temporaries contracted
+        assert [len(f["nodes"]) for f in info["fused"]] == [3]
+        assert len(info["fused"][0]["contracted"]) == 2
+    if case == "chain_with_fan_out":  # `m` is read by two ops: fused, but not contracted
+        assert info["fused"] and all(len(f["contracted"]) < len(f["nodes"]) - 1
+                                     for f in info["fused"])
 
 
 def test_lowered_c_is_readable_and_marked():

@@ -43,7 +43,8 @@ def test_sanitizers_are_really_on(tmp_path):
 def test_op_generators_under_sanitizers():
     r = run_sanitized(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                        "tests/test_opgen.py"] + [
-                          f for f in ("tests/test_opgen_nn.py", "tests/test_opgen_more.py")
+                          f for f in ("tests/test_opgen_nn.py", "tests/test_opgen_more.py",
+                                      "tests/test_poly_schedule.py")
                           if os.path.exists(os.path.join(ROOT, f))])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert " passed" in r.stdout

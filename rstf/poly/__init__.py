@@ -16,12 +16,14 @@ __all__ = ["Access", "ArrayInfo", "Call", "Dependences", "NotRaisable", "Scop", 
            "raise_subgraph", "violated"]
 
 
-def optimize_source(source: str, entry: str, tile: bool = True) -> tuple[str, dict]:
+def optimize_source(source: str, entry: str, tile: bool = True,
+                    fuse: bool = True) -> tuple[str, dict]:
     """Run the polyhedral pass on one subgraph's C. Returns (new source, report entry).
 
     The report entry: `optimizer` ('poly', or 'none' with a `diagnostic`), `statements`,
     `calls`, `tiled` (contractions tiled around microkernels, with their tile sizes),
-    `refused` (tilings the dependence check rejected), `parallel_loops`, `simd_loops`,
+    `refused` (tilings the dependence check rejected), `fused` (pointwise chains run as one
+    loop nest, with the temporaries contracted to scalars), `parallel_loops`, `simd_loops`,
     `kernel_calls` and `seconds`.
     """
     import time
@@ -31,7 +33,8 @@ def optimize_source(source: str, entry: str, tile: bool = True) -> tuple[str, di
     from ..cformat import format_c
     from .lower import lower
     from .microkernel import VLEN
-    from .schedule import schedule_call
+    from .fuse import chain_time, find_chains
+    from .schedule import CallSchedule, _pad, schedule_call
 
     t0 = time.perf_counter()
     try:
@@ -45,8 +48,19 @@ def optimize_source(source: str, entry: str, tile: bool = True) -> tuple[str, di
     for s in scop.statements:
         by_call[s.call].append(s)
     try:
-        schedules = [schedule_call(scop, c, stmts, deps, depth, tile=tile)
-                     for c, stmts in by_call.items() if stmts]
+        chains = find_chains(scop, deps) if fuse else []
+        in_chain = {c: ch for ch in chains for c in ch.calls}
+        schedules = []
+        for c, stmts in by_call.items():
+            if c in in_chain:
+                ch = in_chain[c]
+                if c == ch.calls[0]:
+                    times = {n: _pad(m, depth) for n, m in chain_time(ch, depth).items()}
+                    head = ch.statements[0].name
+                    schedules.append(CallSchedule(c, ch.statements, times,
+                                                  {head: times[head]}, chain=ch))
+            elif stmts:
+                schedules.append(schedule_call(scop, c, stmts, deps, depth, tile=tile))
         head = source.split("#include", 1)[0]
         new, stats = lower(scop, deps, schedules, head)
     except (isl.Error, ValueError, KeyError) as e:
@@ -62,6 +76,8 @@ def optimize_source(source: str, entry: str, tile: bool = True) -> tuple[str, di
                    "tile": [k.rb, VLEN * k.nv], "loops": [k.r, k.v], "reduction": k.k}
                   for k in kernels],
         "refused": [r for cs in schedules for r in cs.refused],
+        "fused": [{"nodes": [scop.calls[c].node for c in cs.chain.calls],
+                   "contracted": cs.chain.contracted} for cs in schedules if cs.chain],
         "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
         "kernel_calls": stats.kernel_calls,
         "seconds": round(time.perf_counter() - t0, 3)}

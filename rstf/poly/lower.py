@@ -89,6 +89,8 @@ class _CallLowering:
         self.deps = call_dependences(deps, cs.statements)
         self.stmts = {s.name: s for s in cs.statements}
         self.kernels = {k.name: k for k in cs.kernels}
+        self.chain = cs.chain
+        self.contracted = set(cs.chain.contracted) if cs.chain else set()
         self.work = {s.name: _volume(s) for s in cs.statements}
         self.lines: list[str] = []
         self.kernel_shapes: set[tuple[int, int]] = set()
@@ -128,6 +130,8 @@ class _CallLowering:
         p = int(it[1:])  # isl names iterators c<time dimension>
         names = _users(body)
         originals = {self.kernels[n].statement if n in self.kernels else n for n in names}
+        if self.chain and self.chain.statements[0].name in originals:
+            originals |= {s.name for s in self.chain.statements}
         parallel = parallel_dims(self.deps, self.cs.time, originals, [p])[p]
         innermost = not _has_for(body)
         pragma = []
@@ -154,11 +158,23 @@ class _CallLowering:
         if name in self.kernels:
             self.lines.append(self._kernel_call(self.kernels[name], args))
             return
-        s = self.stmts[name]
+        if self.chain and name == self.chain.statements[0].name:
+            for s in self.chain.statements:  # the fused chain: every statement, in order
+                self._statement(s, args)
+            return
+        self._statement(self.stmts[name], args)
+
+    def _statement(self, s: Statement, args: list[str]) -> None:
         env = dict(zip(map(_isl_name, s.iterators), args))
-        refs = {id(a.ref): _ref(a, env) for a in s.accesses}
-        ids = dict(zip(s.iterators, args))
-        self.lines.append(_Emitter(refs, ids).visit(s.ast) + ";")
+        refs = {id(a.ref): (f"{a.array}_c" if a.array in self.contracted else _ref(a, env))
+                for a in s.accesses}
+        emit = _Emitter(refs, dict(zip(s.iterators, args)))
+        out = s.accesses[-1].array
+        if out in self.contracted:  # a contracted temporary: a scalar of this iteration
+            ctype = self.scop.buffers[out].ctype
+            self.lines.append(f"const {ctype} {out}_c = {emit.visit(s.ast.rvalue)};")
+        else:
+            self.lines.append(emit.visit(s.ast) + ";")
 
     def _kernel_call(self, k: Kernel, args: list[str]) -> str:
         s = self.stmts[k.statement]
@@ -216,11 +232,12 @@ def _volume(s: Statement) -> int:
     return v
 
 
-def _param_decl(scop: Scop, name: str, written: bool) -> str:
+def _param_decl(scop: Scop, name: str, written: bool, restrict: bool = True) -> str:
     b = scop.buffers[name]
     dims = list(b.shape) or [1]
     rest = "".join(f"[{d}]" for d in dims[1:])
-    return f"{'' if written else 'const '}{b.ctype} {name}[restrict {dims[0]}]{rest}"
+    q = "restrict " if restrict else ""
+    return f"{'' if written else 'const '}{b.ctype} {name}[{q}{dims[0]}]{rest}"
 
 
 def _cast(scop: Scop, name: str, written: bool) -> str:
@@ -251,20 +268,31 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         buffers, written = [], set()
         for s in cs.statements:
             for a in s.accesses:
-                if a.array not in buffers:
+                if a.array not in buffers and a.array not in low.contracted:
                     buffers.append(a.array)
                 if a.write:
                     written.add(a.array)
-        call = scop.calls[cs.call]
         fname = f"sched_{cs.call}"
-        decls = [_param_decl(scop, b, b in written) for b in buffers] + params
-        note = [f"{s.name}: {s.iterators}" for s in cs.statements]
-        kern = [f"{k.name}: {k.rb}x{VLEN * k.nv} tiles of {k.statement} over ({k.r}, {k.v}), "
+        aliased = set(cs.chain.aliased) if cs.chain else set()
+        decls = [_param_decl(scop, b, b in written, b not in aliased) for b in buffers] + params
+        what = [f"{k.name}: {k.rb}x{VLEN * k.nv} tiles of {k.statement} over ({k.r}, {k.v}), "
                 f"reduction {k.k} in one microkernel call" for k in cs.kernels]
+        attr = ""
+        if cs.chain:
+            fns = ", ".join(scop.calls[c].function for c in cs.chain.calls)
+            what.append(f"fused pointwise chain {fns}; contracted to scalars: "
+                        f"{', '.join(cs.chain.contracted) or 'none'}")
+            # No FMA across the fused statements: each keeps the rounding of its own op.
+            attr = '__attribute__((optimize("fp-contract=off")))\n'
+            for c in cs.chain.calls[1:]:
+                calls_text[c] = f"/* fused into {fname} */"
+        else:
+            what = what or ["original order"]
+            what.insert(0, scop.calls[cs.call].function)
         functions.append(
-            f"/* {call.function} scheduled ({', '.join(kern) or 'original order'}) */\n"
-            f"static void {fname}({', '.join(decls)})\n{{\n" + "\n".join(low.lines) + "\n}\n")
-        del note
+            f"/* {'; '.join(what)} */\n"
+            f"{attr}static void {fname}({', '.join(decls)})\n{{\n" + "\n".join(low.lines)
+            + "\n}\n")
         args = [_cast(scop, b, b in written) for b in buffers] + list(scop.params)
         calls_text[cs.call] = f"{fname}({', '.join(args)});"
     kernels = "".join(kernel_source(rb, nv) + "\n" for rb, nv in sorted(shapes))
@@ -284,6 +312,6 @@ def _entry(scop: Scop, calls_text: dict[int, str]) -> str:
             lines.append(_text(item) + ";")
     for call in scop.calls:
         lines.append(f"/* {call.node} ({call.op}) */" if call.op else f"/* {call.node} */")
-        lines.append(calls_text[call.index])
+        lines.append(calls_text.get(call.index, "/* no statements */"))
     lines.append("}")
     return "\n".join(lines) + "\n"

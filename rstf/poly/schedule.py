@@ -62,6 +62,7 @@ class CallSchedule:
     ast_time: dict[str, isl.Map]  # AST statements (S, restricted; K<S>) -> time vector
     kernels: list[Kernel] = dataclasses.field(default_factory=list)
     refused: list[str] = dataclasses.field(default_factory=list)  # why a tiling was dropped
+    chain: object = None  # fuse.Chain when this schedules a fused pointwise chain
 
 
 def _addr(access, scop: Scop) -> dict:

@@ -1,0 +1,183 @@
+"""Fusion of pointwise op chains, and array contraction of the temporaries between them.
+
+A *pointwise* call is one statement `B[i0]..[ik] = f(...)` whose loops run over exactly
+B's index space (a box) and which writes B at the identity index: BiasAdd, the batch-norm
+Mul/AddV2 pair, Relu, Relu6, and every other elementwise op with broadcasting. Consecutive
+pointwise calls form a chain when each reads the previous one's output at the identity
+index, over the same index space. The chain becomes one loop nest running all its
+statements in order at each point (time `[pos, i0, .., ik, j]` for the j-th statement),
+which the exact dependences must allow (`check_schedule_legal`, on every dependence between
+the chain's statements).
+
+A temporary written and read only inside the chain (written by one statement, read by the
+next and by nothing else in the subgraph) then lives for one iteration: it is *contracted*
+to a scalar, so it is neither stored nor loaded, and needs no workspace bytes.
+
+Fusion widens lifetimes: the memory plan may have given the chain's output the bytes of a
+temporary the chain reads (their lifetimes were disjoint op by op). Reading and writing the
+same bytes is still exact when every element is read before it is written in the same
+iteration: same offset, same shape, identity accesses. Those two buffers are then declared
+without `restrict`; any other overlap refuses the fusion.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import islpy as isl
+
+from .deps import Dependences, check_schedule_legal
+from .raise_c import Scop, Statement, _isl_name
+from .schedule import _addr, call_dependences
+
+
+@dataclasses.dataclass
+class Chain:
+    calls: list[int]  # consecutive call indexes
+    statements: list[Statement]  # one per call, in order
+    contracted: list[str]  # temporaries turned into scalars
+    aliased: list[str] = dataclasses.field(default_factory=list)  # declared without restrict
+
+
+def _row_major(s: Statement, scop: Scop, access) -> bool:
+    """The access touches element `i0*(n1*..*nk) + .. + ik` of its buffer (row-major over
+    the statement's box), whatever view the buffer has (linearised buffers included)."""
+    addr = _addr(access, scop)
+    if addr is None or addr.get(1, 0):
+        return False
+    iv = [_isl_name(v) for v in s.iterators]
+    ext = _extents(s)
+    stride, want = 1, {}
+    for v, (lo, hi) in reversed(list(zip(iv, ext))):
+        want[v] = stride
+        stride *= hi - lo + 1
+    if any(k not in want for k, c in addr.items() if k != 1 and c):
+        return False
+    # An iterator with one iteration is always 0: its coefficient does not matter.
+    return stride == _numel(scop, access) and all(
+        addr.get(v, 0) == want[v] for v, (lo, hi) in zip(iv, ext) if hi > lo)
+
+
+def _extents(s: Statement) -> list[tuple[int, int]]:
+    return [(int(s.domain.dim_min_val(d).to_python()), int(s.domain.dim_max_val(d).to_python()))
+            for d in range(len(s.iterators))]
+
+
+def _numel(scop: Scop, access) -> int:
+    return scop.buffers[access.array].size or -1
+
+
+def _pointwise(s: Statement, scop: Scop) -> bool:
+    """One assignment over a box, writing every element of its buffer once, in row-major
+    order of its loops."""
+    if s.ast.op != "=" or not s.iterators or s.domain.dim(isl.dim_type.param):
+        return False
+    if any(lo != 0 for lo, _ in _extents(s)):
+        return False
+    iv = [_isl_name(v) for v in s.iterators]
+    box = isl.Set(f"{{ {s.name}[{', '.join(iv)}] : "
+                  + " and ".join(f"0 <= {v} <= {hi}" for v, (_, hi) in zip(iv, _extents(s)))
+                  + " }")
+    return s.domain.is_equal(box) and _row_major(s, scop, s.accesses[-1])
+
+
+def _identity_reads(s: Statement, scop: Scop, array: str) -> bool:
+    reads = [a for a in s.accesses if not a.write and a.array == array]
+    return bool(reads) and all(_row_major(s, scop, a) for a in reads)
+
+
+def find_chains(scop: Scop, deps: Dependences) -> list[Chain]:
+    """Maximal chains of two or more consecutive pointwise calls (see the module doc)."""
+    by_call: dict[int, list[Statement]] = {}
+    for s in scop.statements:
+        by_call.setdefault(s.call, []).append(s)
+    users: dict[str, set[str]] = {}
+    for s in scop.statements:
+        for a in s.accesses:
+            users.setdefault(a.array, set()).add(s.name)
+    chains, current = [], []
+    for call in scop.calls:
+        stmts = by_call.get(call.index, [])
+        s = stmts[0] if len(stmts) == 1 else None
+        ok = s is not None and _pointwise(s, scop)
+        if ok and current:
+            prev = current[-1]
+            out = prev.accesses[-1].array
+            same = _extents(prev) == _extents(s)
+            if not (same and _identity_reads(s, scop, out)):
+                chains.append(current)
+                current = []
+        if not ok:
+            chains.append(current)
+            current = []
+            continue
+        current.append(s)
+    chains.append(current)
+    out = []
+    for stmts in chains:
+        if len(stmts) < 2:
+            continue
+        contracted = []
+        for a, b in zip(stmts, stmts[1:]):
+            buf = a.accesses[-1].array
+            if scop.buffers[buf].role == "temp" and users[buf] == {a.name, b.name}:
+                contracted.append(buf)
+        aliased = _aliased(scop, stmts, contracted)
+        if aliased is None:
+            continue
+        chain = Chain([s.call for s in stmts], stmts, contracted, aliased)
+        if not legal(chain, deps):
+            continue
+        out.append(chain)
+    return out
+
+
+_SIZEOF = {"float": 4, "double": 8, "int": 4, "long": 8, "long long": 8, "short": 2,
+           "char": 1, "signed char": 1, "unsigned char": 1}
+
+
+def _bytes(scop: Scop, name: str) -> tuple[int, int] | None:
+    b = scop.buffers[name]
+    if b.role != "temp" or b.offset is None or b.size is None:
+        return None
+    return b.offset, b.offset + b.size * _SIZEOF.get(b.ctype, 8)
+
+
+def _aliased(scop: Scop, stmts: list[Statement], contracted: list[str]) -> list[str] | None:
+    """Buffers of the fused chain that share bytes in exactly the safe way, or None when
+    some overlap is not safe (see the module docstring)."""
+    written = {s.accesses[-1].array for s in stmts} - set(contracted)
+    touched = {a.array for s in stmts for a in s.accesses} - set(contracted)
+    out: set[str] = set()
+    for w in written:
+        for r in touched - {w}:
+            bw, br = _bytes(scop, w), _bytes(scop, r)
+            if bw is None or br is None or bw[1] <= br[0] or br[1] <= bw[0]:
+                continue
+            same = bw == br and scop.buffers[w].size == scop.buffers[r].size
+            if not (same and all(_row_major(s, scop, a) for s in stmts for a in s.accesses
+                                 if a.array in (w, r))):
+                return None
+            out |= {w, r}
+    return sorted(out)
+
+
+def chain_time(chain: Chain, depth: int) -> dict[str, isl.Map]:
+    """Each statement's time in the fused nest: [pos of the first, i0, .., ik, j, 0..]."""
+    pos = chain.statements[0].path[0]
+    out = {}
+    for j, s in enumerate(chain.statements):
+        iv = [_isl_name(v) for v in s.iterators]
+        time = [str(pos), *iv, str(j)] + ["0"] * (depth - len(iv) - 2)
+        m = isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(time)}] }}")
+        out[s.name] = m.intersect_domain(s.domain)
+    return out
+
+
+def legal(chain: Chain, deps: Dependences) -> bool:
+    """The fused schedule runs every dependence between the chain's statements forwards."""
+    depth = max(len(s.iterators) for s in chain.statements) + 2
+    time = chain_time(chain, depth)
+    u = None
+    for m in time.values():
+        u = isl.UnionMap.from_map(m) if u is None else u.union(isl.UnionMap.from_map(m))
+    return not check_schedule_legal(None, call_dependences(deps, chain.statements), u)
