@@ -22,7 +22,7 @@ import islpy as isl
 from pycparser import c_ast, c_generator
 
 from .deps import Dependences
-from .microkernel import PRELUDE, VLEN, kernel_name, kernel_source
+from .microkernel import PRELUDE, VLEN, dispatch_name, dispatch_source
 from .raise_c import Scop, Statement, _isl_name, _text
 from .schedule import CallSchedule, Kernel, _addr, call_dependences, parallel_dims
 
@@ -182,7 +182,7 @@ class _CallLowering:
         env = {}
         for c in s.iterators:
             if c == k.r:
-                env[_isl_name(c)] = f"{k.rb} * {vals['t']}"
+                env[_isl_name(c)] = vals["s"]
             elif c == k.v:
                 env[_isl_name(c)] = f"{VLEN * k.nv} * {vals['u']}"
             elif c == k.k:
@@ -193,7 +193,8 @@ class _CallLowering:
         aa, ab, ay = (_addr(x, self.scop) for x in (k.a, k.b, k.y))
         self.kernel_shapes.add((k.rb, k.nv))
         self.stats.kernel_calls += 1
-        return (f"{kernel_name(k.rb, k.nv)}({k.k_hi - k.k_lo + 1}, &{_ref(k.a, env)}, "
+        rows = "1" if not k.r else f"{vals['e']} - {vals['s']} + 1"
+        return (f"{dispatch_name(k.rb, k.nv)}({rows}, {k.k_hi - k.k_lo + 1}, &{_ref(k.a, env)}, "
                 f"{aa.get(ri, 0) if ri else 0}, {aa.get(ki, 0)}, &{_ref(k.b, env)}, "
                 f"{ab.get(ki, 0)}, &{_ref(k.y, env)}, {ay.get(ri, 0) if ri else 0});")
 
@@ -295,7 +296,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             + "\n}\n")
         args = [_cast(scop, b, b in written) for b in buffers] + list(scop.params)
         calls_text[cs.call] = f"{fname}({', '.join(args)});"
-    kernels = "".join(kernel_source(rb, nv) + "\n" for rb, nv in sorted(shapes))
+    kernels = dispatch_source(sorted(shapes))
     entry = _entry(scop, calls_text)
     src = (header + "#include <math.h>\n#include <stddef.h>\n\n" + MACROS + "\n"
            + (PRELUDE + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"

@@ -64,6 +64,32 @@ static inline void {name}(int K, const float *restrict a, long sar, long sak,
 """
 
 
+def dispatch_name(rb: int, nv: int) -> str:
+    return f"rstf_mkv_{rb}x{nv}"
+
+
+def dispatch_source(shapes: list[tuple[int, int]]) -> str:
+    """Every kernel the (RB, NV) tilings need: for each, kernels of 1..RB rows (a chunk at a
+    padding border or a row remainder is shorter) and `rstf_mkv_<RB>x<NV>(rows, ...)`,
+    which calls the one for `rows` (a switch: full chunks take the first case)."""
+    needed = sorted({(r, nv) for rb, nv in shapes for r in range(1, rb + 1)})
+    out = [kernel_source(r, nv) for r, nv in needed]
+    for rb, nv in sorted(set(shapes)):
+        cases = "".join(f"    case {r}: {kernel_name(r, nv)}(K, a, sar, sak, b, sbk, y, syr); "
+                        f"break;\n" for r in range(rb - 1, 0, -1))
+        out.append(f"""\
+/* {rb} rows of {VLEN * nv} columns, or fewer at a border or a remainder. */
+static void {dispatch_name(rb, nv)}(int rows, int K, const float *restrict a, long sar, long sak,
+                          const float *restrict b, long sbk, float *restrict y, long syr)
+{{
+    switch (rows) {{
+    case {rb}: {kernel_name(rb, nv)}(K, a, sar, sak, b, sbk, y, syr); break;
+{cases}    }}
+}}
+""")
+    return "\n".join(out) + "\n"
+
+
 def choose_tile(rows: int, cols: int) -> tuple[int, int, float] | None:
     """(RB, NV, estimated seconds-per-flop score) for a contraction over `rows` x `cols`
     outputs, or None when no kernel tile fits (cols < 16).

@@ -137,43 +137,84 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
     return None
 
 
-def _tiled_time(s: Statement, kern: Kernel, pos: int, prefix: str) -> tuple[isl.Map, list]:
-    """T_S: { S[i] -> [pos, outer outputs, u, t, outer reductions, k, r, v] }."""
+def _roles(s: Statement, kern: Kernel) -> tuple[list[str], list[str], str | None, str, str]:
+    """(outer output iterators, outer reduction iterators, r, k, v), isl names."""
     iv = [_isl_name(v) for v in s.iterators]
     c2i = dict(zip(s.iterators, iv))
-    r, k, v = (c2i.get(kern.r), c2i[kern.k], c2i[kern.v])
+    r, k, v = c2i.get(kern.r), c2i[kern.k], c2i[kern.v]
     outs = [x for x in iv if x not in (r, k, v) and _is_output(kern, x)]
     reds = [x for x in iv if x not in (r, k, v) and x not in outs]
-    u = f"floor(({v})/{VLEN * kern.nv})"
-    t = f"floor(({r})/{kern.rb})" if r else "0"
-    time = [str(pos), *outs, u, t, *reds, k, r or "0", v]
-    m = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{', '.join(time)}] }}")
-    return m.intersect_domain(s.domain), outs + reds
+    return outs, reds, r, k, v
 
 
 def _is_output(kern: Kernel, x: str) -> bool:
     return any(x in idx for idx in kern.y.index)
 
 
-def _kernel_domain(s: Statement, kern: Kernel, outer_isl: list[str], prefix: str) -> isl.Set:
-    """Tiles all of whose points are in the (convex) domain: every corner is."""
-    iv = [_isl_name(v) for v in s.iterators]
-    c2i = dict(zip(s.iterators, iv))
-    r, k, v = c2i.get(kern.r), c2i[kern.k], c2i[kern.v]
-    vb = VLEN * kern.nv
-    kdims = ", ".join(outer_isl + ["t", "u"])
-    dom = None
-    for cr, ck, cv in itertools.product((0, kern.rb - 1), (kern.k_lo, kern.k_hi), (0, vb - 1)):
-        target = []
-        for x in iv:
-            target.append(f"{kern.rb}*t + {cr}" if x == r else str(ck) if x == k
-                          else f"{vb}*u + {cv}" if x == v else x)
-        m = isl.Map(f"{prefix}{{ {kern.name}[{kdims}] -> {s.name}[{', '.join(target)}] }}")
+def _chunks(s: Statement, kern: Kernel, prefix: str) -> isl.Set:
+    """The kernel instances { K[outs, u, reds, s, e] }.
+
+    For each outer point and column tile u, the rows r whose whole row of the tile (every
+    k, every column of u) lies in the domain form an interval [lo, hi] (the domain is
+    convex, so its corners decide). It is cut into chunks [s, e] of RB rows from lo, the
+    last one shorter: TTILE's composition of kernel sizes, so padding borders and row
+    remainders run in (smaller) kernels too, not in the textbook loops."""
+    outs, reds, r, k, v = _roles(s, kern)
+    iv = [_isl_name(x) for x in s.iterators]
+    vb, rb = VLEN * kern.nv, kern.rb
+    o = outs + ["u"] + reds
+    rr = r or "r0"
+    full = None  # { [o, r] : every corner (k, v) of the tile row is in the domain }
+    for ck, cv in itertools.product((kern.k_lo, kern.k_hi), (0, vb - 1)):
+        target = [str(ck) if x == k else f"{vb}*u + {cv}" if x == v else x for x in iv]
+        m = isl.Map(f"{prefix}{{ [{', '.join(o + [rr])}] -> {s.name}[{', '.join(target)}]"
+                    + (" : r0 = 0" if r is None else "") + " }")
         part = m.intersect_range(s.domain).domain()
-        dom = part if dom is None else dom.intersect(part)
-    if r is None:
-        dom = dom.intersect(isl.Set(f"{prefix}{{ {kern.name}[{kdims}] : t = 0 }}"))
-    return dom.coalesce()
+        full = part if full is None else full.intersect(part)
+    return _chunk_set(full, len(o), rb, prefix, kern.name)
+
+
+def _chunk_set(full: isl.Set, n: int, rb: int, prefix: str, name: str) -> isl.Set:
+    """{ name[o, s, e] : [s, e] is a chunk of rb rows of the interval {r : (o, r) in full} }."""
+    o = [f"o{i}" for i in range(n)]
+    on = ", ".join(o)
+    to_o = isl.Map(f"{prefix}{{ [{on}, r] -> [{on}] }}").intersect_domain(full).reverse()
+    m = to_o.apply_range(isl.Map(f"{prefix}{{ [{on}, r] -> [r] }}"))  # [o] -> [r]
+    lo_hi = m.lexmin().flat_range_product(m.lexmax())  # [o] -> [lo, hi]
+    chunk = isl.Map(f"{prefix}{{ [lo, hi] -> [s, e] : exists t : t >= 0 and s = lo + {rb}*t "
+                    f"and s <= hi and ((e = s + {rb - 1} and e <= hi) or "
+                    f"(e = hi and hi < s + {rb - 1})) }}")
+    return lo_hi.apply_range(chunk).wrap().flatten().set_tuple_name(name).coalesce()
+
+
+def _tiling(s: Statement, kern: Kernel, pos: int, prefix: str):
+    """(kernel domain, kernel time, residual time, T_S): the schedule of a tiled
+    contraction. T_S is every point's time as it actually runs (in a kernel chunk, or in
+    the residual loops), which is what the dependence check is given."""
+    outs, reds, r, k, v = _roles(s, kern)
+    iv = [_isl_name(x) for x in s.iterators]
+    vb = VLEN * kern.nv
+    o = outs + ["u"] + reds
+    kdom = _chunks(s, kern, prefix)
+    kd = ", ".join(o + ["s", "e"])
+    ktime = isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> [{pos}, {', '.join(o)}, s, 0, 0, 0] }}"
+                    ).intersect_domain(kdom)
+    row = f"s <= {r} <= e and " if r else ""
+    rel = isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> {s.name}[{', '.join(iv)}] : "
+                  f"{row}{vb}*u <= {v} < {vb}*u + {vb} }}")
+    rel = rel.intersect_domain(kdom).intersect_range(s.domain)
+    covered = rel.range()
+    start = rel.reverse().apply_range(isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> [s] }}"))
+    u_expr = f"floor(({v})/{vb})"
+    head = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{pos}, "
+                   f"{', '.join(outs + [u_expr] + reds)}] }}")
+    tail = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{k}, {r or '0'}, {v}] }}")
+    t_cov = head.flat_range_product(start).flat_range_product(tail).intersect_domain(covered)
+    rest = s.domain.subtract(covered).coalesce()
+    t_rest = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{pos}, "
+                     f"{', '.join(outs + [u_expr] + reds)}, {r or '0'}, {k}, {v}, 0] }}"
+                     ).intersect_domain(rest)
+    return kdom, ktime, t_rest, t_cov.union(t_rest)
 
 
 def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependences,
@@ -188,40 +229,20 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
         kern = find_contraction(s, scop)
         if kern is None:
             continue
-        t_s, outer = _tiled_time(s, kern, s.path[0], prefix)
+        outs, reds, _, _, _ = _roles(s, kern)
         i2c = {_isl_name(c): c for c in s.iterators}
-        kern.dims = [i2c[x] for x in outer] + ["t", "u"]
+        kern.dims = [i2c[x] for x in outs] + ["u"] + [i2c[x] for x in reds] + ["s", "e"]
+        kdom, ktime, t_rest, t_s = _tiling(s, kern, s.path[0], prefix)
+        if kdom.is_empty():
+            continue
         trial = dict(cs.time)
         trial[s.name] = _pad(t_s, depth)
         bad = _violations(stmts, deps, trial)
         if bad:
             cs.refused.append(f"{s.name} ({s.node}): tiling breaks {bad[0]}")
             continue
-        kdom = _kernel_domain(s, kern, outer, prefix)
-        if kdom.is_empty():
-            continue
-        iv = [_isl_name(v) for v in s.iterators]
-        c2i = dict(zip(s.iterators, iv))
-        r, v = c2i.get(kern.r), c2i[kern.v]
-        tile = [*outer, f"floor(({r})/{kern.rb})" if r else "0",
-                f"floor(({v})/{VLEN * kern.nv})"]
-        tile_of = isl.Map(
-            f"{prefix}{{ {s.name}[{', '.join(iv)}] -> {kern.name}[{', '.join(tile)}] }}")
-        covered = tile_of.intersect_range(kdom).domain().intersect(s.domain)
-        rest = s.domain.subtract(covered).coalesce()
-        # The kernel instance runs where its tile's first point would: the prefix of T_S
-        # up to the outer reductions, then zeros.
-        n_pre = len(t_s.get_space().range().get_var_names(isl.dim_type.set)) - 3
-        ktime = tile_of.reverse().apply_range(t_s).intersect_domain(kdom)
-        ktime = ktime.project_out(isl.dim_type.out, n_pre, 3)
-        ktime = ktime.add_dims(isl.dim_type.out, 3)
-        for i in range(n_pre, n_pre + 3):
-            ktime = ktime.fix_val(isl.dim_type.out, i, 0)
-        # tile_of's inverse relates a tile to all its points: the prefix is the same for
-        # all of them, so ktime is single-valued; make it explicit for the AST build.
-        ktime = ktime.lexmin()
         cs.time[s.name] = trial[s.name]
-        cs.ast_time[s.name] = _pad(t_s.intersect_domain(rest), depth)
+        cs.ast_time[s.name] = _pad(t_rest, depth)
         cs.ast_time[kern.name] = _pad(ktime, depth)
         kern.domain = kdom
         cs.kernels.append(kern)
