@@ -86,7 +86,8 @@ def _ref(access, env: dict[str, str]) -> str:
 class _CallLowering:
     def __init__(self, scop: Scop, cs: CallSchedule, deps: Dependences, stats: LoweringStats):
         self.scop, self.cs, self.stats = scop, cs, stats
-        self.deps = call_dependences(deps, cs.statements)
+        self.valid = call_dependences(deps, cs.statements).validity
+        self._parallel: dict[tuple, bool] = {}
         self.stmts = {s.name: s for s in cs.statements}
         self.kernels = {k.name: k for k in cs.kernels}
         self.chain = cs.chain
@@ -132,15 +133,16 @@ class _CallLowering:
         originals = {self.kernels[n].statement if n in self.kernels else n for n in names}
         if self.chain and self.chain.statements[0].name in originals:
             originals |= {s.name for s in self.chain.statements}
-        parallel = parallel_dims(self.deps, self.cs.time, originals, [p])[p]
         innermost = not _has_for(body)
+        want_par = not in_parallel and sum(self.work[n] for n in originals) >= MIN_WORK
+        want_simd = innermost and not (names & set(self.kernels))
+        parallel = (want_par or want_simd) and self._is_parallel(originals, p)
         pragma = []
-        par = (parallel and not in_parallel
-               and sum(self.work[n] for n in originals) >= MIN_WORK)
+        par = parallel and want_par
         if par:
             pragma.append("parallel for")
             self.stats.parallel_loops += 1
-        if parallel and innermost and not (names & set(self.kernels)):
+        if parallel and want_simd:
             pragma.append("simd")
             self.stats.simd_loops += 1
         if pragma:
@@ -150,6 +152,12 @@ class _CallLowering:
         self.lines.append(f"for (int {it} = {init}; {cond}; {step}) {{")
         self.emit(body, in_parallel or par)
         self.lines.append("}")
+
+    def _is_parallel(self, names: set[str], p: int) -> bool:
+        key = (frozenset(names), p)
+        if key not in self._parallel:
+            self._parallel[key] = parallel_dims(self.valid, self.cs.time, names, [p])[p]
+        return self._parallel[key]
 
     def _user(self, e: isl.AstExpr) -> None:
         name = e.get_op_arg(0).get_id().get_name()

@@ -276,28 +276,27 @@ def _violations(stmts, deps: Dependences, time: dict[str, isl.Map]) -> list:
     return check_schedule_legal(None, deps, u)
 
 
-def parallel_dims(deps: Dependences, time: dict[str, isl.Map], names: set[str],
+def parallel_dims(deps, time: dict[str, isl.Map], names: set[str],
                   dims: list[int]) -> dict[int, bool]:
     """For each time dimension p in `dims`: True when no validity dependence between
     instances of the statements `names` is carried at p (instances in the same iteration
-    of every outer time dimension agree on p)."""
+    of every outer time dimension agree on p). `deps` is a Dependences or the union map of
+    its validity dependences."""
     if not names:
         return {p: True for p in dims}
+    valid = deps.validity if isinstance(deps, Dependences) else deps
     sched = None
     for n in names:
         m = isl.UnionMap.from_map(time[n])
         sched = m if sched is None else sched.union(m)
     dom = sched.domain()
-    d = deps.validity.intersect_domain(dom).intersect_range(dom)
-    out = {}
+    d = valid.intersect_domain(dom).intersect_range(dom)
     if d.is_empty():
         return {p: True for p in dims}
     pairs = d.apply_domain(sched).apply_range(sched)
     n_time = next(iter(time[n] for n in names)).dim(isl.dim_type.out)
-    for p in dims:
-        out[p] = pairs.intersect(isl.UnionMap.from_map(_eq(n_time, p))).is_subset(
-            isl.UnionMap.from_map(_eq(n_time, p + 1)))
-    return out
+    return {p: pairs.intersect(isl.UnionMap.from_map(_eq(n_time, p))).is_subset(
+                isl.UnionMap.from_map(_eq(n_time, p + 1))) for p in dims}
 
 
 _EQ: dict[tuple[int, int], isl.Map] = {}
