@@ -17,6 +17,7 @@ functions in the original order, each after the TF node's comment.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import islpy as isl
 from pycparser import c_ast, c_generator
@@ -119,7 +120,8 @@ class _CallLowering:
         else:
             raise ValueError(f"unexpected isl AST node {t}")
 
-    def _for(self, node: isl.AstNode, in_parallel: bool) -> None:
+    def _for(self, node: isl.AstNode, in_parallel: bool, bare: bool = False) -> None:
+        """One loop. `bare`: the second loop of a `collapse(2)`, which takes no pragma."""
         it = node.for_get_iterator().to_C_str()
         init = _expr(node.for_get_init())
         body = node.for_get_body()
@@ -130,28 +132,51 @@ class _CallLowering:
             return
         p = int(it[1:])  # isl names iterators c<time dimension>
         names = _users(body)
-        originals = {self.kernels[n].statement if n in self.kernels else n for n in names}
-        if self.chain and self.chain.statements[0].name in originals:
-            originals |= {s.name for s in self.chain.statements}
+        originals = self._originals(names)
         innermost = not _has_for(body)
         want_par = not in_parallel and sum(self.work[n] for n in originals) >= MIN_WORK
         want_simd = innermost and not (names & set(self.kernels))
-        parallel = (want_par or want_simd) and self._is_parallel(originals, p)
+        parallel = not bare and (want_par or want_simd) and self._is_parallel(originals, p)
         pragma = []
         par = parallel and want_par
+        inner = self._collapsible(node, it) if par else None
         if par:
-            pragma.append("parallel for")
+            pragma.append("parallel for collapse(2)" if inner else "parallel for")
             self.stats.parallel_loops += 1
         if parallel and want_simd:
             pragma.append("simd")
             self.stats.simd_loops += 1
         if pragma:
             self.lines.append(f"#pragma omp {' '.join(pragma)}")
-        cond, inc = _expr(node.for_get_cond()), _expr(node.for_get_inc())
-        step = f"++{it}" if inc == "1" else f"{it} += {inc}"
-        self.lines.append(f"for (int {it} = {init}; {cond}; {step}) {{")
-        self.emit(body, in_parallel or par)
+        self.lines.append(f"for (int {it} = {init}; {_expr(node.for_get_cond())}; "
+                          f"{_step(it, node)}) {{")
+        if inner is not None:
+            self._for(inner, True, bare=True)
+        else:
+            self.emit(body, in_parallel or par)
         self.lines.append("}")
+
+    def _originals(self, names: set[str]) -> set[str]:
+        """The original statements behind AST statements (a kernel runs its contraction's
+        points; a fused chain's head stands for the whole chain)."""
+        out = {self.kernels[n].statement if n in self.kernels else n for n in names}
+        if self.chain and self.chain.statements[0].name in out:
+            out |= {s.name for s in self.chain.statements}
+        return out
+
+    def _collapsible(self, node: isl.AstNode, it: str) -> isl.AstNode | None:
+        """The loop directly inside `node` when both can share one `collapse(2)`: perfectly
+        nested, the inner bounds independent of the outer iterator, and no dependence
+        carried by the inner loop either (two output dimensions: rows x column tiles give
+        the threads more, evener pieces)."""
+        body = node.for_get_body()
+        if body.get_type() != isl.ast_node_type.for_ or body.for_is_degenerate():
+            return None
+        bounds = _expr(body.for_get_init()) + " " + _expr(body.for_get_cond())
+        if re.search(rf"\b{it}\b", bounds):
+            return None
+        inner = int(body.for_get_iterator().to_C_str()[1:])
+        return body if self._is_parallel(self._originals(_users(body)), inner) else None
 
     def _is_parallel(self, names: set[str], p: int) -> bool:
         key = (frozenset(names), p)
@@ -205,6 +230,11 @@ class _CallLowering:
         return (f"{dispatch_name(k.rb, k.nv)}({rows}, {k.k_hi - k.k_lo + 1}, &{_ref(k.a, env)}, "
                 f"{aa.get(ri, 0) if ri else 0}, {aa.get(ki, 0)}, &{_ref(k.b, env)}, "
                 f"{ab.get(ki, 0)}, &{_ref(k.y, env)}, {ay.get(ri, 0) if ri else 0});")
+
+
+def _step(it: str, node: isl.AstNode) -> str:
+    inc = _expr(node.for_get_inc())
+    return f"++{it}" if inc == "1" else f"{it} += {inc}"
 
 
 def _users(node: isl.AstNode) -> set[str]:
