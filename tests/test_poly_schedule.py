@@ -93,9 +93,11 @@ def test_poly_equals_textbook_bitwise(case):
         assert info["tiled"] and info["kernel_calls"] > 0, info
     if case == "matmul_transposed_b":  # b[j][k]: no unit-stride column in b
         assert not info["tiled"]
-    if case == "conv_bn_relu6_chain":  # Mul, AddV2, Relu6 fused; both temporaries contracted
-        assert [len(f["nodes"]) for f in info["fused"]] == [3]
-        assert len(info["fused"][0]["contracted"]) == 2
+    if case == "conv_bn_relu6_chain":
+        # Mul, AddV2, Relu6 fused into the conv as its row epilogue: the two temporaries
+        # between them contracted to scalars, the conv's output to one row.
+        assert [len(f["nodes"]) for f in info["fused"]] == [4]
+        assert len(info["fused"][0]["contracted"]) == 3
     if case == "chain_with_fan_out":  # `m` is read by two ops: fused, but not contracted
         assert info["fused"] and all(len(f["contracted"]) < len(f["nodes"]) - 1
                                      for f in info["fused"])
@@ -111,12 +113,15 @@ def test_lowered_c_is_readable_and_marked():
     new, info = optimize_source(sg.source, sg.entry)
     assert "rstf_mk_" in new and "#pragma omp parallel for" in new and "#pragma omp simd" in new
     assert info["parallel_loops"] >= 1 and info["simd_loops"] >= 1
-    # The TF node comments survive, one scheduled function per call.
-    assert "/* Conv2D (Conv2D) */" in new and new.count("static void sched_") == 4
-    # One parallel loop per conv nest (the init's and the update's output row loop): the
-    # reduction loops carry the += chain and are never marked.
-    conv = new.split("static void sched_0")[1].split("static void sched_1")[0]
-    assert conv.count("parallel for") == 2
+    # The TF node comments survive. The Relu runs as the conv's row epilogue: one
+    # scheduled function for both, the conv's output contracted to a row buffer.
+    assert "/* Conv2D (Conv2D) */" in new and new.count("static void sched_") == 3
+    assert "/* fused into sched_0 */" in new and "_row[" in new
+    assert [len(f["nodes"]) for f in info["fused"]] == [2]
+    # One parallel loop, over output rows: the reduction loops carry the += chain and are
+    # never marked.
+    conv = new.split("static void sched_0")[1].split("static void sched_")[0]
+    assert conv.count("parallel for") == 1
 
 
 def test_contraction_roles():

@@ -33,7 +33,7 @@ def optimize_source(source: str, entry: str, tile: bool = True,
     from ..cformat import format_c
     from .lower import lower
     from .microkernel import VLEN
-    from .fuse import chain_time, find_chains
+    from .fuse import chain_time, find_chains, fuse_epilogue
     from .schedule import CallSchedule, _pad, schedule_call
 
     t0 = time.perf_counter()
@@ -48,18 +48,27 @@ def optimize_source(source: str, entry: str, tile: bool = True,
     for s in scop.statements:
         by_call[s.call].append(s)
     try:
-        chains = find_chains(scop, deps) if fuse else []
+        chains = find_chains(scop, deps, min_len=1) if fuse else []
         in_chain = {c: ch for ch in chains for c in ch.calls}
         schedules = []
         for c, stmts in by_call.items():
             if c in in_chain:
                 ch = in_chain[c]
-                if c == ch.calls[0]:
+                if c != ch.calls[0]:
+                    continue
+                prev = schedules[-1] if schedules else None
+                if prev is not None and prev.call == c - 1 and prev.kernels:
+                    group = fuse_epilogue(scop, deps, prev, ch, depth)
+                    if group is not None:
+                        schedules[-1] = group
+                        continue
+                if len(ch.calls) > 1:
                     times = {n: _pad(m, depth) for n, m in chain_time(ch, depth).items()}
                     head = ch.statements[0].name
                     schedules.append(CallSchedule(c, ch.statements, times,
                                                   {head: times[head]}, chain=ch))
-            elif stmts:
+                    continue
+            if stmts:
                 schedules.append(schedule_call(scop, c, stmts, deps, depth, tile=tile))
         head = source.split("#include", 1)[0]
         new, stats = lower(scop, deps, schedules, head)
@@ -76,8 +85,10 @@ def optimize_source(source: str, entry: str, tile: bool = True,
                    "tile": [k.rb, VLEN * k.nv], "loops": [k.r, k.v], "reduction": k.k}
                   for k in kernels],
         "refused": [r for cs in schedules for r in cs.refused],
-        "fused": [{"nodes": [scop.calls[c].node for c in cs.chain.calls],
-                   "contracted": cs.chain.contracted} for cs in schedules if cs.chain],
+        "fused": [{"nodes": [scop.calls[c].node for c in
+                             sorted({cs.call, *cs.chain.calls})],
+                   "contracted": cs.chain.contracted + sorted(cs.rows)}
+                  for cs in schedules if cs.chain],
         "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
         "kernel_calls": stats.kernel_calls,
         "seconds": round(time.perf_counter() - t0, 3)}

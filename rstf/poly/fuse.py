@@ -27,7 +27,7 @@ import islpy as isl
 
 from .deps import Dependences, check_schedule_legal
 from .raise_c import Scop, Statement, _isl_name
-from .schedule import _addr, call_dependences
+from .schedule import CallSchedule, _addr, _pad, _roles, _violations, call_dependences
 
 
 @dataclasses.dataclass
@@ -85,8 +85,9 @@ def _identity_reads(s: Statement, scop: Scop, array: str) -> bool:
     return bool(reads) and all(_row_major(s, scop, a) for a in reads)
 
 
-def find_chains(scop: Scop, deps: Dependences) -> list[Chain]:
-    """Maximal chains of two or more consecutive pointwise calls (see the module doc)."""
+def find_chains(scop: Scop, deps: Dependences, min_len: int = 2) -> list[Chain]:
+    """Maximal chains of `min_len` or more consecutive pointwise calls (see the module
+    doc)."""
     by_call: dict[int, list[Statement]] = {}
     for s in scop.statements:
         by_call.setdefault(s.call, []).append(s)
@@ -114,7 +115,7 @@ def find_chains(scop: Scop, deps: Dependences) -> list[Chain]:
     chains.append(current)
     out = []
     for stmts in chains:
-        if len(stmts) < 2:
+        if len(stmts) < min_len:
             continue
         contracted = []
         for a, b in zip(stmts, stmts[1:]):
@@ -181,3 +182,62 @@ def legal(chain: Chain, deps: Dependences) -> bool:
     for m in time.values():
         u = isl.UnionMap.from_map(m) if u is None else u.union(isl.UnionMap.from_map(m))
     return not check_schedule_legal(None, call_dependences(deps, chain.statements), u)
+
+
+# Far after every column tile of a row: the epilogue runs once a row is complete.
+_AFTER_ROW = 1 << 20
+
+
+def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
+                  depth: int) -> CallSchedule | None:
+    """Fuse a tiled contraction with the pointwise chain that consumes its output, row by
+    row (PolyScientist-style epilogue fusion), or None when the pieces do not fit.
+
+    The contraction's output Y[o0..om-1][...] has its outer output loops (`o`: batch and
+    output row of a Conv2D) as its leading indices. In the fused schedule, each row `o`
+    runs: Y's initialisation (time `[pos, o, -1, ...]`), every kernel chunk and residual
+    point of the row (`[pos, o, u, ...]`, u >= 0), then the chain on that row
+    (`[pos, o, AFTER, ..., j]`), while the row is still in cache. Checked against every
+    dependence between the group's statements. When only the group reads Y, Y is
+    contracted to one row (`rows`), a buffer local to each iteration of the row loop.
+    """
+    if len(cs.kernels) != 1 or cs.chain is not None:
+        return None
+    kern = cs.kernels[0]
+    upd = scop.statement(kern.statement)
+    y = kern.y.array
+    others = [s for s in cs.statements if s.name != upd.name]
+    if len(others) != 1 or not _pointwise(others[0], scop):
+        return None
+    init, first = others[0], chain.statements[0]
+    if init.accesses[-1].array != y or not _identity_reads(first, scop, y):
+        return None
+    if _extents(first) != _extents(init) or len(kern.y.index) != len(init.iterators):
+        return None
+    outs, _, _, _, _ = _roles(upd, kern)
+    m = len(outs)
+    if m == 0 or [kern.y.index[i] for i in range(m)] != [{o: 1} for o in outs]:
+        return None
+    pos = upd.path[0]
+
+    def row_time(s: Statement, mid: int, last: int) -> isl.Map:
+        iv = [_isl_name(v) for v in s.iterators]
+        t = [str(pos), *iv[:m], str(mid), *iv[m:], str(last)]
+        return _pad(isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(t)}] }}")
+                    .intersect_domain(s.domain), depth)
+
+    time = dict(cs.time)
+    time[init.name] = row_time(init, -1, 0)
+    for j, s in enumerate(chain.statements):
+        time[s.name] = row_time(s, _AFTER_ROW, j)
+    stmts = cs.statements + chain.statements
+    if _violations(stmts, deps, time):
+        return None
+    ast_time = dict(cs.ast_time)
+    ast_time[init.name] = time[init.name]
+    ast_time[first.name] = time[first.name]
+    users = {s.name for s in scop.statements if any(a.array == y for a in s.accesses)}
+    rows = ({y: m} if scop.buffers[y].role == "temp"
+            and users == {init.name, upd.name, first.name} else {})
+    return CallSchedule(cs.call, stmts, time, ast_time, list(cs.kernels), list(cs.refused),
+                        chain=chain, rows=rows)

@@ -93,6 +93,8 @@ class _CallLowering:
         self.kernels = {k.name: k for k in cs.kernels}
         self.chain = cs.chain
         self.contracted = set(cs.chain.contracted) if cs.chain else set()
+        self.rows = dict(cs.rows)  # buffer -> leading dimensions dropped (one row kept)
+        self.row_declared = False
         self.work = {s.name: _volume(s) for s in cs.statements}
         self.lines: list[str] = []
         self.kernel_shapes: set[tuple[int, int]] = set()
@@ -127,6 +129,7 @@ class _CallLowering:
         body = node.for_get_body()
         if node.for_is_degenerate():
             self.lines.append(f"{{ const int {it} = {init};")
+            self._row_decls(int(it[1:]))
             self.emit(body, in_parallel)
             self.lines.append("}")
             return
@@ -150,6 +153,7 @@ class _CallLowering:
             self.lines.append(f"#pragma omp {' '.join(pragma)}")
         self.lines.append(f"for (int {it} = {init}; {_expr(node.for_get_cond())}; "
                           f"{_step(it, node)}) {{")
+        self._row_decls(p)
         if inner is not None:
             self._for(inner, True, bare=True)
         else:
@@ -199,7 +203,7 @@ class _CallLowering:
 
     def _statement(self, s: Statement, args: list[str]) -> None:
         env = dict(zip(map(_isl_name, s.iterators), args))
-        refs = {id(a.ref): (f"{a.array}_c" if a.array in self.contracted else _ref(a, env))
+        refs = {id(a.ref): (f"{a.array}_c" if a.array in self.contracted else self._ref(a, env))
                 for a in s.accesses}
         emit = _Emitter(refs, dict(zip(s.iterators, args)))
         out = s.accesses[-1].array
@@ -227,9 +231,28 @@ class _CallLowering:
         self.kernel_shapes.add((k.rb, k.nv))
         self.stats.kernel_calls += 1
         rows = "1" if not k.r else f"{vals['e']} - {vals['s']} + 1"
-        return (f"{dispatch_name(k.rb, k.nv)}({rows}, {k.k_hi - k.k_lo + 1}, &{_ref(k.a, env)}, "
-                f"{aa.get(ri, 0) if ri else 0}, {aa.get(ki, 0)}, &{_ref(k.b, env)}, "
-                f"{ab.get(ki, 0)}, &{_ref(k.y, env)}, {ay.get(ri, 0) if ri else 0});")
+        return (f"{dispatch_name(k.rb, k.nv)}({rows}, {k.k_hi - k.k_lo + 1}, "
+                f"&{self._ref(k.a, env)}, {aa.get(ri, 0) if ri else 0}, {aa.get(ki, 0)}, "
+                f"&{self._ref(k.b, env)}, {ab.get(ki, 0)}, &{self._ref(k.y, env)}, "
+                f"{ay.get(ri, 0) if ri else 0});")
+
+    def _ref(self, access, env: dict[str, str]) -> str:
+        """An array reference; a buffer contracted to one row drops its leading indices."""
+        m = self.rows.get(access.array)
+        if m is None:
+            return _ref(access, env)
+        return f"{access.array}_row" + "".join(f"[{_affine_text(i, env)}]"
+                                               for i in access.index[m:])
+
+    def _row_decls(self, p: int) -> None:
+        """At the top of the loop over the last contracted dimension: each iteration (and
+        each thread) gets its own row buffer."""
+        for name, m in self.rows.items():
+            if p == m:
+                b = self.scop.buffers[name]
+                dims = "".join(f"[{d}]" for d in b.shape[m:])
+                self.lines.append(f"{b.ctype} {name}_row{dims} __attribute__((aligned(64)));")
+                self.row_declared = True
 
 
 def _step(it: str, node: isl.AstNode) -> str:
@@ -303,11 +326,18 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             umap = u if umap is None else umap.union(u)
         build = isl.AstBuild.from_context(scop.context)
         low.emit(build.node_from_schedule_map(umap))
+        if low.rows and not low.row_declared:  # the row loops had one iteration: no loop
+            body = low.lines
+            low.lines = []
+            for m in set(low.rows.values()):
+                low._row_decls(m)
+            low.lines += body
         shapes |= low.kernel_shapes
         buffers, written = [], set()
         for s in cs.statements:
             for a in s.accesses:
-                if a.array not in buffers and a.array not in low.contracted:
+                if a.array not in buffers and a.array not in low.contracted \
+                        and a.array not in low.rows:
                     buffers.append(a.array)
                 if a.write:
                     written.add(a.array)
@@ -319,12 +349,15 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         attr = ""
         if cs.chain:
             fns = ", ".join(scop.calls[c].function for c in cs.chain.calls)
-            what.append(f"fused pointwise chain {fns}; contracted to scalars: "
-                        f"{', '.join(cs.chain.contracted) or 'none'}")
+            what.append(f"fused pointwise chain {fns}"
+                        + (" as the epilogue of each row" if cs.kernels else "")
+                        + f"; contracted to scalars: {', '.join(cs.chain.contracted) or 'none'}"
+                        + (f"; to one row: {', '.join(cs.rows)}" if cs.rows else ""))
             # No FMA across the fused statements: each keeps the rounding of its own op.
             attr = '__attribute__((optimize("fp-contract=off")))\n'
-            for c in cs.chain.calls[1:]:
-                calls_text[c] = f"/* fused into {fname} */"
+            for c in cs.chain.calls:
+                if c != cs.call:
+                    calls_text[c] = f"/* fused into {fname} */"
         else:
             what = what or ["original order"]
             what.insert(0, scop.calls[cs.call].function)

@@ -63,6 +63,7 @@ class CallSchedule:
     kernels: list[Kernel] = dataclasses.field(default_factory=list)
     refused: list[str] = dataclasses.field(default_factory=list)  # why a tiling was dropped
     chain: object = None  # fuse.Chain when this schedules a fused pointwise chain
+    rows: dict = dataclasses.field(default_factory=dict)  # buffer -> leading dims contracted
 
 
 def _addr(access, scop: Scop) -> dict:
