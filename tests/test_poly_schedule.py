@@ -64,6 +64,10 @@ CASES = {
         tf.nn.conv2d(x, _w(3, 3, 16, 32), 1, "SAME") * _w(32) + _w(32))),
     "chain_with_fan_out": ((2, 6, 6, 8), lambda x: (lambda m: tf.nn.relu(m + 1.0) * m)(
         tf.nn.sigmoid(x) * _w(8))),
+    # The conv's input (a temporary) and the epilogue's output get the same workspace bytes
+    # from the memory plan: fusing them row by row would overwrite input rows still read.
+    "conv_input_bytes_reused": ((1, 12, 10, 16), lambda x: tf.nn.relu(
+        tf.nn.conv2d(tf.nn.relu(x), _w(3, 3, 16, 16), 1, "SAME"))),
     "matmul": ((20, 70), lambda x: tf.matmul(x, _w(70, 50))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
     "matmul_transposed_b": ((3, 33), lambda x: tf.matmul(x, _w(48, 33), transpose_b=True)),

@@ -80,6 +80,25 @@ def _pointwise(s: Statement, scop: Scop) -> bool:
     return s.domain.is_equal(box) and _row_major(s, scop, s.accesses[-1])
 
 
+def _shares_bytes(scop: Scop, stmts: list[Statement], local: set[str]) -> bool:
+    """Whether a buffer the group writes shares workspace bytes with another buffer it
+    touches (`local` buffers live in registers or on the stack, not in the workspace).
+
+    The memory plan lets temporaries share bytes when their lifetimes, op by op, do not
+    overlap; fusing ops overlaps them. The row epilogue writing row `o` of its output
+    over bytes of a convolution input that rows `o+1`, `o+2` still read would be wrong,
+    yet no dependence shows it (the buffers are distinct in the polyhedral model), so a
+    group whose buffers overlap is not fused."""
+    written = {s.accesses[-1].array for s in stmts} - local
+    touched = {a.array for s in stmts for a in s.accesses} - local
+    for w in written:
+        for r in touched - {w}:
+            bw, br = _bytes(scop, w), _bytes(scop, r)
+            if bw is not None and br is not None and bw[0] < br[1] and br[0] < bw[1]:
+                return True
+    return False
+
+
 def _identity_reads(s: Statement, scop: Scop, array: str) -> bool:
     reads = [a for a in s.accesses if not a.write and a.array == array]
     return bool(reads) and all(_row_major(s, scop, a) for a in reads)
@@ -226,6 +245,12 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
         return _pad(isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(t)}] }}")
                     .intersect_domain(s.domain), depth)
 
+    users = {s.name for s in scop.statements if any(a.array == y for a in s.accesses)}
+    rows = ({y: m} if scop.buffers[y].role == "temp"
+            and users == {init.name, upd.name, first.name} else {})
+    if _shares_bytes(scop, cs.statements + chain.statements,
+                     set(chain.contracted) | set(rows)):
+        return None
     time = dict(cs.time)
     time[init.name] = row_time(init, -1, 0)
     for j, s in enumerate(chain.statements):
@@ -236,8 +261,5 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     ast_time = dict(cs.ast_time)
     ast_time[init.name] = time[init.name]
     ast_time[first.name] = time[first.name]
-    users = {s.name for s in scop.statements if any(a.array == y for a in s.accesses)}
-    rows = ({y: m} if scop.buffers[y].role == "temp"
-            and users == {init.name, upd.name, first.name} else {})
     return CallSchedule(cs.call, stmts, time, ast_time, list(cs.kernels), list(cs.refused),
                         chain=chain, rows=rows)
