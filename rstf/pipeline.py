@@ -180,6 +180,8 @@ def _poly(sg: SubgraphCode, log) -> dict:
     from .poly import optimize_source
 
     sg.source, info = optimize_source(sg.source, sg.entry)
+    if "workspace_bytes" in info:  # the pass re-plans the workspace for its schedule
+        sg.workspace_bytes = info["workspace_bytes"]
     if info["optimizer"] != "poly":
         log(f"subgraph {sg.index} left unoptimized: {info['diagnostic']}")
     return info

@@ -37,12 +37,13 @@ def _run_both(g, sg, feeds, threads=2):
     new, info = optimize_source(sg.source, sg.entry)
     assert info["optimizer"] == "poly", info
     old, sg.source = sg.source, new
+    old_ws, sg.workspace_bytes = sg.workspace_bytes, info["workspace_bytes"]
     prev = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
         got = run_subgraph_c(sg, inputs)
     finally:
-        sg.source = old
+        sg.source, sg.workspace_bytes = old, old_ws
         if prev is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:

@@ -24,7 +24,8 @@ def optimize_source(source: str, entry: str, tile: bool = True,
     `calls`, `tiled` (contractions tiled around microkernels, with their tile sizes),
     `refused` (tilings the dependence check rejected), `fused` (pointwise chains run as one
     loop nest, with the temporaries contracted to scalars), `parallel_loops`, `simd_loops`,
-    `kernel_calls` and `seconds`.
+    `kernel_calls`, `workspace_bytes` (the re-planned workspace the new C needs: the
+    caller must allocate that many bytes) and `seconds`.
     """
     import time
 
@@ -90,5 +91,5 @@ def optimize_source(source: str, entry: str, tile: bool = True,
                    "contracted": cs.chain.contracted + sorted(cs.rows)}
                   for cs in schedules if cs.chain],
         "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
-        "kernel_calls": stats.kernel_calls,
+        "kernel_calls": stats.kernel_calls, "workspace_bytes": stats.workspace_bytes,
         "seconds": round(time.perf_counter() - t0, 3)}

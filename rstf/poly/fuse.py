@@ -13,11 +13,11 @@ A temporary written and read only inside the chain (written by one statement, re
 next and by nothing else in the subgraph) then lives for one iteration: it is *contracted*
 to a scalar, so it is neither stored nor loaded, and needs no workspace bytes.
 
-Fusion widens lifetimes: the memory plan may have given the chain's output the bytes of a
-temporary the chain reads (their lifetimes were disjoint op by op). Reading and writing the
-same bytes is still exact when every element is read before it is written in the same
-iteration: same offset, same shape, identity accesses. Those two buffers are then declared
-without `restrict`; any other overlap refuses the fusion.
+Fusion widens lifetimes: the generated C's memory plan may have given a group's output the
+bytes of a temporary the group reads (their lifetimes were disjoint op by op), which the
+polyhedral model cannot see (its buffers are distinct). The lowering therefore redoes the
+plan with one step per scheduled group (`lower.replan`): the buffers of one group never
+share bytes.
 """
 from __future__ import annotations
 
@@ -35,7 +35,6 @@ class Chain:
     calls: list[int]  # consecutive call indexes
     statements: list[Statement]  # one per call, in order
     contracted: list[str]  # temporaries turned into scalars
-    aliased: list[str] = dataclasses.field(default_factory=list)  # declared without restrict
 
 
 def _row_major(s: Statement, scop: Scop, access) -> bool:
@@ -80,25 +79,6 @@ def _pointwise(s: Statement, scop: Scop) -> bool:
     return s.domain.is_equal(box) and _row_major(s, scop, s.accesses[-1])
 
 
-def _shares_bytes(scop: Scop, stmts: list[Statement], local: set[str]) -> bool:
-    """Whether a buffer the group writes shares workspace bytes with another buffer it
-    touches (`local` buffers live in registers or on the stack, not in the workspace).
-
-    The memory plan lets temporaries share bytes when their lifetimes, op by op, do not
-    overlap; fusing ops overlaps them. The row epilogue writing row `o` of its output
-    over bytes of a convolution input that rows `o+1`, `o+2` still read would be wrong,
-    yet no dependence shows it (the buffers are distinct in the polyhedral model), so a
-    group whose buffers overlap is not fused."""
-    written = {s.accesses[-1].array for s in stmts} - local
-    touched = {a.array for s in stmts for a in s.accesses} - local
-    for w in written:
-        for r in touched - {w}:
-            bw, br = _bytes(scop, w), _bytes(scop, r)
-            if bw is not None and br is not None and bw[0] < br[1] and br[0] < bw[1]:
-                return True
-    return False
-
-
 def _identity_reads(s: Statement, scop: Scop, array: str) -> bool:
     reads = [a for a in s.accesses if not a.write and a.array == array]
     return bool(reads) and all(_row_major(s, scop, a) for a in reads)
@@ -141,44 +121,11 @@ def find_chains(scop: Scop, deps: Dependences, min_len: int = 2) -> list[Chain]:
             buf = a.accesses[-1].array
             if scop.buffers[buf].role == "temp" and users[buf] == {a.name, b.name}:
                 contracted.append(buf)
-        aliased = _aliased(scop, stmts, contracted)
-        if aliased is None:
-            continue
-        chain = Chain([s.call for s in stmts], stmts, contracted, aliased)
+        chain = Chain([s.call for s in stmts], stmts, contracted)
         if not legal(chain, deps):
             continue
         out.append(chain)
     return out
-
-
-_SIZEOF = {"float": 4, "double": 8, "int": 4, "long": 8, "long long": 8, "short": 2,
-           "char": 1, "signed char": 1, "unsigned char": 1}
-
-
-def _bytes(scop: Scop, name: str) -> tuple[int, int] | None:
-    b = scop.buffers[name]
-    if b.role != "temp" or b.offset is None or b.size is None:
-        return None
-    return b.offset, b.offset + b.size * _SIZEOF.get(b.ctype, 8)
-
-
-def _aliased(scop: Scop, stmts: list[Statement], contracted: list[str]) -> list[str] | None:
-    """Buffers of the fused chain that share bytes in exactly the safe way, or None when
-    some overlap is not safe (see the module docstring)."""
-    written = {s.accesses[-1].array for s in stmts} - set(contracted)
-    touched = {a.array for s in stmts for a in s.accesses} - set(contracted)
-    out: set[str] = set()
-    for w in written:
-        for r in touched - {w}:
-            bw, br = _bytes(scop, w), _bytes(scop, r)
-            if bw is None or br is None or bw[1] <= br[0] or br[1] <= bw[0]:
-                continue
-            same = bw == br and scop.buffers[w].size == scop.buffers[r].size
-            if not (same and all(_row_major(s, scop, a) for s in stmts for a in s.accesses
-                                 if a.array in (w, r))):
-                return None
-            out |= {w, r}
-    return sorted(out)
 
 
 def chain_time(chain: Chain, depth: int) -> dict[str, isl.Map]:
@@ -248,9 +195,6 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     users = {s.name for s in scop.statements if any(a.array == y for a in s.accesses)}
     rows = ({y: m} if scop.buffers[y].role == "temp"
             and users == {init.name, upd.name, first.name} else {})
-    if _shares_bytes(scop, cs.statements + chain.statements,
-                     set(chain.contracted) | set(rows)):
-        return None
     time = dict(cs.time)
     time[init.name] = row_time(init, -1, 0)
     for j, s in enumerate(chain.statements):

@@ -42,6 +42,7 @@ class LoweringStats:
     parallel_loops: int = 0
     simd_loops: int = 0
     kernel_calls: int = 0  # kernel call sites in the C
+    workspace_bytes: int = 0  # of the re-planned workspace
 
 
 class _Emitter(c_generator.CGenerator):
@@ -294,12 +295,13 @@ def _volume(s: Statement) -> int:
     return v
 
 
-def _param_decl(scop: Scop, name: str, written: bool, restrict: bool = True) -> str:
+def _param_decl(scop: Scop, name: str, written: bool) -> str:
+    """`restrict` holds: the re-planned workspace gives the buffers of one group (one
+    call) distinct bytes."""
     b = scop.buffers[name]
     dims = list(b.shape) or [1]
     rest = "".join(f"[{d}]" for d in dims[1:])
-    q = "restrict " if restrict else ""
-    return f"{'' if written else 'const '}{b.ctype} {name}[{q}{dims[0]}]{rest}"
+    return f"{'' if written else 'const '}{b.ctype} {name}[restrict {dims[0]}]{rest}"
 
 
 def _cast(scop: Scop, name: str, written: bool) -> str:
@@ -342,8 +344,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
                 if a.write:
                     written.add(a.array)
         fname = f"sched_{cs.call}"
-        aliased = set(cs.chain.aliased) if cs.chain else set()
-        decls = [_param_decl(scop, b, b in written, b not in aliased) for b in buffers] + params
+        decls = [_param_decl(scop, b, b in written) for b in buffers] + params
         what = [f"{k.name}: {k.rb}x{VLEN * k.nv} tiles of {k.statement} over ({k.r}, {k.v}), "
                 f"reduction {k.k} in one microkernel call" for k in cs.kernels]
         attr = ""
@@ -368,20 +369,56 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         args = [_cast(scop, b, b in written) for b in buffers] + list(scop.params)
         calls_text[cs.call] = f"{fname}({', '.join(args)});"
     kernels = dispatch_source(sorted(shapes))
-    entry = _entry(scop, calls_text)
+    offsets, stats.workspace_bytes = replan(scop, schedules)
+    entry = _entry(scop, calls_text, offsets)
     src = (header + "#include <math.h>\n#include <stddef.h>\n\n" + MACROS + "\n"
            + (PRELUDE + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
            + entry)
     return src, stats
 
 
-def _entry(scop: Scop, calls_text: dict[int, str]) -> str:
+def replan(scop: Scop, schedules: list[CallSchedule]) -> tuple[dict[str, int], int]:
+    """The workspace plan of the scheduled program: ({temporary: byte offset}, bytes).
+
+    The generated C's plan shares bytes between temporaries whose lifetimes, op by op, do
+    not overlap; fusion runs several ops as one step, so the plan is redone with one step
+    per scheduled group (buffers of one group never share bytes). Temporaries contracted
+    to scalars or to a row buffer need no workspace at all."""
+    from ..memplan import Buffer, plan
+
+    local = set()
+    for cs in schedules:
+        local |= set(cs.rows) | set(cs.chain.contracted if cs.chain else ())
+    live: dict[str, list[int]] = {}
+    for step, cs in enumerate(schedules):
+        for s in cs.statements:
+            for a in s.accesses:
+                if scop.buffers[a.array].role == "temp" and a.array not in local:
+                    live.setdefault(a.array, [step, step])[1] = step
+    buffers = []
+    for name, (start, end) in live.items():
+        b = scop.buffers[name]
+        if b.size is None:
+            raise ValueError(f"temporary {name} has a parametric size")
+        buffers.append(Buffer(name, b.size * _SIZEOF.get(b.ctype, 8), start, end))
+    return plan(buffers)
+
+
+_SIZEOF = {"float": 4, "double": 8, "int": 4, "long": 8, "short": 2, "char": 1,
+           "signed char": 1, "unsigned char": 1, "long long": 8}
+
+
+def _entry(scop: Scop, calls_text: dict[int, str], offsets: dict[str, int]) -> str:
     fdef = next(f for f in scop.ast.ext
                 if isinstance(f, c_ast.FuncDef) and f.decl.name == scop.entry)
     lines = [_text(fdef.decl), "{"]
     for item in fdef.body.block_items or []:
-        if isinstance(item, c_ast.Decl):
-            lines.append(_text(item) + ";")
+        if isinstance(item, c_ast.Decl) and item.name in offsets:
+            b = scop.buffers[item.name]
+            ws = item.init  # (T *)((char *)ws + OFFSET): keep its workspace name
+            base = _text(ws).split("(char *)")[1].split(")")[0].strip(" ()")
+            lines.append(f"{b.ctype} *{item.name} = ({b.ctype} *)((char *){base} + "
+                         f"{offsets[item.name]});")
     for call in scop.calls:
         lines.append(f"/* {call.node} ({call.op}) */" if call.op else f"/* {call.node} */")
         lines.append(calls_text.get(call.index, "/* no statements */"))
