@@ -69,6 +69,10 @@ CASES = {
     # from the memory plan: fusing them row by row would overwrite input rows still read.
     "conv_input_bytes_reused": ((1, 12, 10, 16), lambda x: tf.nn.relu(
         tf.nn.conv2d(tf.nn.relu(x), _w(3, 3, 16, 16), 1, "SAME"))),
+    # A first layer: 3 input channels, so (kw, ic) become one reduction of 21 steps.
+    "conv_rgb_7x7_stride2": ((1, 30, 30, 3), lambda x: tf.nn.conv2d(
+        x, _w(7, 7, 3, 64), 2, "VALID")),
+    "conv_rgb_3x3_same": ((1, 13, 13, 3), lambda x: tf.nn.conv2d(x, _w(3, 3, 3, 32), 1, "SAME")),
     "matmul": ((20, 70), lambda x: tf.matmul(x, _w(70, 50))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
     "matmul_transposed_b": ((3, 33), lambda x: tf.matmul(x, _w(48, 33), transpose_b=True)),
@@ -96,6 +100,8 @@ def test_poly_equals_textbook_bitwise(case):
         np.testing.assert_array_equal(got[k], ref[k])
     if case.startswith("conv") or case in ("matmul", "matmul_row"):
         assert info["tiled"] and info["kernel_calls"] > 0, info
+    if case.startswith("conv_rgb"):
+        assert info["tiled"][0]["reduction"] == ["kw", "ic"], info["tiled"]
     if case == "matmul_transposed_b":  # b[j][k]: no unit-stride column in b
         assert not info["tiled"]
     if case == "conv_bn_relu6_chain":

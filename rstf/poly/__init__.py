@@ -83,7 +83,8 @@ def optimize_source(source: str, entry: str, tile: bool = True,
     return format_c(new), {
         "optimizer": "poly", "statements": len(scop.statements), "calls": len(scop.calls),
         "tiled": [{"statement": k.statement, "node": scop.statement(k.statement).node,
-                   "tile": [k.rb, VLEN * k.nv], "loops": [k.r, k.v], "reduction": k.k}
+                   "tile": [k.rb, VLEN * k.nv], "loops": [k.r, k.v],
+                   "reduction": [x for x in (k.k2, k.k) if x]}
                   for k in kernels],
         "refused": [r for cs in schedules for r in cs.refused],
         "fused": [{"nodes": [scop.calls[c].node for c in

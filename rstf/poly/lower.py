@@ -225,6 +225,8 @@ class _CallLowering:
                 env[_isl_name(c)] = f"{VLEN * k.nv} * {vals['u']}"
             elif c == k.k:
                 env[_isl_name(c)] = str(k.k_lo)
+            elif c == k.k2:
+                env[_isl_name(c)] = str(k.k2_lo)
             else:
                 env[_isl_name(c)] = vals[c]
         ri, ki = _isl_name(k.r) if k.r else None, _isl_name(k.k)
@@ -232,7 +234,7 @@ class _CallLowering:
         self.kernel_shapes.add((k.rb, k.nv))
         self.stats.kernel_calls += 1
         rows = "1" if not k.r else f"{vals['e']} - {vals['s']} + 1"
-        return (f"{dispatch_name(k.rb, k.nv)}({rows}, {k.k_hi - k.k_lo + 1}, "
+        return (f"{dispatch_name(k.rb, k.nv)}({rows}, {k.depth}, "
                 f"&{self._ref(k.a, env)}, {aa.get(ri, 0) if ri else 0}, {aa.get(ki, 0)}, "
                 f"&{self._ref(k.b, env)}, {ab.get(ki, 0)}, &{self._ref(k.y, env)}, "
                 f"{ay.get(ri, 0) if ri else 0});")
@@ -346,7 +348,8 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         fname = f"sched_{cs.call}"
         decls = [_param_decl(scop, b, b in written) for b in buffers] + params
         what = [f"{k.name}: {k.rb}x{VLEN * k.nv} tiles of {k.statement} over ({k.r}, {k.v}), "
-                f"reduction {k.k} in one microkernel call" for k in cs.kernels]
+                f"reduction {k.k2 + ' x ' if k.k2 else ''}{k.k} in one microkernel call"
+                for k in cs.kernels]
         attr = ""
         if cs.chain:
             fns = ", ".join(scop.calls[c].function for c in cs.chain.calls)

@@ -51,6 +51,14 @@ class Kernel:
     y: object  # Access of the written output
     domain: isl.Set = None
     tiles: int = 0  # number of kernel calls
+    k2: str | None = None  # a reduction loop merged with k (see find_contraction)
+    k2_lo: int = 0
+    k2_hi: int = 0
+
+    @property
+    def depth(self) -> int:
+        """Reduction steps of one kernel call."""
+        return (self.k_hi - self.k_lo + 1) * (self.k2_hi - self.k2_lo + 1)
 
 
 @dataclasses.dataclass
@@ -133,8 +141,18 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
             rb = 1
         c_of = dict(zip(iv, s.iterators))
         outer = [c_of[x] for x in iv if x not in (r, k, v)]
-        return Kernel(f"K{s.name}", s.name, c_of.get(r), c_of[k], c_of[v], rb, nv, k_lo, k_hi,
+        kern = Kernel(f"K{s.name}", s.name, c_of.get(r), c_of[k], c_of[v], rb, nv, k_lo, k_hi,
                       outer + ["t", "u"], a, b, y)
+        # Merge the next reduction loop out into k when k's whole range and it walk both
+        # operands contiguously: a convolution's (kw, ic) with few input channels (the
+        # first layer's 3) makes one long reduction instead of KW short ones.
+        n = k_hi - k_lo + 1
+        k2 = reds[-2] if len(reds) > 1 else None
+        if k2 and (aa.get(k2, 0), ab.get(k2, 0)) == (n * aa.get(k, 0), n * ab.get(k, 0)) \
+                and n < 64:
+            kern.k2 = c_of[k2]
+            kern.k2_lo, kern.k2_hi = _box(s, depth(k2))
+        return kern
     return None
 
 
@@ -143,8 +161,9 @@ def _roles(s: Statement, kern: Kernel) -> tuple[list[str], list[str], str | None
     iv = [_isl_name(v) for v in s.iterators]
     c2i = dict(zip(s.iterators, iv))
     r, k, v = c2i.get(kern.r), c2i[kern.k], c2i[kern.v]
-    outs = [x for x in iv if x not in (r, k, v) and _is_output(kern, x)]
-    reds = [x for x in iv if x not in (r, k, v) and x not in outs]
+    k2 = c2i.get(kern.k2)
+    outs = [x for x in iv if x not in (r, k, v, k2) and _is_output(kern, x)]
+    reds = [x for x in iv if x not in (r, k, v, k2) and x not in outs]
     return outs, reds, r, k, v
 
 
@@ -166,8 +185,11 @@ def _chunks(s: Statement, kern: Kernel, prefix: str) -> isl.Set:
     o = outs + ["u"] + reds
     rr = r or "r0"
     full = None  # { [o, r] : every corner (k, v) of the tile row is in the domain }
-    for ck, cv in itertools.product((kern.k_lo, kern.k_hi), (0, vb - 1)):
-        target = [str(ck) if x == k else f"{vb}*u + {cv}" if x == v else x for x in iv]
+    k2 = _isl_name(kern.k2) if kern.k2 else None
+    for ck, ck2, cv in itertools.product((kern.k_lo, kern.k_hi), (kern.k2_lo, kern.k2_hi),
+                                         (0, vb - 1)):
+        target = [str(ck) if x == k else str(ck2) if x == k2 else f"{vb}*u + {cv}" if x == v
+                  else x for x in iv]
         m = isl.Map(f"{prefix}{{ [{', '.join(o + [rr])}] -> {s.name}[{', '.join(target)}]"
                     + (" : r0 = 0" if r is None else "") + " }")
         part = m.intersect_range(s.domain).domain()
@@ -198,7 +220,9 @@ def _tiling(s: Statement, kern: Kernel, pos: int, prefix: str):
     o = outs + ["u"] + reds
     kdom = _chunks(s, kern, prefix)
     kd = ", ".join(o + ["s", "e"])
-    ktime = isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> [{pos}, {', '.join(o)}, s, 0, 0, 0] }}"
+    k2 = [_isl_name(kern.k2)] if kern.k2 else []
+    zeros = ", 0" * (3 + len(k2))
+    ktime = isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> [{pos}, {', '.join(o)}, s{zeros}] }}"
                     ).intersect_domain(kdom)
     row = f"s <= {r} <= e and " if r else ""
     rel = isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> {s.name}[{', '.join(iv)}] : "
@@ -209,11 +233,12 @@ def _tiling(s: Statement, kern: Kernel, pos: int, prefix: str):
     u_expr = f"floor(({v})/{vb})"
     head = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{pos}, "
                    f"{', '.join(outs + [u_expr] + reds)}] }}")
-    tail = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{k}, {r or '0'}, {v}] }}")
+    tail = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> "
+                   f"[{', '.join(k2 + [k, r or '0', v])}] }}")
     t_cov = head.flat_range_product(start).flat_range_product(tail).intersect_domain(covered)
     rest = s.domain.subtract(covered).coalesce()
     t_rest = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{pos}, "
-                     f"{', '.join(outs + [u_expr] + reds)}, {r or '0'}, {k}, {v}, 0] }}"
+                     f"{', '.join(outs + [u_expr] + reds + [r or '0'] + k2 + [k, v])}, 0] }}"
                      ).intersect_domain(rest)
     return kdom, ktime, t_rest, t_cov.union(t_rest)
 
