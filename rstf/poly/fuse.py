@@ -27,6 +27,7 @@ import islpy as isl
 
 from .deps import Dependences, check_schedule_legal
 from .raise_c import Scop, Statement, _isl_name
+from .microkernel import VLEN
 from .schedule import CallSchedule, _addr, _pad, _roles, _violations, call_dependences
 
 
@@ -159,13 +160,15 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     """Fuse a tiled contraction with the pointwise chain that consumes its output, row by
     row (PolyScientist-style epilogue fusion), or None when the pieces do not fit.
 
-    The contraction's output Y[o0..om-1][...] has its outer output loops (`o`: batch and
-    output row of a Conv2D) as its leading indices. In the fused schedule, each row `o`
-    runs: Y's initialisation (time `[pos, o, -1, ...]`), every kernel chunk and residual
-    point of the row (`[pos, o, u, ...]`, u >= 0), then the chain on that row
-    (`[pos, o, AFTER, ..., j]`), while the row is still in cache. Checked against every
-    dependence between the group's statements. When only the group reads Y, Y is
-    contracted to one row (`rows`), a buffer local to each iteration of the row loop.
+    The contraction's output Y[o0..om-1][...][c] has its outer output loops (`o`: batch and
+    output row of a Conv2D) as its leading indices, and its column loop (c) last. In the
+    fused schedule, each row `o` and column tile `u` (c = VB*u .. VB*u+VB-1) runs: Y's
+    initialisation (time `[pos, o, u, -1, ...]`), every kernel chunk and residual point of
+    the tile (`[pos, o, u, reds >= 0, ...]`), then the chain on the tile
+    (`[pos, o, u, AFTER, ..., j]`), while it is still in cache; rows and tiles both stay
+    parallel (collapse(2)). Checked against every dependence between the group's
+    statements. When only the group reads Y, Y is contracted to one row (`rows`), a
+    buffer local to each iteration of the loops around the tile.
     """
     if len(cs.kernels) != 1 or cs.chain is not None:
         return None
@@ -186,9 +189,11 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
         return None
     pos = upd.path[0]
 
+    vb = VLEN * kern.nv
+
     def row_time(s: Statement, mid: int, last: int) -> isl.Map:
         iv = [_isl_name(v) for v in s.iterators]
-        t = [str(pos), *iv[:m], str(mid), *iv[m:], str(last)]
+        t = [str(pos), *iv[:m], f"floor(({iv[-1]})/{vb})", str(mid), *iv[m:], str(last)]
         return _pad(isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(t)}] }}")
                     .intersect_domain(s.domain), depth)
 

@@ -95,7 +95,7 @@ class _CallLowering:
         self.chain = cs.chain
         self.contracted = set(cs.chain.contracted) if cs.chain else set()
         self.rows = dict(cs.rows)  # buffer -> leading dimensions dropped (one row kept)
-        self.row_declared = False
+        self.row_dim: dict[str, int | None] = {}
         self.work = {s.name: _volume(s) for s in cs.statements}
         self.lines: list[str] = []
         self.kernel_shapes: set[tuple[int, int]] = set()
@@ -247,15 +247,34 @@ class _CallLowering:
         return f"{access.array}_row" + "".join(f"[{_affine_text(i, env)}]"
                                                for i in access.index[m:])
 
-    def _row_decls(self, p: int) -> None:
-        """At the top of the loop over the last contracted dimension: each iteration (and
-        each thread) gets its own row buffer."""
+    def plan_rows(self, root: isl.AstNode) -> None:
+        """Where each row buffer is declared: in the deepest loop of the AST among the
+        time dimensions 1..m+1 (the contracted rows and the column tile around them), so
+        each of their iterations, and each thread, has its own. Loops isl did not emit
+        (one iteration) do not count; with none, the buffer goes at the function's top,
+        and a parallel loop, if any, is then inside one row and column tile."""
+        present: set[int] = set()
+
+        def visit(n):
+            if n.get_type() == isl.ast_node_type.for_:
+                present.add(int(n.for_get_iterator().to_C_str()[1:]))
+            return True
+
+        root.foreach_descendant_top_down(visit)
+        self.row_dim = {}
         for name, m in self.rows.items():
-            if p == m:
+            dims = [d for d in present if 1 <= d <= m + 1]
+            self.row_dim[name] = max(dims) if dims else None
+
+    def _row_decls(self, p: int | None) -> None:
+        """Declare the row buffers that belong at the top of the loop over dimension p
+        (None: the function's top)."""
+        for name in self.rows:
+            if self.row_dim.get(name) == p:
+                m = self.rows[name]
                 b = self.scop.buffers[name]
                 dims = "".join(f"[{d}]" for d in b.shape[m:])
                 self.lines.append(f"{b.ctype} {name}_row{dims} __attribute__((aligned(64)));")
-                self.row_declared = True
 
 
 def _step(it: str, node: isl.AstNode) -> str:
@@ -329,13 +348,10 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             u = isl.UnionMap.from_map(m)
             umap = u if umap is None else umap.union(u)
         build = isl.AstBuild.from_context(scop.context)
-        low.emit(build.node_from_schedule_map(umap))
-        if low.rows and not low.row_declared:  # the row loops had one iteration: no loop
-            body = low.lines
-            low.lines = []
-            for m in set(low.rows.values()):
-                low._row_decls(m)
-            low.lines += body
+        root = build.node_from_schedule_map(umap)
+        low.plan_rows(root)
+        low._row_decls(None)
+        low.emit(root)
         shapes |= low.kernel_shapes
         buffers, written = [], set()
         for s in cs.statements:

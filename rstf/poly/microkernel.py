@@ -90,27 +90,36 @@ static void {dispatch_name(rb, nv)}(int rows, int K, const float *restrict a, lo
     return "\n".join(out) + "\n"
 
 
-def choose_tile(rows: int, cols: int) -> tuple[int, int, float] | None:
-    """(RB, NV, estimated seconds-per-flop score) for a contraction over `rows` x `cols`
-    outputs, or None when no kernel tile fits (cols < 16).
+def _efficiency(rb: int, nv: int) -> float:
+    """Rough fraction of the FMA peak a kernel of rb x nv accumulators reaches: RB*NV FMAs
+    a step for RB + NV loads, and at least 8 independent accumulators to hide the FMA
+    latency on two pipes."""
+    acc = rb * nv
+    return min(1.0, acc / 10) * acc / (acc + (rb + nv) / 2)
 
-    The cost model: the tiles cover floor(rows/RB)*RB x floor(cols/VB)*VB of the outputs,
-    at an efficiency that grows with the accumulators per loaded operand (RB*NV FMAs for
-    RB + NV loads a step) and needs at least 8 independent accumulators to hide FMA latency
-    on two pipes; the rest runs in the residual textbook loops, about 4x slower.
+
+def choose_tile(rows: int, cols: int) -> tuple[int, int, float] | None:
+    """(RB, NV, estimated cost per output) for a contraction over `rows` x `cols` outputs,
+    or None when no kernel tile fits (cols < 16).
+
+    The cost model: a row of the tiling is cut into chunks of RB rows and one shorter
+    remainder chunk (run by the RB = remainder kernel), each at its `_efficiency`; the
+    columns are covered by floor(cols/VB) tiles of VB = 16*NV, the rest runs in the
+    residual textbook loops, about 4x slower than a kernel.
     """
     best = None
     for nv in (4, 3, 2, 1):
         vb = VLEN * nv
         if cols < vb:
             continue
+        covered = cols // vb * vb / cols
         for rb in range(1, min(rows, 14) + 1):
             if not fits_registers(rb, nv):
                 continue
-            acc = rb * nv
-            eff = min(1.0, acc / 10) * acc / (acc + (rb + nv) / 2)
-            covered = (rows // rb * rb) * (cols // vb * vb) / (rows * cols)
-            cost = covered / eff + (1 - covered) * 4.0
+            full, rem = divmod(rows, rb)
+            per_row = (full * rb / _efficiency(rb, nv)
+                       + (rem / _efficiency(rem, nv) if rem else 0.0)) / rows
+            cost = covered * per_row + (1 - covered) * 4.0
             if best is None or cost < best[2] - 1e-9:
                 best = (rb, nv, cost)
     return best

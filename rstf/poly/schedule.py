@@ -149,7 +149,7 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
         n = k_hi - k_lo + 1
         k2 = reds[-2] if len(reds) > 1 else None
         if k2 and (aa.get(k2, 0), ab.get(k2, 0)) == (n * aa.get(k, 0), n * ab.get(k, 0)) \
-                and n < 64:
+                and n <= 16:
             kern.k2 = c_of[k2]
             kern.k2_lo, kern.k2_hi = _box(s, depth(k2))
         return kern
