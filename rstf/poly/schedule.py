@@ -11,14 +11,19 @@ into four roles:
 - r: an output row loop (absent from B), register-blocked;
 - the others: outer output loops and outer reduction loops, in their original order.
 
-The statement is tiled RB x VB over (r, v) (sizes from `microkernel.choose_tile`) and
-re-ordered `outer outputs, v-tile, r-tile, outer reductions, k, r, v`. Every output element
-still sees its reduction in the original order, so the schedule is legal (and checked:
-`check_schedule_legal` on the call's dependences, the tiling is dropped otherwise). Whole
-tiles, those whose every point lies in the domain (the domain is convex, so testing the
-corners suffices), become one instance of a kernel statement `K<S>` that the lowering
-emits as a microkernel call over the whole k range; the remaining points (padding borders,
-remainders of r and v) stay statement `S`, restricted to them, in the same tiled order.
+The column loop is tiled by VB = 16*NV and the rows by chunks of RB (sizes from
+`microkernel.choose_tile`): for each outer point and column tile, the rows whose whole
+tile row lies in the domain (the domain is convex, so testing the corners suffices) form
+an interval, cut into RB-row chunks from its start, the last one shorter. Each chunk is one
+instance of a kernel statement `K<S>`, emitted as a microkernel call over the whole k range
+(a kernel of that many rows). The order is `outer outputs, column tile, outer reductions,
+chunk, k, r, v`: every output element still sees its reduction in the original order, so
+the schedule is legal (and checked: `check_schedule_legal` on the call's dependences, the
+tiling is dropped otherwise). The points no chunk covers (column remainders, borders where
+the reduction range is cut) stay statement `S`, restricted to them, in the same order.
+
+A reduction loop just outside k that continues k contiguously in both operands (a first
+convolution's kw around 3 input channels) is merged into the kernel's reduction.
 """
 from __future__ import annotations
 
