@@ -107,13 +107,18 @@ def test_inception_v4_architecture(v4_graph_def):
     assert g.get_tensor_by_name("output:0").shape.as_list() == [1, 1000]
 
 
-def test_inception_v4_runs(v4_graph_def):
+def _run(graph_def, size: int) -> np.ndarray:
+    """The model's output on a seeded N(0, 1) image of size x size."""
     g = tf.Graph()
     with g.as_default():
-        tf.import_graph_def(v4_graph_def, name="")
-    x = np.random.RandomState(0).standard_normal((1, 75, 75, 3)).astype(np.float32)
+        tf.import_graph_def(graph_def, name="")
+    x = np.random.RandomState(0).standard_normal((1, size, size, 3)).astype(np.float32)
     with tf.compat.v1.Session(graph=g) as sess:
-        y = sess.run("output:0", {"input:0": x})
+        return sess.run("output:0", {"input:0": x})
+
+
+def test_inception_v4_runs(v4_graph_def):
+    y = _run(v4_graph_def, 75)
     assert y.shape == (1, 1000) and np.all(np.isfinite(y))
     np.testing.assert_allclose(y.sum(), 1.0, rtol=1e-4)
     # Neither one-hot nor uniform (at 75 the 1x1 final map gives a flat softmax, max
@@ -158,13 +163,7 @@ def test_keras_names_checked():
 def test_keras_classifier_calibrated():
     """keras:CTOR names get their classifier rescaled by a power of two (plain rules give
     Xception logits with std ~1e5: a one-hot softmax that would hide any error)."""
-    gd = build_graph_def("keras:Xception", input_size=71)
-    g = tf.Graph()
-    with g.as_default():
-        tf.import_graph_def(gd, name="")
-    x = np.random.RandomState(0).standard_normal((1, 71, 71, 3)).astype(np.float32)
-    with tf.compat.v1.Session(graph=g) as sess:
-        y = sess.run("output:0", {"input:0": x})
+    y = _run(build_graph_def("keras:Xception", input_size=71), 71)
     assert y.shape == (1, 1000) and np.all(np.isfinite(y))
     assert 0.003 < y.max() < 0.5 and y.min() > 0
 

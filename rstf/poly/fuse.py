@@ -25,10 +25,10 @@ import dataclasses
 
 import islpy as isl
 
-from .deps import Dependences, check_schedule_legal
+from .deps import Dependences
 from .raise_c import Scop, Statement, _isl_name
 from .microkernel import VLEN
-from .schedule import CallSchedule, _addr, _pad, _roles, _violations, call_dependences
+from .schedule import CallSchedule, _addr, _pad, _roles, _violations, extents
 
 
 @dataclasses.dataclass
@@ -45,7 +45,7 @@ def _row_major(s: Statement, scop: Scop, access) -> bool:
     if addr is None or addr.get(1, 0):
         return False
     iv = [_isl_name(v) for v in s.iterators]
-    ext = _extents(s)
+    ext = extents(s)
     stride, want = 1, {}
     for v, (lo, hi) in reversed(list(zip(iv, ext))):
         want[v] = stride
@@ -57,11 +57,6 @@ def _row_major(s: Statement, scop: Scop, access) -> bool:
         addr.get(v, 0) == want[v] for v, (lo, hi) in zip(iv, ext) if hi > lo)
 
 
-def _extents(s: Statement) -> list[tuple[int, int]]:
-    return [(int(s.domain.dim_min_val(d).to_python()), int(s.domain.dim_max_val(d).to_python()))
-            for d in range(len(s.iterators))]
-
-
 def _numel(scop: Scop, access) -> int:
     return scop.buffers[access.array].size or -1
 
@@ -71,11 +66,11 @@ def _pointwise(s: Statement, scop: Scop) -> bool:
     order of its loops."""
     if s.ast.op != "=" or not s.iterators or s.domain.dim(isl.dim_type.param):
         return False
-    if any(lo != 0 for lo, _ in _extents(s)):
+    if any(lo != 0 for lo, _ in extents(s)):
         return False
     iv = [_isl_name(v) for v in s.iterators]
     box = isl.Set(f"{{ {s.name}[{', '.join(iv)}] : "
-                  + " and ".join(f"0 <= {v} <= {hi}" for v, (_, hi) in zip(iv, _extents(s)))
+                  + " and ".join(f"0 <= {v} <= {hi}" for v, (_, hi) in zip(iv, extents(s)))
                   + " }")
     return s.domain.is_equal(box) and _row_major(s, scop, s.accesses[-1])
 
@@ -103,7 +98,7 @@ def find_chains(scop: Scop, deps: Dependences, min_len: int = 2) -> list[Chain]:
         if ok and current:
             prev = current[-1]
             out = prev.accesses[-1].array
-            same = _extents(prev) == _extents(s)
+            same = extents(prev) == extents(s)
             if not (same and _identity_reads(s, scop, out)):
                 chains.append(current)
                 current = []
@@ -144,11 +139,7 @@ def chain_time(chain: Chain, depth: int) -> dict[str, isl.Map]:
 def legal(chain: Chain, deps: Dependences) -> bool:
     """The fused schedule runs every dependence between the chain's statements forwards."""
     depth = max(len(s.iterators) for s in chain.statements) + 2
-    time = chain_time(chain, depth)
-    u = None
-    for m in time.values():
-        u = isl.UnionMap.from_map(m) if u is None else u.union(isl.UnionMap.from_map(m))
-    return not check_schedule_legal(None, call_dependences(deps, chain.statements), u)
+    return not _violations(chain.statements, deps, chain_time(chain, depth))
 
 
 # Far after every column tile of a row: the epilogue runs once a row is complete.
@@ -181,7 +172,7 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     init, first = others[0], chain.statements[0]
     if init.accesses[-1].array != y or not _identity_reads(first, scop, y):
         return None
-    if _extents(first) != _extents(init) or len(kern.y.index) != len(init.iterators):
+    if extents(first) != extents(init) or len(kern.y.index) != len(init.iterators):
         return None
     outs, _, _, _, _ = _roles(upd, kern)
     m = len(outs)

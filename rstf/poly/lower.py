@@ -17,6 +17,7 @@ functions in the original order, each after the TF node's comment.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 import islpy as isl
@@ -25,7 +26,7 @@ from pycparser import c_ast, c_generator
 from .deps import Dependences
 from .microkernel import PRELUDE, VLEN, dispatch_name, dispatch_source
 from .raise_c import Scop, Statement, _isl_name, _text
-from .schedule import CallSchedule, Kernel, _addr, call_dependences, parallel_dims
+from .schedule import CallSchedule, Kernel, _addr, call_dependences, extents, parallel_dims
 
 MIN_WORK = 16384  # statement instances under a loop before a parallel region pays off
 
@@ -307,13 +308,10 @@ def _has_for(node: isl.AstNode) -> bool:
 
 
 def _volume(s: Statement) -> int:
-    v = 1
-    for d in range(len(s.iterators)):
-        lo, hi = s.domain.dim_min_val(d), s.domain.dim_max_val(d)
-        if not (lo.is_int() and hi.is_int()):
-            return 1 << 30  # parametric: assume large
-        v *= max(0, hi.to_python() - lo.to_python() + 1)
-    return v
+    """Instances of the statement (its bounding box); a parametric one counts as large."""
+    if s.domain.dim(isl.dim_type.param):
+        return 1 << 30
+    return math.prod(hi - lo + 1 for lo, hi in extents(s))
 
 
 def _param_decl(scop: Scop, name: str, written: bool) -> str:

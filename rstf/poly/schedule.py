@@ -50,12 +50,12 @@ class Kernel:
     nv: int
     k_lo: int
     k_hi: int
-    dims: list[str]  # K's own dimensions: outer iterators (C names), then t, u
     a: object  # Access of the row-broadcast operand
     b: object  # Access of the column operand
     y: object  # Access of the written output
-    domain: isl.Set = None
-    tiles: int = 0  # number of kernel calls
+    # K's own dimensions (set by schedule_call): outer outputs, u, outer reductions (C
+    # names), then the chunk's first and last rows s, e.
+    dims: list[str] = dataclasses.field(default_factory=list)
     k2: str | None = None  # a reduction loop merged with k (see find_contraction)
     k2_lo: int = 0
     k2_hi: int = 0
@@ -93,10 +93,11 @@ def _addr(access, scop: Scop) -> dict:
     return out
 
 
-def _box(s: Statement, depth: int) -> tuple[int, int]:
-    lo = s.domain.dim_min_val(depth).to_python()
-    hi = s.domain.dim_max_val(depth).to_python()
-    return int(lo), int(hi)
+def extents(s: Statement) -> list[tuple[int, int]]:
+    """(lowest, highest) value of each iterator over the statement's (parameter-free)
+    domain: its bounding box."""
+    return [(int(s.domain.dim_min_val(d).to_python()), int(s.domain.dim_max_val(d).to_python()))
+            for d in range(len(s.iterators))]
 
 
 def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
@@ -134,10 +135,9 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
             continue
         rows = [x for x in iv if x not in (v, k) and ay.get(x) and not ab.get(x)]
         r = rows[-1] if rows else None
-        depth = iv.index
-        v_lo, v_hi = _box(s, depth(v))
-        k_lo, k_hi = _box(s, depth(k))
-        r_lo, r_hi = _box(s, depth(r)) if r else (0, 0)
+        box = dict(zip(iv, extents(s)))
+        (v_lo, v_hi), (k_lo, k_hi) = box[v], box[k]
+        r_lo, r_hi = box[r] if r else (0, 0)
         tile = choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1)
         if tile is None:
             continue
@@ -145,9 +145,8 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
         if r is None:
             rb = 1
         c_of = dict(zip(iv, s.iterators))
-        outer = [c_of[x] for x in iv if x not in (r, k, v)]
         kern = Kernel(f"K{s.name}", s.name, c_of.get(r), c_of[k], c_of[v], rb, nv, k_lo, k_hi,
-                      outer + ["t", "u"], a, b, y)
+                      a, b, y)
         # Merge the next reduction loop out into k when k's whole range and it walk both
         # operands contiguously: a convolution's (kw, ic) with few input channels (the
         # first layer's 3) makes one long reduction instead of KW short ones.
@@ -156,7 +155,7 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
         if k2 and (aa.get(k2, 0), ab.get(k2, 0)) == (n * aa.get(k, 0), n * ab.get(k, 0)) \
                 and n <= 16:
             kern.k2 = c_of[k2]
-            kern.k2_lo, kern.k2_hi = _box(s, depth(k2))
+            kern.k2_lo, kern.k2_hi = box[k2]
         return kern
     return None
 
@@ -275,7 +274,6 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
         cs.time[s.name] = trial[s.name]
         cs.ast_time[s.name] = _pad(t_rest, depth)
         cs.ast_time[kern.name] = _pad(ktime, depth)
-        kern.domain = kdom
         cs.kernels.append(kern)
     return cs
 
@@ -300,26 +298,25 @@ def call_dependences(deps: Dependences, stmts: list[Statement]) -> Dependences:
 
 
 def _violations(stmts, deps: Dependences, time: dict[str, isl.Map]) -> list:
+    """The dependences that the new `time` of these statements breaks."""
+    return check_schedule_legal(None, deps, _union(time[s.name] for s in stmts))
+
+
+def _union(maps) -> isl.UnionMap:
     u = None
-    for s in stmts:
-        m = isl.UnionMap.from_map(time[s.name])
-        u = m if u is None else u.union(m)
-    return check_schedule_legal(None, deps, u)
+    for m in maps:
+        u = isl.UnionMap.from_map(m) if u is None else u.union(isl.UnionMap.from_map(m))
+    return u
 
 
-def parallel_dims(deps, time: dict[str, isl.Map], names: set[str],
+def parallel_dims(valid: isl.UnionMap, time: dict[str, isl.Map], names: set[str],
                   dims: list[int]) -> dict[int, bool]:
-    """For each time dimension p in `dims`: True when no validity dependence between
-    instances of the statements `names` is carried at p (instances in the same iteration
-    of every outer time dimension agree on p). `deps` is a Dependences or the union map of
-    its validity dependences."""
+    """For each time dimension p in `dims`: True when no validity dependence (`valid`)
+    between instances of the statements `names` is carried at p (instances in the same
+    iteration of every outer time dimension agree on p)."""
     if not names:
         return {p: True for p in dims}
-    valid = deps.validity if isinstance(deps, Dependences) else deps
-    sched = None
-    for n in names:
-        m = isl.UnionMap.from_map(time[n])
-        sched = m if sched is None else sched.union(m)
+    sched = _union(time[n] for n in names)
     dom = sched.domain()
     d = valid.intersect_domain(dom).intersect_range(dom)
     if d.is_empty():
