@@ -187,6 +187,23 @@ void rstf_sg_0(const float *in0, const float *in1, float *out0, float *out1, voi
     new, info = optimize_source(src, "rstf_sg_0")
     assert info["optimizer"] == "poly" and info["refused"] and not info["tiled"]
     assert "rstf_mk_" not in new
+    # With another op after it, the refusal stays local to this call: the other call's
+    # dependences are not the tiling's to check, and the subgraph is still optimized.
+    two = src.replace("float *out1, void *ws)", "float *out1, float *out2, void *ws)").replace(
+        "(float (*)[8][64])out1);\n}", "(float (*)[8][64])out1);\n"
+        "    /* cp (Identity) */\n    op_1((const float (*)[64])out0, (float (*)[64])out2);\n}")
+    two = two.replace("void rstf_sg_0", """static void op_1(const float x[restrict 8][64], float y[restrict 8][64])
+{
+    for (int i = 0; i < 8; ++i) {
+        for (int j = 0; j < 64; ++j) {
+            y[i][j] = x[i][j];
+        }
+    }
+}
+void rstf_sg_0""")
+    assert "op_1((const" in two and "out2, void *ws" in two
+    new, info = optimize_source(two, "rstf_sg_0")
+    assert info["optimizer"] == "poly" and info["refused"] and info["calls"] == 2, info
 
 
 def test_tile_choice_fits_registers():

@@ -298,8 +298,11 @@ def call_dependences(deps: Dependences, stmts: list[Statement]) -> Dependences:
 
 
 def _violations(stmts, deps: Dependences, time: dict[str, isl.Map]) -> list:
-    """The dependences that the new `time` of these statements breaks."""
-    return check_schedule_legal(None, deps, _union(time[s.name] for s in stmts))
+    """The dependences between these statements that their new `time` breaks. Only
+    theirs: the others, between statements scheduled elsewhere, are not this schedule's
+    to keep (and check_schedule_legal requires every statement they name)."""
+    return check_schedule_legal(None, call_dependences(deps, stmts),
+                                _union(time[s.name] for s in stmts))
 
 
 def _union(maps) -> isl.UnionMap:
