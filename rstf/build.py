@@ -1,14 +1,18 @@
 """Compile generated sources into one shared library, cached by content hash.
 
-C sources are compiled with gcc (each subgraph its own translation unit, in parallel), the
-C++ wrapper once with TensorFlow's compile flags (its headers are heavy, so all ops share one
-unit), and everything is linked with TensorFlow's link flags. The cache key covers every
-source byte, the flags, the compiler and TensorFlow versions; a hit costs no compilation.
+C sources are compiled by the optimizer's C toolchain (`c_toolchain`: gcc, gcc with Graphite,
+or clang-14 with Polly; each subgraph its own translation unit, in parallel), the C++ wrapper
+once by g++ with TensorFlow's compile flags (its headers are heavy, so all ops share one
+unit), and everything is linked by g++ with TensorFlow's link flags and libgomp. The cache key
+covers every source byte, the C compiler, its flags and version, and the g++ and TensorFlow
+versions; a hit costs no compilation.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -30,6 +34,79 @@ def c_flags(march: str = "native") -> list[str]:
     if march:
         flags.append(f"-march={march}")
     return flags + sanitize_flags()
+
+
+# The C optimizers rstf can hand its generated C to. `poly` and `none` compile with gcc
+# (`poly` after rstf's own polyhedral pass); `graphite` and `polly` get the unoptimized C.
+POLLY_CC = "clang-14"
+POLLY_INSTALL = ("install clang-14 and libpolly-14-dev (`apt-get install -y clang-14 "
+                 "libpolly-14-dev`, or `bash scripts/setup.sh`)")
+
+
+@dataclasses.dataclass(frozen=True)
+class CToolchain:
+    """The compiler and flags of the generated C objects of one optimizer."""
+    optimizer: str
+    cc: str
+    flags: tuple[str, ...]
+
+    def describe(self) -> dict:
+        version = _compiler_version(self.cc).splitlines()
+        return {"optimizer": self.optimizer, "cc": self.cc, "cc_version": version[0] if version
+                else "", "c_flags": list(self.flags), "cxx": "g++"}
+
+
+def c_toolchain(optimizer: str = "poly", march: str = "native", threads: int = 0) -> CToolchain:
+    """gcc for `poly` / `none`; gcc with Graphite's loop nest optimizer and auto-parallelizer
+    for `graphite`; clang-14 with Polly (parallel, strip-mined vectorization) for `polly`.
+
+    gcc's auto-parallelizer fixes the thread count at compile time (`num_threads(N)`), so
+    Graphite code runs on `threads` threads, or as many as the machine has. Polly's parallel
+    loops call libgomp and use the threads the op wrapper sets, like rstf's own `omp` loops.
+    """
+    if optimizer in ("poly", "none"):
+        return CToolchain(optimizer, "gcc", tuple(c_flags(march)))
+    if optimizer == "graphite":
+        n = threads or os.cpu_count() or 1
+        return CToolchain(optimizer, "gcc", (*c_flags(march), "-floop-nest-optimize",
+                                             "-floop-parallelize-all",
+                                             f"-ftree-parallelize-loops={n}"))
+    if optimizer == "polly":
+        if sanitize_flags():
+            raise RstfError("RSTF_SANITIZE=1 builds with gcc's sanitizers; it cannot be used "
+                            "with --optimizer polly (clang)")
+        _check_polly()
+        flags = ["-O3", "-std=c11", "-fPIC", "-fvisibility=hidden", "-fno-math-errno"]
+        if march:
+            flags.append(f"-march={march}")
+        # -polly-parallel emits GOMP_* calls (libgomp, linked by the g++ link step).
+        return CToolchain(optimizer, POLLY_CC, (*flags, "-mllvm", "-polly", "-mllvm",
+                                                "-polly-parallel", "-mllvm",
+                                                "-polly-vectorizer=stripmine"))
+    raise RstfError(f"--optimizer {optimizer!r}: choose one of poly, none, graphite, polly")
+
+
+def _check_polly() -> None:
+    """clang-14 must be on PATH and accept -polly (Debian's clang-14 has Polly built in)."""
+    cc = shutil.which(POLLY_CC)
+    if cc is None:
+        raise RstfError(f"--optimizer polly needs {POLLY_CC}, which is not installed: "
+                        f"{POLLY_INSTALL}")
+    problem = _polly_probe(cc)
+    if problem:
+        raise RstfError(f"--optimizer polly: {POLLY_CC} cannot run Polly ({problem}): "
+                        f"{POLLY_INSTALL}")
+
+
+@functools.lru_cache(maxsize=None)
+def _polly_probe(cc: str) -> str | None:
+    """None if `cc` compiles with Polly's parallel code generator, else its first error."""
+    proc = subprocess.run([cc, "-O3", "-mllvm", "-polly", "-mllvm", "-polly-parallel",
+                           "-x", "c", "-c", "-", "-o", os.devnull], input="int f(void);\n",
+                          capture_output=True, text=True)
+    if proc.returncode == 0:
+        return None
+    return (proc.stderr.strip().splitlines() or ["?"])[0][:200]
 
 
 def sanitize_flags() -> list[str]:
@@ -91,17 +168,21 @@ def _compiler_version(cc: str) -> str:
 
 
 def build_library(c_sources: dict[str, str], cc_source: str, march: str = "native",
-                  jobs: int | None = None) -> tuple[str, bool]:
-    """Build (or fetch from the cache) the op library. Returns (path to .so, cache hit)."""
+                  jobs: int | None = None,
+                  toolchain: CToolchain | None = None) -> tuple[str, bool]:
+    """Build (or fetch from the cache) the op library. Returns (path to .so, cache hit).
+    The C sources are compiled by `toolchain` (default: gcc with `c_flags(march)`)."""
     from .tfutil import tf
 
-    cflags = c_flags(march)
+    toolchain = toolchain or CToolchain("poly", "gcc", tuple(c_flags(march)))
     tf_cflags, tf_lflags = tf_flags()
     headers = {h: open(os.path.join(CUSTOM_OPS_DIR, h)).read() for h in RUNTIME_HEADERS}
     key = hashlib.sha256()
     for part in [*sorted(c_sources.items()), ("wrapper.cc", cc_source), *sorted(headers.items()),
-                 ("cflags", " ".join(cflags)), ("tf", tf.__version__ + " ".join(tf_cflags)),
-                 ("gcc", _compiler_version("gcc")), ("g++", _compiler_version("g++"))]:
+                 ("cc", toolchain.cc), ("cflags", " ".join(toolchain.flags)),
+                 ("tf", tf.__version__ + " ".join(tf_cflags)),
+                 ("cc version", _compiler_version(toolchain.cc)),
+                 ("g++", _compiler_version("g++"))]:
         key.update(repr(part).encode())
     digest = key.hexdigest()[:32]
     final_dir = os.path.join(cache_dir(), digest)
@@ -116,7 +197,7 @@ def build_library(c_sources: dict[str, str], cc_source: str, march: str = "nativ
             return lib, True
         if os.path.exists(final_dir):  # a corrupt or partial entry: rebuild it
             shutil.rmtree(final_dir, ignore_errors=True)
-        return _build(c_sources, cc_source, headers, cflags, tf_cflags, tf_lflags, digest,
+        return _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, digest,
                       final_dir, lib, jobs), False
 
 
@@ -137,7 +218,7 @@ def _verified(lib: str) -> bool:
         return False
 
 
-def _build(c_sources, cc_source, headers, cflags, tf_cflags, tf_lflags, digest, final_dir,
+def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, digest, final_dir,
            lib, jobs) -> str:
     work = tempfile.mkdtemp(prefix=f".{digest}.", dir=cache_dir())
     try:
@@ -153,7 +234,8 @@ def _build(c_sources, cc_source, headers, cflags, tf_cflags, tf_lflags, digest, 
                 obj = os.path.join(work, name + ".o")
                 objs.append(obj)
                 futures.append(pool.submit(
-                    _run, ["gcc", *cflags, "-c", os.path.join(work, name), "-o", obj], name))
+                    _run, [toolchain.cc, *toolchain.flags, "-c", os.path.join(work, name), "-o",
+                           obj], name))
             for fut in futures:
                 fut.result()
         tmp_lib = os.path.join(work, os.path.basename(lib))

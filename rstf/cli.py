@@ -35,8 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--max-ops", type=int, default=None,
                    help="split subgraphs larger than this many nodes with METIS (default 400)")
     o.add_argument("--march", default="native", help="gcc -march for the generated code")
-    o.add_argument("--optimizer", default="poly", choices=["poly", "none"],
-                   help="polyhedral pass on the generated C (default), or the textbook C")
+    o.add_argument("--optimizer", default="poly", choices=["poly", "none", "graphite", "polly"],
+                   help="rstf's polyhedral pass on the generated C (default), the textbook C "
+                   "(none), or the textbook C through gcc's Graphite or clang-14's Polly")
     o.add_argument("--threads", type=int, default=0,
                    help="threads of the parallel loops (default 0: what TensorFlow gives "
                    "the op)")

@@ -18,7 +18,7 @@ import time
 import networkx as nx
 
 from . import __version__
-from .build import CUSTOM_OPS_DIR, RUNTIME_HEADERS, build_library
+from .build import CUSTOM_OPS_DIR, RUNTIME_HEADERS, build_library, c_toolchain
 from .codegen import SubgraphCode, generate_subgraph
 from .errors import RstfError
 from .graph import TRIVIAL_OPS, Graph, load_model, split_tensor
@@ -28,7 +28,9 @@ from .splice import custom_node_names, splice
 from .wrapper import generate_wrapper, library_digest, op_name
 
 DEFAULT_MAX_OPS = 400
-OPTIMIZERS = ("poly", "none")
+# poly: rstf's polyhedral pass then gcc; none: the textbook C, gcc; graphite / polly: the
+# textbook C through gcc's Graphite or clang-14's Polly (build.c_toolchain).
+OPTIMIZERS = ("poly", "none", "graphite", "polly")
 # Op types whose FLOPs the coverage figure counts (the "conv/matmul FLOPs").
 FLOP_OPS = {"Conv2D", "MatMul", "DepthwiseConv2dNative", "BatchMatMul", "BatchMatMulV2",
             "BatchMatMulV3", "Conv3D", "Conv2DBackpropInput", "_FusedConv2D", "_FusedMatMul"}
@@ -117,6 +119,7 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
         raise RstfError("--threads must be 0 (TensorFlow's) or positive")
     if model_version < 1:
         raise RstfError("--model-version must be a positive integer")
+    toolchain = c_toolchain(optimizer, march, threads)  # a missing compiler fails here, first
     model_name = model_name or _safe_name(_stem(model))
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", model_name):
         raise RstfError(f"--model-name {model_name!r}: use letters, digits, '_', '.', '-'")
@@ -144,22 +147,25 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
         log("warning: no subgraph rstf can generate code for; the output graph is the "
             "original one (see report.json 'unsupported' for the reasons)")
     codes = [generate_subgraph(graph, nodes, i) for i, nodes in enumerate(parts)]
-    poly = [{"optimizer": "none"}] * len(codes)
+    poly = [{"optimizer": "none" if optimizer == "poly" else optimizer}] * len(codes)
     if optimizer == "poly":
         poly = [_poly(sg, log) for sg in codes]
-    digest = library_digest(codes)
+    digest = library_digest(codes, "" if optimizer in ("poly", "none") else
+                            f"{toolchain.cc} {' '.join(toolchain.flags)}")
     op_types = [op_name(sg, digest) for sg in codes]
     node_names = custom_node_names(graph, len(codes))
     wrapper = generate_wrapper(codes, op_types, threads)
     c_sources = {f"subgraph_{sg.index}.c": sg.source for sg in codes}
     t_build = time.perf_counter()
-    lib, cached = build_library(c_sources, wrapper, march) if codes else (None, False)
+    lib, cached = (build_library(c_sources, wrapper, march, toolchain=toolchain) if codes
+                   else (None, False))
     build_seconds = time.perf_counter() - t_build
     new_gd = splice(graph, codes, op_types, node_names)
 
     report = _report(graph, codes, op_types, node_names, reasons, input_shapes, model,
                      march, max_ops)
     report["options"].update(optimizer=optimizer, threads=threads)
+    report["compiler"] = toolchain.describe()
     for entry, info in zip(report["subgraphs"], poly):
         entry["optimizer"] = info["optimizer"]
         entry["poly"] = info

@@ -18,8 +18,10 @@ from .opgen.base import render
 TF_TYPES = {np.dtype(np.float32): ("float", "DT_FLOAT")}
 
 
-def library_digest(subgraphs: list[SubgraphCode]) -> str:
-    h = hashlib.sha256(__version__.encode())
+def library_digest(subgraphs: list[SubgraphCode], compiler: str = "") -> str:
+    """`compiler` names the C toolchain when it is not the default: the same C compiled by
+    Graphite or Polly is another library, and must not register the same op names."""
+    h = hashlib.sha256(__version__.encode() + compiler.encode())
     for sg in subgraphs:
         h.update(sg.digest.encode())
     return h.hexdigest()
