@@ -3,6 +3,7 @@
     rstf optimize MODEL [-o OUTDIR] [--input-shape NAME:d0,d1,...] [--outputs A,B]
                         [--max-ops N] [--march ARCH] [--force]
     rstf compare MODEL OUTDIR [--inputs FILE.npz] [--rtol 1e-4] [--reps N] [--seed S] [--json]
+    rstf bench MODEL... [--engines LIST] [--reps N] [--plot FILE.png] [--json]
 
 Errors the user can cause print one line, `rstf: error: ...`, and exit with status 2 (bad
 usage or input) or 1 (`compare` found outputs outside the tolerance). Set RSTF_DEBUG=1 to see
@@ -59,7 +60,41 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--per-subgraph", action="store_true",
                    help="run each custom op alone on TF's intermediate tensors and name the "
                    "first subgraph and node whose error exceeds --rtol")
+    _bench_parser(sub)
     return p
+
+
+def _bench_parser(sub) -> None:
+    b = sub.add_parser("bench", help="latency and error of rstf's optimizers, TensorFlow "
+                       "(Eigen, oneDNN, XLA), ONNX Runtime and OpenVINO on the same inputs")
+    b.add_argument("models", nargs="+", metavar="MODEL", help="models to benchmark")
+    b.add_argument("--engines", help="comma-separated engines (default: all of rstf-none, "
+                   "rstf-poly, rstf-graphite, rstf-polly, tf-eigen, tf-onednn, tf-xla, "
+                   "onnxruntime, openvino; tf-eigen, the reference, always runs)")
+    b.add_argument("--reps", type=int, default=5, help="timed runs per engine (default 5)")
+    b.add_argument("--plot", metavar="FILE.png", help="draw a grouped bar chart")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.add_argument("--input-shape", action="append", default=[], metavar="NAME:d0,d1,...",
+                   help="pin an input's shape (repeatable)")
+    b.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    b.add_argument("--rtol", type=float, default=1e-4,
+                   help="an engine whose error vs TF Eigen exceeds this is a 'mismatch'")
+    b.add_argument("--march", default="native", help="gcc -march for rstf's generated code")
+    b.add_argument("--threads", type=int, default=0, help="threads of rstf's parallel loops")
+
+
+def _bench(a) -> int:
+    from .bench import bench, parse_engines, plot, table
+    from .graph import parse_input_shapes
+
+    if a.plot and not a.plot.lower().endswith(".png"):
+        raise RstfError(f"--plot {a.plot}: the chart is a PNG; name it FILE.png")
+    r = bench(a.models, parse_engines(a.engines), a.reps, a.seed,
+              parse_input_shapes(a.input_shape), a.march, a.threads, a.rtol)
+    if a.plot:
+        plot(r, a.plot)
+    print(json.dumps(r) if a.json else table(r))
+    return 0
 
 
 def _optimize(a) -> int:
@@ -132,7 +167,7 @@ def main(argv=None) -> int:
     if a.debug:
         os.environ["RSTF_DEBUG"] = "1"
     try:
-        return {"optimize": _optimize, "compare": _compare}[a.command](a)
+        return {"optimize": _optimize, "compare": _compare, "bench": _bench}[a.command](a)
     except RstfError as e:
         print(f"rstf: error: {e}", file=sys.stderr)
         return 2

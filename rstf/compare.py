@@ -65,9 +65,9 @@ def make_inputs(graph, seed: int, user_inputs: str | None) -> dict[str, np.ndarr
 
 
 def _run(label: str, graph_path: str, libs: list[str], inputs: str, fetches: list[str],
-         reps: int, env_extra: dict[str, str], save: str) -> dict:
+         reps: int, env_extra: dict[str, str], save: str, engine: str = "tf") -> dict:
     cmd = [sys.executable, "-m", "rstf.runner", "--graph", graph_path, "--inputs", inputs,
-           "--reps", str(reps), "--save", save]
+           "--reps", str(reps), "--save", save, "--engine", engine]
     for lib in libs:
         cmd += ["--lib", lib]
     for t in fetches:

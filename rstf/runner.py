@@ -4,7 +4,8 @@
 TF_ENABLE_ONEDNN_OPTS once, at import: stock TF with Eigen kernels and stock TF with oneDNN
 cannot share a process. The runner loads optional op libraries, feeds the inputs from an
 .npz file, fetches the requested tensors, saves them to an .npz file and prints one JSON line
-with the latencies.
+with the latencies. `--engine` picks another runtime for the same frozen graph (`rstf bench`:
+XLA, ONNX Runtime, OpenVINO; see rstf/bench.py).
 """
 from __future__ import annotations
 
@@ -35,15 +36,24 @@ def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
     with tf.compat.v1.Session(graph=g) as sess:
         feed = {g.get_tensor_by_name(k): v for k, v in feeds.items()}
         fetch = [g.get_tensor_by_name(t) for t in fetches]
-        outs = sess.run(fetch, feed)  # warm-up: graph optimisation, allocations
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            sess.run(fetch, feed)
-            times.append((time.perf_counter() - t0) * 1e3)
+        return timed(lambda: sess.run(fetch, feed), reps, save)
+
+
+def timed(call, reps: int, save: str | None, **extra) -> dict:
+    """One warm-up call (graph optimisation, compilation, allocations), then `reps` timed
+    calls; the warm-up's outputs (a list of arrays) are saved as out0, out1, ..."""
+    import numpy as np
+
+    outs = call()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - t0) * 1e3)
     if save:
-        np.savez(save, **{f"out{i}": o for i, o in enumerate(outs)})
-    return {"latency_ms": statistics.median(times) if times else None, "times_ms": times}
+        np.savez(save, **{f"out{i}": np.asarray(o) for i, o in enumerate(outs)})
+    return {"latency_ms": statistics.median(times) if times else None, "times_ms": times,
+            **extra}
 
 
 def main(argv=None) -> int:
@@ -54,9 +64,16 @@ def main(argv=None) -> int:
     p.add_argument("--fetch", action="append", default=[])
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--save")
+    p.add_argument("--engine", default="tf", help="tf (a Session), or one of rstf.bench's "
+                   "other runtimes")
     a = p.parse_args(argv)
     try:
-        result = run(a.graph, a.lib, a.inputs, a.fetch, a.reps, a.save)
+        if a.engine == "tf":
+            result = run(a.graph, a.lib, a.inputs, a.fetch, a.reps, a.save)
+        else:
+            from .bench import RUNTIMES
+
+            result = RUNTIMES[a.engine](a.graph, a.inputs, a.fetch, a.reps, a.save)
     except Exception as e:  # reported to the parent as one line
         print(json.dumps({"error": " ".join(str(e).split())[:500] or type(e).__name__}))
         return 1

@@ -1,0 +1,399 @@
+"""`rstf bench`: one model, the same seeded random inputs, every engine; latency and error.
+
+Engines:
+
+- `rstf-none`, `rstf-poly`, `rstf-graphite`, `rstf-polly`: the model optimized by rstf with
+  that `--optimizer` (each into a temporary folder, through `rstf.pipeline.optimize`), run in
+  stock TensorFlow with the op library loaded;
+- `tf-eigen`, `tf-onednn`: stock TensorFlow with TF_ENABLE_ONEDNN_OPTS=0 / 1 (a Session on the
+  frozen graph, as `rstf compare` runs it); `tf-eigen` is the reference of every ratio and
+  error, and always runs;
+- `tf-xla`: the frozen graph as a `tf.function(jit_compile=True)`: XLA must compile the whole
+  graph (or the engine fails), and the runner reports the size of the HLO module it ran;
+- `onnxruntime`: the graph converted by tf2onnx, on ONNX Runtime's CPU provider;
+- `openvino`: the frozen graph read by OpenVINO's TensorFlow frontend, compiled for CPU with
+  `INFERENCE_PRECISION_HINT=f32` (OpenVINO would otherwise use bf16 where the CPU has it).
+
+Every engine runs in its own process (`python -m rstf.runner --engine ...`): one warm-up
+call, then `reps` timed calls; the result keeps every time, the median, min/max and
+quartiles. An engine whose Python package is missing is reported "not installed"; one that
+fails (a compile error, a conversion error) is reported "failed" with a one-line reason, and
+the bench goes on.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import statistics
+import sys
+import tempfile
+
+import numpy as np
+
+from .errors import RstfError
+
+RSTF_OPTIMIZERS = ("none", "poly", "graphite", "polly")
+ENGINES = (*(f"rstf-{o}" for o in RSTF_OPTIMIZERS), "tf-eigen", "tf-onednn", "tf-xla",
+           "onnxruntime", "openvino")
+REFERENCE = "tf-eigen"
+LABELS = {"rstf-none": "rstf none", "rstf-poly": "rstf poly", "rstf-graphite": "rstf graphite",
+          "rstf-polly": "rstf polly", "tf-eigen": "TF Eigen", "tf-onednn": "TF oneDNN",
+          "tf-xla": "TF XLA", "onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
+# Python packages an engine's process imports (beyond TensorFlow), and how to get them.
+PACKAGES = {"onnxruntime": ("onnxruntime", "tf2onnx"), "openvino": ("openvino",)}
+INSTALL_HINT = "pip install 'rstf[bench]'"
+# Process environment of the TensorFlow-based engines.
+TF_ENV = {"tf-eigen": {"TF_ENABLE_ONEDNN_OPTS": "0"}, "tf-onednn": {"TF_ENABLE_ONEDNN_OPTS": "1"}}
+
+
+def parse_engines(text: str | None) -> tuple[str, ...]:
+    """`--engines a,b,c` -> engine names, checked; tf-eigen (the reference) is always added."""
+    if not text:
+        return ENGINES
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [n for n in names if n not in ENGINES]
+    if bad:
+        raise RstfError(f"--engines: unknown engine {bad[0]!r}; choose from {', '.join(ENGINES)}")
+    if REFERENCE not in names:
+        names.insert(0, REFERENCE)
+    return tuple(dict.fromkeys(names))
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                       cpu)
+    except OSError:
+        pass
+    from .tfutil import tf
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "tensorflow": tf.__version__}
+
+
+def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=None,
+          march: str = "native", threads: int = 0, rtol: float = 1e-4, log=None) -> dict:
+    """Run every engine on every model (module docstring). Returns {"machine", "reps",
+    "seed", "rtol", "engines", "models": [{"model", "name", "inputs", "engines": [row]}]};
+    a row has "engine", "label", "status" ("ok", "mismatch": error above `rtol`, "failed",
+    "not installed"), "reason", "median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms",
+    "times_ms", "ratio_vs_eigen" (time / TF Eigen's) and "max_rel_err" (vs TF Eigen)."""
+    log = log or (lambda msg: print(f"rstf bench: {msg}", file=sys.stderr))
+    if isinstance(models, str):
+        models = [models]
+    if not models:
+        raise RstfError("bench needs at least one model")
+    if reps < 1:
+        raise RstfError("--reps must be at least 1")
+    engines = parse_engines(",".join(engines))
+    results = [_bench_model(m, engines, reps, seed, input_shapes, march, threads, rtol, log)
+               for m in models]
+    return {"machine": machine(), "reps": reps, "seed": seed, "rtol": rtol,
+            "engines": list(engines), "models": results}
+
+
+def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol, log) -> dict:
+    from .compare import _errors, make_inputs
+    from .graph import load_model
+
+    graph = load_model(model, input_shapes)
+    feeds = make_inputs(graph, seed, None)
+    fetches = [f"{o}:{i}" for o in graph.outputs for i in range(len(graph.nodes[o].out_shapes))]
+    name = os.path.basename(os.path.normpath(model)).rsplit(".", 1)[0] or model
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="rstf-bench-") as tmp:
+        inputs = os.path.join(tmp, "inputs.npz")
+        np.savez(inputs, **feeds)
+        original = os.path.join(tmp, "original.pb")
+        with open(original, "wb") as f:
+            f.write(graph.graph_def.SerializeToString())
+        outputs = {}
+        # The reference first: every other engine is compared with it.
+        for engine in sorted(engines, key=lambda e: e != REFERENCE):
+            log(f"{name}: {engine}")
+            row, outs = _run_engine(engine, model, tmp, original, inputs, fetches, reps,
+                                    input_shapes, graph.outputs, march, threads, log)
+            rows[engine] = row
+            if outs is not None:
+                outputs[engine] = outs
+    ref = outputs.get(REFERENCE)
+    ref_ms = rows[REFERENCE].get("median_ms")
+    for engine, row in rows.items():
+        if engine not in outputs:
+            continue
+        if ref_ms and row.get("median_ms") is not None:
+            row["ratio_vs_eigen"] = row["median_ms"] / ref_ms
+        if ref is not None:
+            row["max_rel_err"] = max((_errors(r.astype(np.float64), o.astype(np.float64))[1]
+                                      for r, o in zip(ref, outputs[engine])), default=0.0)
+            if not row["max_rel_err"] <= rtol:
+                row["status"] = "mismatch"
+                row["reason"] = f"max_rel_err {row['max_rel_err']:.3g} > rtol {rtol:g}"
+    return {"model": os.path.abspath(model), "name": name,
+            "inputs": {k.removesuffix(":0"): list(v.shape) for k, v in feeds.items()},
+            "outputs": fetches, "engines": [rows[e] for e in engines]}
+
+
+def _row(engine: str, status: str, reason: str = "") -> dict:
+    return {"engine": engine, "label": LABELS[engine], "status": status,
+            "reason": " ".join(reason.split())[:240], "median_ms": None, "min_ms": None,
+            "max_ms": None, "q1_ms": None, "q3_ms": None, "times_ms": [],
+            "ratio_vs_eigen": None, "max_rel_err": None}
+
+
+def missing_packages(engine: str) -> list[str]:
+    return [p for p in PACKAGES.get(engine, ()) if importlib.util.find_spec(p) is None]
+
+
+def _run_engine(engine, model, tmp, original, inputs, fetches, reps, input_shapes, outputs,
+                march, threads, log):
+    """(row, outputs or None) of one engine; failures become the row's status."""
+    from .compare import _run
+
+    missing = missing_packages(engine)
+    if missing:
+        return _row(engine, "not installed", f"needs {', '.join(missing)} ({INSTALL_HINT})"), None
+    graph_path, libs, env, runtime, detail = original, [], dict(TF_ENV.get(engine, {})), "tf", {}
+    try:
+        if engine.startswith("rstf-"):
+            graph_path, libs, detail = _optimize(engine, model, tmp, input_shapes, outputs,
+                                                 march, threads, log)
+        elif engine in ("tf-xla", "onnxruntime", "openvino"):
+            runtime = engine
+        save = os.path.join(tmp, f"{engine}.npz")
+        result = _run(engine, graph_path, libs, inputs, fetches, reps, env, save, runtime)
+        with np.load(save) as npz:
+            outs = [npz[f"out{i}"] for i in range(len(fetches))]
+    except _NotInstalled as e:
+        return _row(engine, "not installed", str(e)), None
+    except RstfError as e:
+        return _row(engine, "failed", str(e)), None
+    except Exception as e:  # an engine's bug must not stop the bench
+        return _row(engine, "failed", f"{type(e).__name__}: {e}"), None
+    times = sorted(result["times_ms"])
+    q = np.percentile(times, [25, 75]) if times else [None, None]
+    row = _row(engine, "ok")
+    row.update(median_ms=statistics.median(times), min_ms=times[0], max_ms=times[-1],
+               q1_ms=float(q[0]), q3_ms=float(q[1]), times_ms=result["times_ms"],
+               **detail, **{k: v for k, v in result.items()
+                            if k not in ("latency_ms", "times_ms")})
+    return row, outs
+
+
+class _NotInstalled(Exception):
+    pass
+
+
+def _optimize(engine, model, tmp, input_shapes, outputs, march, threads, log):
+    from .build import c_toolchain
+    from .pipeline import optimize
+
+    optimizer = engine.removeprefix("rstf-")
+    try:
+        c_toolchain(optimizer, march, threads)
+    except RstfError as e:  # the C optimizer's compiler is missing
+        raise _NotInstalled(str(e)) from None
+    out = os.path.join(tmp, engine)
+    report = optimize(model, out, input_shapes, outputs, march=march, optimizer=optimizer,
+                      threads=threads, log=lambda m: log(f"{engine}: {m}"))
+    libs = [os.path.join(out, report["library"])] if report.get("library") else []
+    detail = {"optimize_seconds": report["optimize_seconds"],
+              "compiler": f"{report['compiler']['cc']} {' '.join(report['compiler']['c_flags'])}"}
+    return os.path.join(out, "optimized.pb"), libs, detail
+
+
+# --------------------------------------------------------------------------- the runtimes
+# Each runs in the engine's own process (rstf.runner --engine NAME) and returns
+# runner.timed's dict, with what shows that the runtime really ran the graph.
+
+
+def _feeds(inputs_path: str) -> dict[str, np.ndarray]:
+    with np.load(inputs_path) as npz:
+        return dict(npz)
+
+
+def _read_graph_def(graph_path: str):
+    from .tfutil import tf
+
+    gd = tf.compat.v1.GraphDef()
+    with open(graph_path, "rb") as f:
+        gd.ParseFromString(f.read())
+    return gd
+
+
+def run_xla(graph_path, inputs_path, fetches, reps, save) -> dict:
+    """The frozen graph as one `tf.function(jit_compile=True)`: XLA compiles all of it."""
+    from .runner import timed
+    from .tfutil import tf
+
+    gd = _read_graph_def(graph_path)
+    feeds = _feeds(inputs_path)
+    wrapped = tf.compat.v1.wrap_function(lambda: tf.graph_util.import_graph_def(gd, name=""),
+                                         [])
+    g = wrapped.graph
+    pruned = wrapped.prune([g.get_tensor_by_name(k) for k in feeds],
+                           [g.get_tensor_by_name(t) for t in fetches])
+    fn = tf.function(lambda *xs: pruned(*xs), jit_compile=True)
+    args = [tf.constant(v) for v in feeds.values()]
+    hlo = fn.experimental_get_compiler_ir(*args)(stage="hlo")  # fails unless XLA compiles it
+    return timed(lambda: [t.numpy() for t in fn(*args)], reps, save,
+                 hlo_instructions=sum(1 for ln in hlo.splitlines() if " = " in ln))
+
+
+def run_onnxruntime(graph_path, inputs_path, fetches, reps, save) -> dict:
+    """tf2onnx's conversion of the frozen graph, on ONNX Runtime's CPU provider."""
+    import onnxruntime as ort
+    import tf2onnx
+
+    from .runner import timed
+
+    feeds = _feeds(inputs_path)
+    proto, _ = tf2onnx.convert.from_graph_def(_read_graph_def(graph_path),
+                                              input_names=list(feeds), output_names=fetches)
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return timed(lambda: sess.run(fetches, feeds), reps, save,
+                 version=f"onnxruntime {ort.__version__}, tf2onnx {tf2onnx.__version__}, "
+                 f"opset {proto.opset_import[0].version}")
+
+
+def run_openvino(graph_path, inputs_path, fetches, reps, save) -> dict:
+    """OpenVINO's TensorFlow frontend on the frozen graph, CPU, fp32 inference."""
+    import openvino as ov
+
+    from .runner import timed
+
+    feeds = _feeds(inputs_path)
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(graph_path), "CPU",
+                                  {"INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    ports = [compiled.output(t) for t in fetches]
+
+    def call():
+        res = request.infer(feeds)
+        return [np.array(res[p]) for p in ports]
+
+    return timed(call, reps, save, version=f"openvino {ov.__version__}",
+                 precision=str(compiled.get_property("INFERENCE_PRECISION_HINT")))
+
+
+RUNTIMES = {"tf-xla": run_xla, "onnxruntime": run_onnxruntime, "openvino": run_openvino}
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def table(result: dict) -> str:
+    """The printed table: per model, one row per engine."""
+    m = result["machine"]
+    lines = [f"machine: {m['cpu']}, {m['cores']} cores; TensorFlow {m['tensorflow']}; "
+             f"median of {result['reps']} runs after a warm-up; spread: min-max; errors vs "
+             f"TF Eigen (rtol {result['rtol']:g})"]
+    for mod in result["models"]:
+        shapes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in mod["inputs"].items())
+        lines += ["", f"{mod['name']} ({shapes})",
+                  f"  {'engine':<14} {'median ms':>10} {'min-max ms':>17} {'time/Eigen':>10} "
+                  f"{'max_rel_err':>11}  status"]
+        for r in mod["engines"]:
+            spread = "-" if r["min_ms"] is None else f"{r['min_ms']:.2f}-{r['max_ms']:.2f}"
+            ratio = "-" if r["ratio_vs_eigen"] is None else f"{r['ratio_vs_eigen']:.2f}x"
+            status = r["status"] + (f": {r['reason']}" if r["reason"] else "")
+            lines.append(f"  {r['label']:<14} {_fmt(r['median_ms'], '.2f'):>10} {spread:>17} "
+                         f"{ratio:>10} {_fmt(r['max_rel_err'], '.2g'):>11}  {status}")
+    return "\n".join(lines)
+
+
+def markdown_table(result: dict) -> str:
+    """The same numbers as a Markdown table (docs/bench.md)."""
+    out = ["| model | engine | median ms | min-max ms | time / TF Eigen | max_rel_err | status |",
+           "|---|---|---|---|---|---|---|"]
+    for mod in result["models"]:
+        for r in mod["engines"]:
+            spread = "-" if r["min_ms"] is None else f"{r['min_ms']:.2f}-{r['max_ms']:.2f}"
+            ratio = "-" if r["ratio_vs_eigen"] is None else f"{r['ratio_vs_eigen']:.2f}x"
+            status = r["status"] + (f": {r['reason']}" if r["reason"] else "")
+            out.append(f"| {mod['name']} | {r['label']} | {_fmt(r['median_ms'], '.2f')} | "
+                       f"{spread} | {ratio} | {_fmt(r['max_rel_err'], '.2g')} | "
+                       f"{status.replace('|', '/')} |")
+    return "\n".join(out)
+
+
+COLORS = {"rstf-none": "#9ecae1", "rstf-poly": "#08519c", "rstf-graphite": "#4292c6",
+          "rstf-polly": "#6baed6", "tf-eigen": "#e6550d", "tf-onednn": "#fd8d3c",
+          "tf-xla": "#fdae6b", "onnxruntime": "#31a354", "openvino": "#756bb1"}
+
+
+def plot(result: dict, path: str) -> None:
+    """A grouped bar chart like the paper's Fig. 4/5: one group per model, one bar per engine
+    (median latency, min-max error bars); engines without a number are named at their slot."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise RstfError(f"--plot needs matplotlib ({INSTALL_HINT})") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    engines = result["engines"]
+    models = result["models"]
+    width = 0.8 / len(engines)
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.1 * len(engines) * len(models) + 1.5), 4.8),
+                           dpi=100)
+    medians = [r["median_ms"] for m in models for r in m["engines"] if r["median_ms"]]
+    log_scale = bool(medians) and max(medians) / min(medians) > 20
+    top = max(r["max_ms"] for m in models for r in m["engines"] if r["max_ms"]) if medians else 1
+    base = min(medians) * 0.6 if log_scale else 0  # where engines without a number are named
+    for j, engine in enumerate(engines):
+        xs, ys, lo, hi = [], [], [], []
+        for i, m in enumerate(models):
+            r = next(r for r in m["engines"] if r["engine"] == engine)
+            x = i - 0.4 + width * (j + 0.5)
+            if r["median_ms"] is None:
+                ax.text(x, base, f" {r['status']}",
+                        rotation=90, ha="center", va="bottom", fontsize=8, color="#666666")
+                continue
+            xs.append(x)
+            ys.append(r["median_ms"])
+            lo.append(r["median_ms"] - r["min_ms"])
+            hi.append(r["max_ms"] - r["median_ms"])
+        bars = ax.bar(xs, ys, width * 0.92, yerr=[lo, hi], capsize=3, label=LABELS[engine],
+                      color=COLORS[engine], edgecolor="#333333", linewidth=0.5,
+                      error_kw={"elinewidth": 0.8, "ecolor": "#222222"})
+        for b, y, h in zip(bars, ys, hi):
+            ax.text(b.get_x() + b.get_width() / 2, y + h, f"{y:.3g}", ha="center",
+                    va="bottom", fontsize=7)
+    ax.set_xticks(range(len(models)))
+    ax.set_xticklabels([m["name"] for m in models], fontsize=10)
+    if log_scale:
+        ax.set_yscale("log")
+        ax.set_ylim(base * 0.8, top * 2)
+    else:
+        ax.set_ylim(0, top * 1.15)
+    ax.set_ylabel("latency per inference, ms (lower is better)")
+    mach = result["machine"]
+    ax.set_title(f"rstf bench: median of {result['reps']} runs, error bars min-max\n"
+                 f"{mach['cpu']}, {mach['cores']} cores, TensorFlow {mach['tensorflow']}",
+                 fontsize=10)
+    ax.legend(fontsize=8, ncol=min(len(engines), 5), loc="upper center",
+              bbox_to_anchor=(0.5, -0.08), frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    fig.tight_layout()
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise RstfError(f"--plot {path}: no such directory")
+    fd, tmp = tempfile.mkstemp(prefix=".rstf-plot-", suffix=".png", dir=directory)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
