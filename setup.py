@@ -1,6 +1,8 @@
 """Installs the `rstf` package and the `rstf` command."""
 from setuptools import find_packages, setup
 
+BENCH = ["onnxruntime==1.32.0", "tf2onnx==1.17.0", "onnx==1.23.2", "openvino==2026.4.1"]
+
 setup(
     name="rstf",
     version="0.1.0",
@@ -17,7 +19,12 @@ setup(
         "islpy==2026.2.2",
         "jinja2==3.1.6",
         "numpy==2.4.6",
+        "matplotlib==3.11.2",  # `rstf bench --plot`
     ],
-    extras_require={"test": ["pytest==9.0.3", "hypothesis==6.155.2"]},
+    extras_require={
+        # The other engines of `rstf bench`; without them they show as "not installed".
+        "bench": BENCH,
+        "test": ["pytest==9.0.3", "hypothesis==6.155.2", *BENCH],
+    },
     entry_points={"console_scripts": ["rstf=rstf.cli:main"]},
 )

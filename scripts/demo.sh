@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="${1:-inception_v3}"
-python3 -m pip install -q -e .
+bash scripts/setup.sh
 mkdir -p out
 python3 models/build.py "$model" -o "out/$model.pb"
 rstf optimize "out/$model.pb" -o "out/$model.rstf" --force
