@@ -174,17 +174,10 @@ def build_library(c_sources: dict[str, str], cc_source: str, march: str = "nativ
     The C sources are compiled by `toolchain` (default: gcc with `c_flags(march)`)."""
     from .tfutil import tf
 
-    toolchain = toolchain or CToolchain("poly", "gcc", tuple(c_flags(march)))
+    toolchain = toolchain or c_toolchain("poly", march)
     tf_cflags, tf_lflags = tf_flags()
     headers = {h: open(os.path.join(CUSTOM_OPS_DIR, h)).read() for h in RUNTIME_HEADERS}
-    key = hashlib.sha256()
-    for part in [*sorted(c_sources.items()), ("wrapper.cc", cc_source), *sorted(headers.items()),
-                 ("cc", toolchain.cc), ("cflags", " ".join(toolchain.flags)),
-                 ("tf", tf.__version__ + " ".join(tf_cflags)),
-                 ("cc version", _compiler_version(toolchain.cc)),
-                 ("g++", _compiler_version("g++"))]:
-        key.update(repr(part).encode())
-    digest = key.hexdigest()[:32]
+    digest = cache_key(c_sources, cc_source, headers, toolchain, tf.__version__, tf_cflags)
     final_dir = os.path.join(cache_dir(), digest)
     lib = os.path.join(final_dir, f"librstf_{digest[:16]}.so")
     if _verified(lib):
@@ -199,6 +192,20 @@ def build_library(c_sources: dict[str, str], cc_source: str, march: str = "nativ
             shutil.rmtree(final_dir, ignore_errors=True)
         return _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, digest,
                       final_dir, lib, jobs), False
+
+
+def cache_key(c_sources: dict[str, str], cc_source: str, headers: dict[str, str],
+              toolchain: CToolchain, tf_version: str, tf_cflags: list[str]) -> str:
+    """The build cache key: every source byte, the C compiler, its flags and version, g++'s
+    version and TensorFlow's version and compile flags."""
+    key = hashlib.sha256()
+    for part in [*sorted(c_sources.items()), ("wrapper.cc", cc_source), *sorted(headers.items()),
+                 ("cc", toolchain.cc), ("cflags", " ".join(toolchain.flags)),
+                 ("tf", tf_version + " ".join(tf_cflags)),
+                 ("cc version", _compiler_version(toolchain.cc)),
+                 ("g++", _compiler_version("g++"))]:
+        key.update(repr(part).encode())
+    return key.hexdigest()[:32]
 
 
 def _file_sha256(path: str) -> str:
@@ -251,13 +258,18 @@ def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, diges
             shutil.rmtree(work, ignore_errors=True)
 
 
-def compile_c_shared(source: str, out_path: str, march: str = "native") -> None:
-    """Compile one C source alone into a shared library (tests call entries via ctypes)."""
+def compile_c_shared(source: str, out_path: str, march: str = "native",
+                     toolchain: CToolchain | None = None) -> None:
+    """Compile one C source alone into a shared library (tests call entries via ctypes),
+    with gcc and `c_flags(march)`, or with `toolchain`'s compiler and flags."""
+    toolchain = toolchain or c_toolchain("poly", march)
     with tempfile.NamedTemporaryFile("w", suffix=".c", delete=False) as f:
         f.write(source)
         src = f.name
     try:
-        flags = [x for x in c_flags(march) if x != "-fvisibility=hidden"]
-        _run(["gcc", *flags, "-shared", src, "-o", out_path, "-lm"], "generated C")
+        flags = [x for x in toolchain.flags if x != "-fvisibility=hidden"]
+        # Polly's parallel loops call libgomp, which clang does not link by itself.
+        libs = ["-lm"] if toolchain.cc == "gcc" else ["-lm", "-lgomp"]
+        _run([toolchain.cc, *flags, "-shared", src, "-o", out_path, *libs], "generated C")
     finally:
         os.unlink(src)

@@ -11,18 +11,18 @@ import tempfile
 
 import numpy as np
 
-from .build import compile_c_shared
+from .build import CToolchain, compile_c_shared
 from .codegen import SubgraphCode
 
 
-def run_subgraph_c(sg: SubgraphCode, inputs: dict[str, np.ndarray],
-                   march: str = "native") -> dict[str, np.ndarray]:
-    """Compile `sg.source` alone and call its entry; `inputs` maps each input slot's tensor
-    name to its value. Returns {output tensor name: value}. Outputs start as NaN and the
-    workspace as 0xFF bytes, so anything the code forgets to write shows up."""
+def run_subgraph_c(sg: SubgraphCode, inputs: dict[str, np.ndarray], march: str = "native",
+                   toolchain: CToolchain | None = None) -> dict[str, np.ndarray]:
+    """Compile `sg.source` alone (gcc, or `toolchain`) and call its entry; `inputs` maps each
+    input slot's tensor name to its value. Returns {output tensor name: value}. Outputs start
+    as NaN and the workspace as 0xFF bytes, so anything the code forgets to write shows up."""
     with tempfile.TemporaryDirectory() as d:
         so = os.path.join(d, "sg.so")
-        compile_c_shared(sg.source, so, march)
+        compile_c_shared(sg.source, so, march, toolchain)
         lib = ctypes.CDLL(so)
         args, keep = [], []
         for slot in sg.inputs:

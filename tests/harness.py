@@ -83,3 +83,24 @@ def check_against_tf(build, feeds: dict, fetch: str = "out:0", rtol: float = 1e-
     err = float(np.max(np.abs(got.astype(np.float64) - ref))) / scale if ref.size else 0.0
     assert err <= rtol, f"relative error {err:.3g} > {rtol:g}"
     return err, sg
+
+
+def tiny_cnn(seed: int = 3):
+    """A builder of a tiny model with the main op families: conv -> bias -> relu (a
+    pointwise chain), max pool, depthwise conv, avg pool, mean, matmul, softmax. Input
+    `input` 1x8x8x3, output `out`."""
+    rng = np.random.RandomState(seed)
+    w = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    dw = rng.standard_normal((3, 3, 8, 1)).astype(np.float32)
+    m = rng.standard_normal((8, 5)).astype(np.float32)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 8, 8, 3], name="input")
+        y = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b))
+        y = tf.nn.max_pool2d(y, 2, 2, "VALID")
+        y = tf.nn.depthwise_conv2d(y, dw, [1, 1, 1, 1], "SAME")
+        y = tf.nn.avg_pool2d(y, 2, 1, "SAME")
+        y = tf.reduce_mean(y, [1, 2])
+        tf.nn.softmax(tf.matmul(y, m), name="out")
+    return build
