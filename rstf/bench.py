@@ -277,7 +277,7 @@ def run_openvino(graph_path, inputs_path, fetches, reps, save) -> dict:
         return [np.array(res[p]) for p in ports]
 
     return timed(call, reps, save, version=f"openvino {ov.__version__}",
-                 precision=str(compiled.get_property("INFERENCE_PRECISION_HINT")))
+                 precision=compiled.get_property("INFERENCE_PRECISION_HINT").to_string())
 
 
 RUNTIMES = {"tf-xla": run_xla, "onnxruntime": run_onnxruntime, "openvino": run_openvino}

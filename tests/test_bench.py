@@ -1,0 +1,110 @@
+"""`rstf bench`: every engine on one tiny model; not installed and failing engines."""
+import json
+
+import pytest
+
+from harness import make_graph_def, save_graph_def, tf, tiny_cnn
+from rstf import bench as bench_mod
+from rstf.cli import main
+from rstf.errors import RstfError
+
+
+def _status_when_installed(engine):
+    return "not installed" if bench_mod.missing_packages(engine) else "ok"
+
+
+@pytest.mark.tfbuild
+def test_bench_every_engine(tmp_path, capsys):
+    model = save_graph_def(make_graph_def(tiny_cnn()), str(tmp_path), "tiny.pb")
+    png = tmp_path / "bench.png"
+    assert main(["bench", model, "--reps", "2", "--json", "--plot", str(png)]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["reps"] == 2 and r["machine"]["cores"] >= 1
+    (m,) = r["models"]
+    assert m["name"] == "tiny" and m["inputs"] == {"input": [1, 8, 8, 3]}
+    rows = {row["engine"]: row for row in m["engines"]}
+    assert list(rows) == list(bench_mod.ENGINES)  # every engine has a row, in order
+    for engine, row in rows.items():
+        assert row["status"] == _status_when_installed(engine), row
+        if row["status"] != "ok":
+            assert "pip install" in row["reason"]
+            continue
+        assert len(row["times_ms"]) == 2
+        assert 0 < row["min_ms"] <= row["median_ms"] <= row["max_ms"]
+        assert row["q1_ms"] <= row["q3_ms"] and row["ratio_vs_eigen"] > 0
+        assert row["max_rel_err"] <= 1e-4
+    assert rows["tf-eigen"]["ratio_vs_eigen"] == 1.0 and rows["tf-eigen"]["max_rel_err"] == 0
+    assert rows["tf-xla"]["hlo_instructions"] > 0  # XLA compiled the graph
+    assert "clang-14" in rows["rstf-polly"]["compiler"]
+    assert "-floop-nest-optimize" in rows["rstf-graphite"]["compiler"]
+    if rows["openvino"]["status"] == "ok":
+        assert rows["openvino"]["precision"] == "f32"
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 200_000
+    text = bench_mod.table(r)
+    for label in bench_mod.LABELS.values():
+        assert label in text
+    assert "tiny (input 1x8x8x3)" in text
+    md = bench_mod.markdown_table(r)
+    assert md.count("\n| tiny |") == len(bench_mod.ENGINES)
+
+
+def _unconvertible_model(directory):
+    """BesselI0e: TensorFlow runs it; tf2onnx and OpenVINO's frontend do not convert it."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [6], name="input")
+        tf.identity(tf.math.bessel_i0e(x) * 2.0, name="out")
+    return save_graph_def(make_graph_def(build), directory, "bessel.pb")
+
+
+def test_failed_and_not_installed_engines_are_rows(tmp_path, monkeypatch):
+    model = _unconvertible_model(str(tmp_path))
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no clang-14: rstf-polly is not installed
+    monkeypatch.setitem(bench_mod.PACKAGES, "openvino", ("openvino", "rstf_no_such_module"))
+    r = bench_mod.bench([model], ["onnxruntime", "openvino", "rstf-polly"], reps=1,
+                        log=lambda m: None)
+    rows = {row["engine"]: row for row in r["models"][0]["engines"]}
+    assert list(rows) == ["tf-eigen", "onnxruntime", "openvino", "rstf-polly"]
+    assert rows["tf-eigen"]["status"] == "ok"
+    if bench_mod.missing_packages("onnxruntime"):
+        assert rows["onnxruntime"]["status"] == "not installed"
+    else:  # the bench goes on after an engine fails, with a one-line reason
+        assert rows["onnxruntime"]["status"] == "failed"
+        assert "BesselI0e" in rows["onnxruntime"]["reason"]
+    assert rows["openvino"]["status"] == "not installed"
+    assert "rstf_no_such_module" in rows["openvino"]["reason"]
+    assert rows["rstf-polly"]["status"] == "not installed"
+    assert "apt-get install" in rows["rstf-polly"]["reason"]
+    for row in rows.values():
+        assert "\n" not in row["reason"] and len(row["reason"]) <= 240
+    text = bench_mod.table(r)
+    assert sum("  not installed: " in ln for ln in text.splitlines()) == 2
+    png = tmp_path / "b.png"
+    bench_mod.plot(r, str(png))  # rows without a number are named, not drawn
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_mismatch_is_reported():
+    row = {**bench_mod._row("tf-xla", "ok"), "median_ms": 1.0, "min_ms": 1.0, "max_ms": 1.0}
+    r = {"machine": {"cpu": "cpu", "cores": 2, "tensorflow": "2"}, "reps": 1, "rtol": 1e-4,
+         "engines": ["tf-xla"], "models": [{"name": "m", "inputs": {"x": [2]},
+                                            "engines": [row]}]}
+    assert "TF XLA" in bench_mod.table(r) and "| m | TF XLA | 1.00 |" in \
+        bench_mod.markdown_table(r)
+
+
+def test_bad_engine_list(tmp_path, capsys):
+    with pytest.raises(RstfError, match="unknown engine 'tvm'"):
+        bench_mod.parse_engines("rstf-poly,tvm")
+    assert bench_mod.parse_engines("rstf-poly")[0] == "tf-eigen"  # the reference always runs
+    assert main(["bench", "missing.pb", "--engines", "xla"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rstf: error: --engines: unknown engine 'xla'") and err.count("\n") == 1
+    assert main(["bench", "missing.pb", "--reps", "0"]) == 2
+    assert "--reps" in capsys.readouterr().err
+    model = save_graph_def(make_graph_def(tiny_cnn()), str(tmp_path))
+    assert main(["bench", model, "--plot", str(tmp_path / "chart.svg")]) == 2
+    assert "PNG" in capsys.readouterr().err
+
