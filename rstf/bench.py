@@ -96,20 +96,16 @@ def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=No
 
 
 def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol, log) -> dict:
-    from .compare import _errors, make_inputs
+    from .compare import _errors, graph_fetches, make_inputs, write_run_files
     from .graph import load_model
 
     graph = load_model(model, input_shapes)
     feeds = make_inputs(graph, seed, None)
-    fetches = [f"{o}:{i}" for o in graph.outputs for i in range(len(graph.nodes[o].out_shapes))]
+    fetches = graph_fetches(graph)
     name = os.path.basename(os.path.normpath(model)).rsplit(".", 1)[0] or model
     rows = {}
     with tempfile.TemporaryDirectory(prefix="rstf-bench-") as tmp:
-        inputs = os.path.join(tmp, "inputs.npz")
-        np.savez(inputs, **feeds)
-        original = os.path.join(tmp, "original.pb")
-        with open(original, "wb") as f:
-            f.write(graph.graph_def.SerializeToString())
+        inputs, original = write_run_files(tmp, graph, feeds)
         outputs = {}
         # The reference first: every other engine is compared with it.
         for engine in sorted(engines, key=lambda e: e != REFERENCE):

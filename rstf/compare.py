@@ -64,6 +64,22 @@ def make_inputs(graph, seed: int, user_inputs: str | None) -> dict[str, np.ndarr
     return feeds
 
 
+def graph_fetches(graph) -> list[str]:
+    """Every output tensor of the graph's output nodes."""
+    return [f"{o}:{i}" for o in graph.outputs for i in range(len(graph.nodes[o].out_shapes))]
+
+
+def write_run_files(tmp: str, graph, feeds: dict) -> tuple[str, str]:
+    """The inputs (.npz) and the frozen GraphDef (.pb) the runner processes read, in `tmp`;
+    the original model may be a SavedModel or a text graph."""
+    in_path = os.path.join(tmp, "inputs.npz")
+    np.savez(in_path, **feeds)
+    orig_path = os.path.join(tmp, "original.pb")
+    with open(orig_path, "wb") as f:
+        f.write(graph.graph_def.SerializeToString())
+    return in_path, orig_path
+
+
 def _run(label: str, graph_path: str, libs: list[str], inputs: str, fetches: list[str],
          reps: int, env_extra: dict[str, str], save: str, engine: str = "tf") -> dict:
     cmd = [sys.executable, "-m", "rstf.runner", "--graph", graph_path, "--inputs", inputs,
@@ -89,17 +105,11 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
     pins = {k: tuple(v) for k, v in report.get("pinned_shapes", {}).items()}
     graph = load_model(model, pins, report.get("outputs"))
     feeds = make_inputs(graph, seed, inputs)
-    fetches = [f"{o}:{i}" for o in graph.outputs
-               for i in range(len(graph.nodes[o].out_shapes))]
+    fetches = graph_fetches(graph)
     optimized = os.path.join(out_dir, "optimized.pb")
     libs = [os.path.join(out_dir, report["library"])] if report.get("library") else []
     with tempfile.TemporaryDirectory() as tmp:
-        in_path = os.path.join(tmp, "inputs.npz")
-        np.savez(in_path, **feeds)
-        # The original model may be a SavedModel or text graph: run its frozen GraphDef.
-        orig_path = os.path.join(tmp, "original.pb")
-        with open(orig_path, "wb") as f:
-            f.write(graph.graph_def.SerializeToString())
+        in_path, orig_path = write_run_files(tmp, graph, feeds)
         runs = {}
         configs = [("tf_eigen", orig_path, [], {"TF_ENABLE_ONEDNN_OPTS": "0"}),
                    ("tf_onednn", orig_path, [], {"TF_ENABLE_ONEDNN_OPTS": "1"}),
