@@ -362,8 +362,8 @@ def plot(result: dict, path: str) -> None:
                       color=COLORS[engine], edgecolor="#333333", linewidth=0.5,
                       error_kw={"elinewidth": 0.8, "ecolor": "#222222"})
         for b, y, h in zip(bars, ys, hi):
-            ax.text(b.get_x() + b.get_width() / 2, y + h, f"{y:.3g}", ha="center",
-                    va="bottom", fontsize=7)
+            ax.text(b.get_x() + b.get_width() / 2, y + h, f"{y:.0f}" if y >= 100 else
+                    f"{y:.3g}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(models)))
     ax.set_xticklabels([m["name"] for m in models], fontsize=10)
     if log_scale:
@@ -371,7 +371,8 @@ def plot(result: dict, path: str) -> None:
         ax.set_ylim(base * 0.8, top * 2)
     else:
         ax.set_ylim(0, top * 1.15)
-    ax.set_ylabel("latency per inference, ms (lower is better)")
+    ax.set_ylabel(f"latency per inference, ms{', log scale' if log_scale else ''}\n"
+                  "(lower is better)")
     mach = result["machine"]
     ax.set_title(f"rstf bench: median of {result['reps']} runs, error bars min-max\n"
                  f"{mach['cpu']}, {mach['cores']} cores, TensorFlow {mach['tensorflow']}",
