@@ -389,6 +389,9 @@ def plot(result: dict, path: str) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, format="png")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for the temp name only
         os.replace(tmp, path)
     finally:
         plt.close(fig)
