@@ -67,7 +67,7 @@ def test_conv_falls_to_inner_loops_then_sequential():
 
 
 def _check_lemmas(contexts):
-    tree = tree_gen(contexts)
+    tree = tree_gen(contexts, collapse_ifs=False)  # one constraint per Cnd, as in the lemmas
     keep = preprocess(contexts)
     leaf_paths = paths(tree)
     assert sorted(leaf_paths) == sorted(keep)  # every version reachable

@@ -150,7 +150,7 @@ def preprocess(contexts: list[isl.BasicSet]) -> list[int]:
     return keep
 
 
-def tree_gen(contexts: list[isl.BasicSet]) -> Cnd | Call:
+def tree_gen(contexts: list[isl.BasicSet], collapse_ifs: bool = True) -> Cnd | Call:
     """The specialization tree of Algorithm 2 over `contexts` (indices are versions).
 
     Constraints count as equal when they include the same integer points. Among the
@@ -167,6 +167,9 @@ def tree_gen(contexts: list[isl.BasicSet]) -> Cnd | Call:
                 avail.append(c)
     includes = {(k, i): contexts[i].is_subset(_halfspace(c))
                 for k, c in enumerate(avail) for i in active}
+    own = {(k, i): any(_halfspace(c).is_equal(_halfspace(avail[k]))
+                       for c in constraints_of(contexts[i]))
+           for k in range(len(avail)) for i in active}
     # A context that straddles a constraint would be sent to one side while some of its
     # parameter values belong to the other; with disjoint contexts the splits SPECIALIZE
     # made are clean (every context inside or outside), so those are preferred.
@@ -186,7 +189,9 @@ def tree_gen(contexts: list[isl.BasicSet]) -> Cnd | Call:
             assert best is not None, "Lemma 4.1: a differentiating constraint exists"
             k = best[1]
         else:
-            k = next((k for k in av if includes[(k, act[0])]), None)
+            # Only the context's own constraints: each is checked once on the path, which
+            # gives Lemma 4.3's bound (n(s) splits, then at most #(C_i) checks).
+            k = next((k for k in av if own[(k, act[0])]), None)
             if k is None:
                 return Call(act[0])
         inside = [i for i in act if includes[(k, i)]]
@@ -200,7 +205,8 @@ def tree_gen(contexts: list[isl.BasicSet]) -> Cnd | Call:
             node.orelse = gen(rest, sub)
         return node
 
-    return collapse(gen(active, list(range(len(avail)))))
+    tree = gen(active, list(range(len(avail))))
+    return collapse(tree) if collapse_ifs else tree
 
 
 def collapse(node: Cnd | Call) -> Cnd | Call:
