@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--threads", type=int, default=0,
                    help="threads of the parallel loops (default 0: what TensorFlow gives "
                    "the op)")
+    o.add_argument("--occupancy", type=float, default=1.0,
+                   help="versioned placement under a dynamic batch: distribute the batch loop "
+                   "when N >= OCCUPANCY * threads (default 1)")
     o.add_argument("--force", action="store_true", help="replace an existing output folder")
     o.add_argument("--model-name", help="name of the SavedModel under OUTDIR/serving/ "
                    "(default: the model file's stem)")
@@ -69,7 +72,7 @@ def _optimize(a) -> int:
     report = optimize(a.model, a.output, parse_input_shapes(a.input_shape), outputs,
                       a.max_ops if a.max_ops is not None else DEFAULT_MAX_OPS, a.march, a.force,
                       model_name=a.model_name, model_version=a.model_version,
-                      optimizer=a.optimizer, threads=a.threads)
+                      optimizer=a.optimizer, threads=a.threads, occupancy=a.occupancy)
     pct = lambda x, y: f"{100.0 * x / y:.1f}%" if y else "n/a"  # noqa: E731
     print(f"optimized {a.model} -> {a.output or report['output_dir']}")
     print(f"  subgraphs: {len(report['subgraphs'])}   nodes covered: {report['nodes_covered']}/"

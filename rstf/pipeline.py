@@ -17,7 +17,7 @@ import time
 
 import networkx as nx
 
-from . import __version__
+from . import __version__, batch
 from .build import CUSTOM_OPS_DIR, RUNTIME_HEADERS, build_library
 from .codegen import SubgraphCode, generate_subgraph
 from .errors import RstfError
@@ -82,8 +82,13 @@ def node_flops(graph: Graph, name: str) -> int:
     return 2 * out * (a[-2] if transposed else a[-1])
 
 
-def _select(graph: Graph, max_ops: int, log) -> tuple[list[list[str]], dict[str, str]]:
+def _select(graph: Graph, max_ops: int, log, keep=None) -> tuple[list[list[str]], dict[str, str]]:
+    """Supported nodes, grouped into subgraphs and split with METIS. `keep(supported)`
+    narrows the supported set further (the dynamic batch's rule) and gives its reasons."""
     supported, reasons = supported_nodes(graph)
+    if keep is not None:
+        supported, more = keep(supported)
+        reasons.update(more)
     dag = dataflow_dag(graph)
     clusters = select_subgraphs(dag, supported)
     cost = {}
@@ -106,8 +111,11 @@ def _select(graph: Graph, max_ops: int, log) -> tuple[list[list[str]], dict[str,
 def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=None,
              max_ops: int = DEFAULT_MAX_OPS, march: str = "native", force: bool = False,
              log=None, model_name: str | None = None, model_version: int = 1,
-             optimizer: str = "poly", threads: int = 0) -> dict:
-    """Optimize `model` into `out_dir`; returns the report (also written as report.json)."""
+             optimizer: str = "poly", threads: int = 0, occupancy: float = 1.0) -> dict:
+    """Optimize `model` into `out_dir`; returns the report (also written as report.json).
+
+    An input whose dimension 0 alone is unknown (and not pinned) keeps a dynamic batch: see
+    rstf/batch.py; `occupancy` is the c of the versioned placement's test N >= c*P."""
     log = log or (lambda msg: print(f"rstf: {msg}", file=sys.stderr))
     if max_ops < 1:
         raise RstfError("--max-ops must be at least 1")
@@ -115,6 +123,8 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
         raise RstfError(f"--optimizer {optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
     if threads < 0:
         raise RstfError("--threads must be 0 (TensorFlow's) or positive")
+    if not occupancy > 0:
+        raise RstfError("--occupancy must be positive")
     if model_version < 1:
         raise RstfError("--model-version must be a positive integer")
     model_name = model_name or _safe_name(_stem(model))
@@ -134,19 +144,31 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     graph = load_model(model, input_shapes, outputs, fold=True)
     if graph.folded:
         log(f"folded {len(graph.folded)} constant subexpressions")
+    dynamic = batch.dynamic_inputs(graph)
+    one = None  # the graph at batch 1, where code is generated when the batch is dynamic
+    if dynamic:
+        one = load_model(model, {**(input_shapes or {}), **dynamic}, outputs, fold=True)
+        log(f"dynamic batch: {', '.join(repr(n) for n in dynamic)} keep dimension 0 unknown; "
+            f"subgraphs run per sample, versioned on the batch size")
     for p in graph.placeholders:
-        if not p.is_static(0):
+        if not p.is_static(0) and p.name not in dynamic:
             log(f"input {p.name!r} has shape {_fmt_shape(p.shape(0))}: nodes depending on its "
                 f"unknown dimensions stay in TensorFlow; pin it with --input-shape "
                 f"{p.name}:d0,d1,...")
-    parts, reasons = _select(graph, max_ops, log)
+    gen = one or graph
+    keep = (lambda supported: batch.separable_nodes(graph, one, supported)) if one else None
+    parts, reasons = _select(gen, max_ops, log, keep)
     if not parts:
         log("warning: no subgraph rstf can generate code for; the output graph is the "
             "original one (see report.json 'unsupported' for the reasons)")
-    codes = [generate_subgraph(graph, nodes, i) for i, nodes in enumerate(parts)]
-    poly = [{"optimizer": "none"}] * len(codes)
+    codes = [generate_subgraph(gen, nodes, i) for i, nodes in enumerate(parts)]
+    poly = [{"optimizer": "none"} for _ in codes]
     if optimizer == "poly":
         poly = [_poly(sg, log) for sg in codes]
+    for sg, info in zip(codes, poly):
+        if one is not None:
+            batch.mark_batched(sg, graph, one)
+            info["versions"] = batch.wrap(sg, occupancy)
     digest = library_digest(codes)
     op_types = [op_name(sg, digest) for sg in codes]
     node_names = custom_node_names(graph, len(codes))
@@ -157,11 +179,17 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     build_seconds = time.perf_counter() - t_build
     new_gd = splice(graph, codes, op_types, node_names)
 
-    report = _report(graph, codes, op_types, node_names, reasons, input_shapes, model,
+    report = _report(gen, codes, op_types, node_names, reasons, input_shapes, model,
                      march, max_ops)
-    report["options"].update(optimizer=optimizer, threads=threads)
+    report["input_shapes"] = {p.name: list(p.shape(0)) if p.shape(0) is not None else None
+                              for p in graph.placeholders}
+    report["dynamic_batch"] = sorted(dynamic)
+    report["options"].update(optimizer=optimizer, threads=threads, occupancy=occupancy)
     for entry, info in zip(report["subgraphs"], poly):
         entry["optimizer"] = info["optimizer"]
+        contexts = info.pop("versions", [])
+        entry["versions"] = max(len(contexts), 1)
+        entry["version_contexts"] = contexts
         entry["poly"] = info
     report["signature"] = graph.signature
     report["serving"] = {"model_name": model_name, "version": model_version,
