@@ -18,6 +18,9 @@ def dynamic_cnn():
     w = tf.constant(rng.randn(3, 3, 3, 8).astype(np.float32))
     y = tf.nn.conv2d(x, w, [1, 1, 1, 1], "SAME")
     y = tf.nn.relu(tf.nn.bias_add(y, tf.constant(rng.randn(8).astype(np.float32))))
+    # A diamond: split small (max_ops), a subgraph reads two batched tensors.
+    y = y + tf.nn.conv2d(x, tf.constant(rng.randn(1, 1, 3, 8).astype(np.float32)),
+                         [1, 1, 1, 1], "SAME")
     y = tf.nn.max_pool2d(y, 2, 2, "VALID")
     y = tf.reduce_mean(y, axis=[1, 2])
     y = tf.matmul(y, tf.constant(rng.randn(8, 5).astype(np.float32)))
@@ -46,14 +49,17 @@ def test_separable_rule(dyn_model):
 
 
 @pytest.mark.tfbuild
-@pytest.mark.parametrize("optimizer", ["poly", "none"])
-def test_dynamic_batch_matches_tf(dyn_model, tmp_path, optimizer):
+@pytest.mark.parametrize("optimizer,max_ops", [("poly", 400), ("none", 400), ("poly", 3)])
+def test_dynamic_batch_matches_tf(dyn_model, tmp_path, optimizer, max_ops):
     out = str(tmp_path / "o")
-    report = optimize(dyn_model, out, log=lambda m: None, optimizer=optimizer)
+    report = optimize(dyn_model, out, log=lambda m: None, optimizer=optimizer,
+                      max_ops=max_ops)
     assert report["dynamic_batch"] == ["x"]
     assert report["input_shapes"]["x"] == [None, 9, 9, 3]
     sgs = report["subgraphs"]
     assert sgs and all(s["versions"] == 2 for s in sgs)
+    if max_ops < 400:
+        assert len(sgs) >= 3
     ctx = [c["context"] for c in sgs[0]["version_contexts"]]
     assert ctx == [["N >= P"], ["P >= N + 1"]]
     src = open(f"{out}/{sgs[0]['source']}").read()
