@@ -127,10 +127,10 @@ def parallel_dims(layer: Layer) -> list[int]:
     return out
 
 
-def place(layer: Layer, occupancy) -> list[versioning.Version]:
+def place(layer: Layer, occupancy, specialize: bool = True) -> list[versioning.Version]:
     stmt = versioning.PlacedStatement("S", _domain(layer), parallel_dims(layer))
     base = isl.Set(f"[{layer.param}, P] -> {{ : {layer.param} >= 1 and P >= 1 }}")
-    return versioning.place([stmt], base, occupancy)
+    return versioning.place([stmt], base, occupancy, specialize=specialize)
 
 
 def _nest_c(layer: Layer, placed: int | None, fname: str) -> str:
@@ -261,7 +261,7 @@ def build(layer: Layer, occupancy, versioned: bool, work: str) -> tuple[str, flo
     t_pass = float("inf")
     for _ in range(3):  # the best of three: the first call also warms isl up
         t0 = time.perf_counter()
-        versions = place(layer, occupancy) if versioned else place(layer, occupancy)[:1]
+        versions = place(layer, occupancy, specialize=versioned)
         src = layer_c(layer, versions, versioned)
         t_pass = min(t_pass, time.perf_counter() - t0)
     d = os.path.join(work, f"{layer.name}_c{occupancy}_{'v' if versioned else 'nv'}")

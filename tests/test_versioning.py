@@ -46,6 +46,12 @@ def test_fc_specializes_on_occupancy():
     assert _point_in(v2[0].context, Q=8, P=4) and _point_in(v2[1].context, Q=7, P=4)
 
 
+def test_without_specialize_one_version_assumes_large():
+    base = isl.Set("[Q, P] -> { : Q >= 1 and P >= 1 }")
+    v = place(_fc(), base, specialize=False)
+    assert len(v) == 1 and v[0].placement["S"] == 0 and v[0].context.is_universe()
+
+
 def test_no_version_when_decided_statically():
     base = isl.Set("[B, P] -> { : B >= 1 and P >= 1 and P <= 16 and B >= 64 }")
     v = place(_conv(), base)

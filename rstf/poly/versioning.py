@@ -72,8 +72,11 @@ def _occupied(trip: isl.PwAff, c: Fraction, p: str) -> isl.Set:
 
 
 def place(statements: list[PlacedStatement], base: isl.Set, occupancy=1,
-          p: str = "P") -> list[Version]:
+          p: str = "P", specialize: bool = True) -> list[Version]:
     """The placement pass with SPECIALIZE: one version per context of the family.
+
+    With `specialize=False` it is the pass before versioning: a parametric occupation test
+    is assumed to hold, unchecked, and there is one version.
 
     `base` is the original context (e.g. `[N, P] -> { : N >= 1 and P >= 1 }`). Versions come
     in creation order: the original first, then its specializations.
@@ -102,9 +105,10 @@ def place(statements: list[PlacedStatement], base: isl.Set, occupancy=1,
                     continue  # too short for every parameter value: try the next loop in
                 # Depends on the parameters: SPECIALIZE under the opposite constraint, and
                 # keep the assumption (the loop occupies the grid) for this version.
-                for piece in ctx.subtract(ok).get_basic_sets():
-                    work.append((isl.Set.from_basic_set(piece), len(versions)))
-                ctx = ctx.intersect(ok)
+                if specialize:
+                    for piece in ctx.subtract(ok).get_basic_sets():
+                        work.append((isl.Set.from_basic_set(piece), len(versions)))
+                    ctx = ctx.intersect(ok)
                 placement[s.name] = d
                 break
         for piece in ctx.coalesce().get_basic_sets():
