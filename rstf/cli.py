@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="max error relative to each output's largest magnitude (default 1e-4)")
     c.add_argument("--reps", type=int, default=5, help="timed runs per configuration")
     c.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    c.add_argument("--batch", type=int, default=1,
+                   help="samples in the random inputs of a dynamic-batch model (default 1)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.add_argument("--per-subgraph", action="store_true",
                    help="run each custom op alone on TF's intermediate tensors and name the "
@@ -91,9 +93,11 @@ def _compare(a) -> int:
 
     if a.reps < 1:
         raise RstfError("--reps must be at least 1")
+    if a.batch < 1:
+        raise RstfError("--batch must be at least 1")
     if a.per_subgraph:
         return _compare_per_subgraph(a)
-    r = compare(a.model, a.outdir, a.inputs, a.rtol, a.reps, a.seed)
+    r = compare(a.model, a.outdir, a.inputs, a.rtol, a.reps, a.seed, batch=a.batch)
     if a.json:
         print(json.dumps(r))
     else:

@@ -31,8 +31,10 @@ def _read_report(out_dir: str) -> dict:
         raise RstfError(f"{path}: unreadable ({e})") from None
 
 
-def make_inputs(graph, seed: int, user_inputs: str | None) -> dict[str, np.ndarray]:
-    """Seeded random inputs for every Placeholder, or the user's, checked against the graph."""
+def make_inputs(graph, seed: int, user_inputs: str | None,
+                batch: int = 1) -> dict[str, np.ndarray]:
+    """Seeded random inputs for every Placeholder, or the user's, checked against the graph.
+    An unknown dimension 0 (a dynamic batch) gets `batch` samples."""
     rng = np.random.RandomState(seed)
     provided = {}
     if user_inputs:
@@ -51,6 +53,8 @@ def make_inputs(graph, seed: int, user_inputs: str | None) -> dict[str, np.ndarr
                                 f"expects {list(shape)}")
             feeds[f"{p.name}:0"] = val.astype(dtype)
             continue
+        if shape and shape[0] is None:
+            shape = (batch, *shape[1:])
         if shape is None or any(d is None for d in shape):
             raise RstfError(f"input {p.name!r} has an unknown shape; pass --inputs FILE.npz")
         if np.issubdtype(dtype, np.floating):
@@ -82,13 +86,13 @@ def _run(label: str, graph_path: str, libs: list[str], inputs: str, fetches: lis
 
 
 def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1e-4,
-            reps: int = 5, seed: int = 0, latency: bool = True) -> dict:
+            reps: int = 5, seed: int = 0, latency: bool = True, batch: int = 1) -> dict:
     """Errors against TF with Eigen and latencies (module docstring). With `latency=False`
     only the numbers are checked: two runs instead of three, none timed (the fuzzer)."""
     report = _read_report(out_dir)
     pins = {k: tuple(v) for k, v in report.get("pinned_shapes", {}).items()}
     graph = load_model(model, pins, report.get("outputs"))
-    feeds = make_inputs(graph, seed, inputs)
+    feeds = make_inputs(graph, seed, inputs, batch)
     fetches = [f"{o}:{i}" for o in graph.outputs
                for i in range(len(graph.nodes[o].out_shapes))]
     optimized = os.path.join(out_dir, "optimized.pb")
