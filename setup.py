@@ -17,6 +17,7 @@ setup(
         "islpy==2026.2.2",
         "jinja2==3.1.6",
         "numpy==2.4.6",
+        "rich==15.0.0",
     ],
     extras_require={"test": ["pytest==9.0.3", "hypothesis==6.155.2"]},
     entry_points={"console_scripts": ["rstf=rstf.cli:main"]},

@@ -91,8 +91,12 @@ def _compiler_version(cc: str) -> str:
 
 
 def build_library(c_sources: dict[str, str], cc_source: str, march: str = "native",
-                  jobs: int | None = None) -> tuple[str, bool]:
-    """Build (or fetch from the cache) the op library. Returns (path to .so, cache hit)."""
+                  jobs: int | None = None, on_done=None) -> tuple[str, bool]:
+    """Build (or fetch from the cache) the op library. Returns (path to .so, cache hit).
+
+    Compilation units run over `jobs` compilers (default: the CPU count); `on_done()`, if
+    given, is called once per finished unit (each C source, then the wrapper and the link
+    as one): len(c_sources) + 1 calls in all, or none on a cache hit."""
     from .tfutil import tf
 
     cflags = c_flags(march)
@@ -117,7 +121,7 @@ def build_library(c_sources: dict[str, str], cc_source: str, march: str = "nativ
         if os.path.exists(final_dir):  # a corrupt or partial entry: rebuild it
             shutil.rmtree(final_dir, ignore_errors=True)
         return _build(c_sources, cc_source, headers, cflags, tf_cflags, tf_lflags, digest,
-                      final_dir, lib, jobs), False
+                      final_dir, lib, jobs, on_done or (lambda: None)), False
 
 
 def _file_sha256(path: str) -> str:
@@ -138,7 +142,7 @@ def _verified(lib: str) -> bool:
 
 
 def _build(c_sources, cc_source, headers, cflags, tf_cflags, tf_lflags, digest, final_dir,
-           lib, jobs) -> str:
+           lib, jobs, on_done) -> str:
     work = tempfile.mkdtemp(prefix=f".{digest}.", dir=cache_dir())
     try:
         for name, text in [*c_sources.items(), ("wrapper.cc", cc_source), *headers.items()]:
@@ -148,18 +152,22 @@ def _build(c_sources, cc_source, headers, cflags, tf_cflags, tf_lflags, digest, 
                os.path.join(work, "wrapper.cc"), "-o", os.path.join(work, "wrapper.o")]
         objs = [os.path.join(work, "wrapper.o")]
         with concurrent.futures.ThreadPoolExecutor(jobs or os.cpu_count() or 2) as pool:
-            futures = [pool.submit(_run, cxx, "the TensorFlow op wrapper")]
+            wrapper = pool.submit(_run, cxx, "the TensorFlow op wrapper")
+            futures = [wrapper]
             for name in c_sources:
                 obj = os.path.join(work, name + ".o")
                 objs.append(obj)
                 futures.append(pool.submit(
                     _run, ["gcc", *cflags, "-c", os.path.join(work, name), "-o", obj], name))
-            for fut in futures:
+            for fut in concurrent.futures.as_completed(futures):
                 fut.result()
+                if fut is not wrapper:
+                    on_done()
         tmp_lib = os.path.join(work, os.path.basename(lib))
         _run(["g++", "-shared", "-fopenmp", "-o", tmp_lib, *objs, *tf_lflags,
               *sanitize_flags()],
              "the op library (link)")
+        on_done()
         with open(tmp_lib + ".sha256", "w") as f:
             f.write(_file_sha256(tmp_lib))
         os.rename(work, final_dir)  # atomic publish, under the key's lock

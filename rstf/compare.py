@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 
 import numpy as np
 
@@ -254,3 +255,17 @@ def _first_bad_node(graph, sg, value, rtol, run_subgraph_c, generate_subgraph):
                 return {"node": n, "op": graph.nodes[n].op, "tensor": t,
                         "max_abs_err": abs_err, "max_rel_err": rel_err}
     return None
+
+
+class _CallableModule(types.ModuleType):
+    """This module is also the API function: `rstf.compare(model, out_dir_or_result, ...)`
+    calls `rstf.api.compare` (once imported, a submodule shadows a package attribute of its
+    name, so the module itself has to be callable)."""
+
+    def __call__(self, *args, **kwargs):
+        from .api import compare as api_compare
+
+        return api_compare(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
