@@ -132,3 +132,14 @@ def test_missing_dot_and_bad_paths(model, tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "apt-get install graphviz" in err
     assert not os.path.exists(tmp_path / "g.svg")
+
+
+def test_dynamic_batch_is_inspected_per_sample(tmp_path):
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        tf.nn.relu(tf.matmul(x, np.ones((4, 3), np.float32)), name="out")
+
+    r = inspect(save_graph_def(make_graph_def(build), str(tmp_path)))
+    assert r["dynamic_batch"] == ["x"] and r["inputs"] == {"x": [None, 4]}
+    assert [sorted(p["ops"]) for p in r["partitions"]] == [["MatMul", "Relu"]]
+    assert r["flops_in_partitions"] == 2 * 3 * 4  # per sample
