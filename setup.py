@@ -19,6 +19,7 @@ setup(
         "islpy==2026.2.2",
         "jinja2==3.1.6",
         "numpy==2.4.6",
+        "rich==15.0.0",
         "matplotlib==3.11.2",  # `rstf bench --plot`
     ],
     extras_require={

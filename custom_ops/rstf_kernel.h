@@ -49,11 +49,33 @@ inline bool CheckInput(tensorflow::OpKernelContext* ctx, int i, tensorflow::Data
   return true;
 }
 
+// A shape of known dims (a -1 is unknown).
 inline tensorflow::shape_inference::ShapeHandle MakeShape(
     tensorflow::shape_inference::InferenceContext* c, const std::vector<int64_t>& dims) {
   std::vector<tensorflow::shape_inference::DimensionHandle> d;
   for (int64_t x : dims) d.push_back(c->MakeDim(x));
   return c->MakeShape(d);
+}
+
+// The same with dimension 0 the dynamic batch `batch`.
+inline tensorflow::shape_inference::ShapeHandle MakeShape(
+    tensorflow::shape_inference::InferenceContext* c, const std::vector<int64_t>& dims,
+    tensorflow::shape_inference::DimensionHandle batch) {
+  std::vector<tensorflow::shape_inference::DimensionHandle> d{batch};
+  for (size_t i = 1; i < dims.size(); ++i) d.push_back(c->MakeDim(dims[i]));
+  return c->MakeShape(d);
+}
+
+// The dynamic batch of a call: dimension 0 of input `i`, or -1 (status set) when that input
+// has rank 0. The per-input checks then compare every batched input against it.
+inline int64_t BatchOf(tensorflow::OpKernelContext* ctx, int i) {
+  const tensorflow::Tensor& t = ctx->input(i);
+  if (t.dims() < 1) {
+    ctx->CtxFailure(tensorflow::errors::InvalidArgument(
+        "rstf op '", ctx->op_kernel().name(), "': input ", i, " has rank 0, expected a batch"));
+    return -1;
+  }
+  return t.dim_size(0);
 }
 
 // Graph-construction-time check: input `i` must be compatible with `dims`.

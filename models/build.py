@@ -404,7 +404,7 @@ def _prune_to_output(graph_def: "tf.compat.v1.GraphDef") -> "tf.compat.v1.GraphD
 
 
 def build_graph_def(
-    name: str, input_size: int | None = None, seed: int = 0
+    name: str, input_size: int | None = None, seed: int = 0, batch: int | None = 1
 ) -> "tf.compat.v1.GraphDef":
     """Return the frozen inference GraphDef of model ``name``.
 
@@ -412,7 +412,8 @@ def build_graph_def(
     inception_v3 and inception_v4, 224 for resnet50 and mobilenet_v2,
     :func:`default_input_size` for ``keras:CTOR`` names); the input is
     ``[1, input_size, input_size, 3]`` float32.  Raises ``ValueError`` for an
-    unknown name or an input size below :func:`min_input_size`.  See the module
+    unknown name or an input size below :func:`min_input_size`. ``batch=None``
+    leaves the batch dimension unknown (a serving graph's dynamic batch).  See the module
     docstring for the input/output naming and determinism contract.
 
     Calls ``keras.backend.clear_session()`` first: keras auto-names layers from
@@ -454,7 +455,7 @@ def build_graph_def(
         return tf.identity(model(x, training=False), name=OUTPUT_NAME)
 
     concrete = infer.get_concrete_function(
-        tf.TensorSpec([1, size, size, 3], tf.float32, name=INPUT_NAME)
+        tf.TensorSpec([batch, size, size, 3], tf.float32, name=INPUT_NAME)
     )
     frozen = convert_variables_to_constants_v2(concrete)
     graph_def = _prune_to_output(_inline_calls(frozen.graph.as_graph_def()))
@@ -502,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-size", type=int, default=None, metavar="H",
                         help="square input size (default: the model's standard)")
     parser.add_argument("--seed", type=int, default=0, help="numpy seed (default 0)")
+    parser.add_argument("--dynamic-batch", action="store_true",
+                        help="leave the batch dimension unknown ([?, H, H, 3])")
     args = parser.parse_args(argv)
 
     # Validate before importing TensorFlow so the error is the only stderr line.
@@ -522,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     try:
-        graph_def = build_graph_def(args.name, args.input_size, args.seed)
+        graph_def = build_graph_def(args.name, args.input_size, args.seed,
+                                    None if args.dynamic_batch else 1)
     except ValueError as e:
         if not str(e).startswith("unknown model"):
             raise

@@ -168,10 +168,14 @@ def _compiler_version(cc: str) -> str:
 
 
 def build_library(c_sources: dict[str, str], cc_source: str, march: str = "native",
-                  jobs: int | None = None,
+                  jobs: int | None = None, on_done=None,
                   toolchain: CToolchain | None = None) -> tuple[str, bool]:
     """Build (or fetch from the cache) the op library. Returns (path to .so, cache hit).
-    The C sources are compiled by `toolchain` (default: gcc with `c_flags(march)`)."""
+
+    The C sources are compiled by `toolchain` (default: gcc with `c_flags(march)`), over
+    `jobs` compilers (default: the CPU count); `on_done()`, if given, is called once per
+    finished unit (each C source, then the wrapper and the link as one): len(c_sources) + 1
+    calls in all, or none on a cache hit."""
     from .tfutil import tf
 
     toolchain = toolchain or c_toolchain("poly", march)
@@ -191,7 +195,7 @@ def build_library(c_sources: dict[str, str], cc_source: str, march: str = "nativ
         if os.path.exists(final_dir):  # a corrupt or partial entry: rebuild it
             shutil.rmtree(final_dir, ignore_errors=True)
         return _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, digest,
-                      final_dir, lib, jobs), False
+                      final_dir, lib, jobs, on_done or (lambda: None)), False
 
 
 def cache_key(c_sources: dict[str, str], cc_source: str, headers: dict[str, str],
@@ -226,7 +230,7 @@ def _verified(lib: str) -> bool:
 
 
 def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, digest, final_dir,
-           lib, jobs) -> str:
+           lib, jobs, on_done) -> str:
     work = tempfile.mkdtemp(prefix=f".{digest}.", dir=cache_dir())
     try:
         for name, text in [*c_sources.items(), ("wrapper.cc", cc_source), *headers.items()]:
@@ -236,19 +240,23 @@ def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, diges
                os.path.join(work, "wrapper.cc"), "-o", os.path.join(work, "wrapper.o")]
         objs = [os.path.join(work, "wrapper.o")]
         with concurrent.futures.ThreadPoolExecutor(jobs or os.cpu_count() or 2) as pool:
-            futures = [pool.submit(_run, cxx, "the TensorFlow op wrapper")]
+            wrapper = pool.submit(_run, cxx, "the TensorFlow op wrapper")
+            futures = [wrapper]
             for name in c_sources:
                 obj = os.path.join(work, name + ".o")
                 objs.append(obj)
                 futures.append(pool.submit(
                     _run, [toolchain.cc, *toolchain.flags, "-c", os.path.join(work, name), "-o",
                            obj], name))
-            for fut in futures:
+            for fut in concurrent.futures.as_completed(futures):
                 fut.result()
+                if fut is not wrapper:
+                    on_done()
         tmp_lib = os.path.join(work, os.path.basename(lib))
         _run(["g++", "-shared", "-fopenmp", "-o", tmp_lib, *objs, *tf_lflags,
               *sanitize_flags()],
              "the op library (link)")
+        on_done()
         with open(tmp_lib + ".sha256", "w") as f:
             f.write(_file_sha256(tmp_lib))
         os.rename(work, final_dir)  # atomic publish, under the key's lock

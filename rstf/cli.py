@@ -1,11 +1,14 @@
 """The `rstf` command.
 
     rstf optimize MODEL [-o OUTDIR] [--input-shape NAME:d0,d1,...] [--outputs A,B]
-                        [--max-ops N] [--march ARCH] [--force]
+                        [--max-ops N] [--march ARCH] [--force] [-j N] [-q | -v]
+    rstf inspect MODEL [--svg FILE] [--input-shape ...] [--outputs A,B] [--max-ops N] [--json]
     rstf compare MODEL OUTDIR [--inputs FILE.npz] [--rtol 1e-4] [--reps N] [--seed S] [--json]
     rstf bench MODEL... [--engines LIST] [--reps N] [--plot FILE.png] [--json]
 
-Errors the user can cause print one line, `rstf: error: ...`, and exit with status 2 (bad
+`optimize` shows its stages (live bars with an ETA on a terminal, plain lines otherwise) and
+a summary; `-q` prints nothing but errors, `-v` also logs stage times and each subgraph's
+polyhedral result. Errors the user can cause print one line, `rstf: error: ...`, and exit with status 2 (bad
 usage or input) or 1 (`compare` found outputs outside the tolerance). Set RSTF_DEBUG=1 to see
 the traceback of an internal error (or pass --debug).
 """
@@ -42,11 +45,34 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--threads", type=int, default=0,
                    help="threads of the parallel loops (default 0: what TensorFlow gives "
                    "the op)")
+    o.add_argument("--occupancy", type=float, default=1.0,
+                   help="versioned placement under a dynamic batch: distribute the batch loop "
+                   "when N >= OCCUPANCY * threads (default 1)")
     o.add_argument("--force", action="store_true", help="replace an existing output folder")
     o.add_argument("--model-name", help="name of the SavedModel under OUTDIR/serving/ "
                    "(default: the model file's stem)")
     o.add_argument("--model-version", type=int, default=1,
                    help="version folder of the SavedModel (default 1)")
+    o.add_argument("-j", "--jobs", type=int, default=None,
+                   help="processes for the polyhedral pass and the compilers (default: the "
+                   "number of CPUs); the output does not depend on it")
+    talk = o.add_mutually_exclusive_group()
+    talk.add_argument("-q", "--quiet", action="store_true",
+                      help="print nothing but errors (no progress, no summary)")
+    talk.add_argument("-v", "--verbose", action="store_true",
+                      help="also log stage times and each subgraph's polyhedral result")
+
+    i = sub.add_parser("inspect", help="show what rstf would do with a model: supported and "
+                       "unsupported ops, subgraphs, partitions; optionally draw them")
+    i.add_argument("model", help="binary GraphDef (.pb), text GraphDef (.pbtxt) or SavedModel dir")
+    i.add_argument("--svg", metavar="FILE", help="draw the graph coloured by partition "
+                   "(needs graphviz's `dot`)")
+    i.add_argument("--input-shape", action="append", default=[], metavar="NAME:d0,d1,...",
+                   help="pin an input's shape (repeatable)")
+    i.add_argument("--outputs", help="comma-separated output node names")
+    i.add_argument("--max-ops", type=int, default=None,
+                   help="split subgraphs larger than this many nodes with METIS (default 400)")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
 
     c = sub.add_parser("compare", help="check an optimized graph against stock TensorFlow")
     c.add_argument("model", help="the original model")
@@ -56,12 +82,24 @@ def _parser() -> argparse.ArgumentParser:
                    help="max error relative to each output's largest magnitude (default 1e-4)")
     c.add_argument("--reps", type=int, default=5, help="timed runs per configuration")
     c.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    c.add_argument("--batch", type=int, default=1,
+                   help="samples in the random inputs of a dynamic-batch model (default 1)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.add_argument("--per-subgraph", action="store_true",
                    help="run each custom op alone on TF's intermediate tensors and name the "
                    "first subgraph and node whose error exceeds --rtol")
     _bench_parser(sub)
     return p
+
+
+def _outputs(a) -> list[str] | None:
+    return [s for s in a.outputs.split(",") if s] if a.outputs else None
+
+
+def _max_ops(a) -> int:
+    from .pipeline import DEFAULT_MAX_OPS
+
+    return a.max_ops if a.max_ops is not None else DEFAULT_MAX_OPS
 
 
 def _bench_parser(sub) -> None:
@@ -99,13 +137,16 @@ def _bench(a) -> int:
 
 def _optimize(a) -> int:
     from .graph import parse_input_shapes
-    from .pipeline import DEFAULT_MAX_OPS, optimize
+    from .pipeline import optimize
 
-    outputs = [s for s in a.outputs.split(",") if s] if a.outputs else None
-    report = optimize(a.model, a.output, parse_input_shapes(a.input_shape), outputs,
-                      a.max_ops if a.max_ops is not None else DEFAULT_MAX_OPS, a.march, a.force,
+    verbosity = 0 if a.quiet else 2 if a.verbose else 1
+    report = optimize(a.model, a.output, parse_input_shapes(a.input_shape), _outputs(a),
+                      _max_ops(a), a.march, a.force,
                       model_name=a.model_name, model_version=a.model_version,
-                      optimizer=a.optimizer, threads=a.threads)
+                      optimizer=a.optimizer, threads=a.threads, occupancy=a.occupancy,
+                      jobs=a.jobs, verbosity=verbosity, progress=True)
+    if a.quiet:
+        return 0
     pct = lambda x, y: f"{100.0 * x / y:.1f}%" if y else "n/a"  # noqa: E731
     print(f"optimized {a.model} -> {a.output or report['output_dir']}")
     print(f"  subgraphs: {len(report['subgraphs'])}   nodes covered: {report['nodes_covered']}/"
@@ -119,14 +160,28 @@ def _optimize(a) -> int:
     return 0
 
 
+def _inspect(a) -> int:
+    from .graph import parse_input_shapes
+    from .inspect_graph import inspect, print_inspection
+
+    r = inspect(a.model, parse_input_shapes(a.input_shape), _outputs(a), _max_ops(a), a.svg)
+    if a.json:
+        print(json.dumps(r))
+    else:
+        print_inspection(r)
+    return 0
+
+
 def _compare(a) -> int:
     from .compare import compare
 
     if a.reps < 1:
         raise RstfError("--reps must be at least 1")
+    if a.batch < 1:
+        raise RstfError("--batch must be at least 1")
     if a.per_subgraph:
         return _compare_per_subgraph(a)
-    r = compare(a.model, a.outdir, a.inputs, a.rtol, a.reps, a.seed)
+    r = compare(a.model, a.outdir, a.inputs, a.rtol, a.reps, a.seed, batch=a.batch)
     if a.json:
         print(json.dumps(r))
     else:
@@ -167,7 +222,8 @@ def main(argv=None) -> int:
     if a.debug:
         os.environ["RSTF_DEBUG"] = "1"
     try:
-        return {"optimize": _optimize, "compare": _compare, "bench": _bench}[a.command](a)
+        return {"optimize": _optimize, "inspect": _inspect, "compare": _compare,
+                "bench": _bench}[a.command](a)
     except RstfError as e:
         print(f"rstf: error: {e}", file=sys.stderr)
         return 2

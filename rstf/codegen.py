@@ -32,6 +32,7 @@ class Slot:
     shape: tuple[int, ...]
     dtype: object  # numpy dtype
     offset: int = 0  # byte offset in the workspace (temps only)
+    batched: bool = False  # leads with the dynamic batch; `shape` is one sample's (batch.py)
 
     @property
     def ctype(self) -> str:
@@ -59,6 +60,7 @@ class SubgraphCode:
     temp_bytes_unshared: int  # what the temporaries would take without reuse
     flops: int
     op_functions: int  # distinct op functions after deduplication
+    dynamic_batch: bool = False  # entry takes (long N, long P, ...): see rstf/batch.py
 
     @property
     def digest(self) -> str:

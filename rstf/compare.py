@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 
 import numpy as np
 
@@ -31,8 +32,10 @@ def _read_report(out_dir: str) -> dict:
         raise RstfError(f"{path}: unreadable ({e})") from None
 
 
-def make_inputs(graph, seed: int, user_inputs: str | None) -> dict[str, np.ndarray]:
-    """Seeded random inputs for every Placeholder, or the user's, checked against the graph."""
+def make_inputs(graph, seed: int, user_inputs: str | None,
+                batch: int = 1) -> dict[str, np.ndarray]:
+    """Seeded random inputs for every Placeholder, or the user's, checked against the graph.
+    An unknown dimension 0 (a dynamic batch) gets `batch` samples."""
     rng = np.random.RandomState(seed)
     provided = {}
     if user_inputs:
@@ -51,6 +54,8 @@ def make_inputs(graph, seed: int, user_inputs: str | None) -> dict[str, np.ndarr
                                 f"expects {list(shape)}")
             feeds[f"{p.name}:0"] = val.astype(dtype)
             continue
+        if shape and shape[0] is None:
+            shape = (batch, *shape[1:])
         if shape is None or any(d is None for d in shape):
             raise RstfError(f"input {p.name!r} has an unknown shape; pass --inputs FILE.npz")
         if np.issubdtype(dtype, np.floating):
@@ -98,13 +103,13 @@ def _run(label: str, graph_path: str, libs: list[str], inputs: str, fetches: lis
 
 
 def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1e-4,
-            reps: int = 5, seed: int = 0, latency: bool = True) -> dict:
+            reps: int = 5, seed: int = 0, latency: bool = True, batch: int = 1) -> dict:
     """Errors against TF with Eigen and latencies (module docstring). With `latency=False`
     only the numbers are checked: two runs instead of three, none timed (the fuzzer)."""
     report = _read_report(out_dir)
     pins = {k: tuple(v) for k, v in report.get("pinned_shapes", {}).items()}
     graph = load_model(model, pins, report.get("outputs"))
-    feeds = make_inputs(graph, seed, inputs)
+    feeds = make_inputs(graph, seed, inputs, batch)
     fetches = graph_fetches(graph)
     optimized = os.path.join(out_dir, "optimized.pb")
     libs = [os.path.join(out_dir, report["library"])] if report.get("library") else []
@@ -260,3 +265,17 @@ def _first_bad_node(graph, sg, value, rtol, run_subgraph_c, generate_subgraph):
                 return {"node": n, "op": graph.nodes[n].op, "tensor": t,
                         "max_abs_err": abs_err, "max_rel_err": rel_err}
     return None
+
+
+class _CallableModule(types.ModuleType):
+    """This module is also the API function: `rstf.compare(model, out_dir_or_result, ...)`
+    calls `rstf.api.compare` (once imported, a submodule shadows a package attribute of its
+    name, so the module itself has to be callable)."""
+
+    def __call__(self, *args, **kwargs):
+        from .api import compare as api_compare
+
+        return api_compare(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -6,24 +6,26 @@ module only strings them together and writes the output folder atomically.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import math
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 
 import networkx as nx
 
-from . import __version__
+from . import __version__, batch
 from .build import CUSTOM_OPS_DIR, RUNTIME_HEADERS, build_library, c_toolchain
 from .codegen import SubgraphCode, generate_subgraph
 from .errors import RstfError
 from .graph import TRIVIAL_OPS, Graph, load_model, split_tensor
 from .opgen import check_node, get_handler
 from .partition import partition_subgraph, select_subgraphs
+from .parallel import run_ordered
+from .progress import LOGGER, Reporter
 from .splice import custom_node_names, splice
 from .wrapper import generate_wrapper, library_digest, op_name
 
@@ -84,41 +86,103 @@ def node_flops(graph: Graph, name: str) -> int:
     return 2 * out * (a[-2] if transposed else a[-1])
 
 
-def _select(graph: Graph, max_ops: int, log) -> tuple[list[list[str]], dict[str, str]]:
+@dataclasses.dataclass
+class Selection:
+    """What `select` found: the supported nodes, the reasons for the others, and the maximal
+    convex clusters of supported nodes. `clusters` are those worth a custom op; `skipped`
+    those that only move data (Identity, Reshape...), which stay in TensorFlow."""
+
+    supported: set[str]
+    reasons: dict[str, str]
+    dag: nx.DiGraph
+    cost: dict[str, int]
+    clusters: list[list[str]]
+    skipped: list[list[str]]
+
+
+def select(graph: Graph, keep=None) -> Selection:
+    """Supported nodes grouped into clusters. `keep(supported)` narrows the supported set
+    further (the dynamic batch's rule) and gives its reasons."""
     supported, reasons = supported_nodes(graph)
+    if keep is not None:
+        supported, more = keep(supported)
+        reasons.update(more)
     dag = dataflow_dag(graph)
-    clusters = select_subgraphs(dag, supported)
-    cost = {}
+    cost, kept, skipped = {}, [], []
     for n in supported:
         h = get_handler(graph.nodes[n].op)
         cost[n] = max(h.flops(graph.nodes[n], graph), 1)
-    parts = []
-    for c in clusters:
+    for c in select_subgraphs(dag, supported):
         # A subgraph that only moves data (Identity, Reshape) gains nothing as a custom op.
         if all(cost[n] <= 1 or get_handler(graph.nodes[n].op).flops(graph.nodes[n], graph) == 0
                for n in c):
-            continue
-        split = partition_subgraph(dag, c, max_ops, cost)
+            skipped.append(c)
+        else:
+            kept.append(c)
+    return Selection(supported, reasons, dag, cost, kept, skipped)
+
+
+def partition(sel: Selection, max_ops: int, log, advance=None) -> list[list[list[str]]]:
+    """Each cluster split by METIS into parts of at most `max_ops` nodes (one part if it is
+    small enough); `advance()` is called once per cluster."""
+    split_all = []
+    for c in sel.clusters:
+        split = partition_subgraph(sel.dag, c, max_ops, sel.cost)
         if len(split) > 1:
             log(f"split a subgraph of {len(c)} nodes into {len(split)} parts (METIS)")
-        parts.extend(split)
-    return parts, reasons
+        split_all.append(split)
+        if advance:
+            advance()
+    return split_all
+
+
+def _select(graph: Graph, max_ops: int, log, keep=None) -> tuple[list[list[str]], dict[str, str]]:
+    """The subgraphs to generate (every cluster's parts, in order) and the reasons."""
+    sel = select(graph, keep)
+    return [p for split in partition(sel, max_ops, log) for p in split], sel.reasons
+
+
+def dynamic_graphs(model, input_shapes, outputs, graph: Graph, log) -> tuple:
+    """(inputs with a dynamic batch, the graph at batch 1 or None, `keep` for `select`):
+    an input whose dimension 0 alone is unknown keeps a dynamic batch (rstf/batch.py); code
+    is then generated from the batch-1 graph, for the nodes that are separable per sample."""
+    dynamic = batch.dynamic_inputs(graph)
+    if not dynamic:
+        return dynamic, None, None
+    one = load_model(model, {**(input_shapes or {}), **dynamic}, outputs, fold=True)
+    log(f"dynamic batch: {', '.join(repr(n) for n in dynamic)} keep dimension 0 unknown; "
+        f"subgraphs run per sample, versioned on the batch size")
+    return dynamic, one, lambda supported: batch.separable_nodes(graph, one, supported)
 
 
 def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=None,
              max_ops: int = DEFAULT_MAX_OPS, march: str = "native", force: bool = False,
              log=None, model_name: str | None = None, model_version: int = 1,
-             optimizer: str = "poly", threads: int = 0) -> dict:
-    """Optimize `model` into `out_dir`; returns the report (also written as report.json)."""
-    log = log or (lambda msg: print(f"rstf: {msg}", file=sys.stderr))
+             optimizer: str = "poly", threads: int = 0, occupancy: float = 1.0, *,
+             jobs: int | None = None, verbosity: int = 1, progress: bool = False) -> dict:
+    """Optimize `model` into `out_dir`; returns the report (also written as report.json).
+
+    An input whose dimension 0 alone is unknown (and not pinned) keeps a dynamic batch: see
+    rstf/batch.py; `occupancy` is the c of the versioned placement's test N >= c*P.
+    `jobs`: processes for the polyhedral pass and compilers for the build (default: the CPU
+    count); the output does not depend on it. `verbosity` 0 prints nothing, 1 the run's
+    messages, 2 also logs stage times and per-subgraph results (rstf.progress); `progress`
+    shows the stages (live bars on a terminal, plain lines otherwise). `log`, if given,
+    receives the messages instead of stderr.
+    """
     if max_ops < 1:
         raise RstfError("--max-ops must be at least 1")
     if optimizer not in OPTIMIZERS:
         raise RstfError(f"--optimizer {optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
     if threads < 0:
         raise RstfError("--threads must be 0 (TensorFlow's) or positive")
+    if not occupancy > 0:
+        raise RstfError("--occupancy must be positive")
     if model_version < 1:
         raise RstfError("--model-version must be a positive integer")
+    jobs = default_jobs() if jobs is None else jobs
+    if jobs < 1:
+        raise RstfError("--jobs must be at least 1")
     toolchain = c_toolchain(optimizer, march, threads)  # a missing compiler fails here, first
     model_name = model_name or _safe_name(_stem(model))
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", model_name):
@@ -133,23 +197,56 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
         raise RstfError(f"{parent}: no such directory for the output")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise RstfError(f"{parent}: not writable, cannot create {out_dir}")
+    with Reporter(verbosity, progress, log) as rep:
+        return _optimize(rep, model, out_dir, input_shapes, outputs, max_ops, march,
+                         model_name, model_version, optimizer, threads, occupancy, jobs,
+                         toolchain)
+
+
+def default_jobs() -> int:
+    return os.cpu_count() or 1
+
+
+def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, march,
+              model_name, model_version, optimizer, threads, occupancy, jobs, toolchain) -> dict:
+    log = rep.message
     t0 = time.perf_counter()
-    graph = load_model(model, input_shapes, outputs, fold=True)
-    if graph.folded:
-        log(f"folded {len(graph.folded)} constant subexpressions")
+    with rep.stage("load"):
+        graph = load_model(model, input_shapes, outputs, fold=True)
+        if graph.folded:
+            log(f"folded {len(graph.folded)} constant subexpressions")
+        dynamic, one, keep = dynamic_graphs(model, input_shapes, outputs, graph, log)
     for p in graph.placeholders:
-        if not p.is_static(0):
+        if not p.is_static(0) and p.name not in dynamic:
             log(f"input {p.name!r} has shape {_fmt_shape(p.shape(0))}: nodes depending on its "
                 f"unknown dimensions stay in TensorFlow; pin it with --input-shape "
                 f"{p.name}:d0,d1,...")
-    parts, reasons = _select(graph, max_ops, log)
+    gen = one or graph
+    with rep.stage("select"):
+        sel = select(gen, keep)
+    with rep.stage("partition", len(sel.clusters)) as st:
+        parts = [p for split in partition(sel, max_ops, log, st.advance) for p in split]
+    reasons = sel.reasons
     if not parts:
         log("warning: no subgraph rstf can generate code for; the output graph is the "
             "original one (see report.json 'unsupported' for the reasons)")
-    codes = [generate_subgraph(graph, nodes, i) for i, nodes in enumerate(parts)]
-    poly = [{"optimizer": "none" if optimizer == "poly" else optimizer}] * len(codes)
+    with rep.stage("generate", len(parts)) as st:
+        codes = []
+        for i, nodes in enumerate(parts):
+            codes.append(generate_subgraph(gen, nodes, i))
+            st.advance()
+    poly = [{"optimizer": "none" if optimizer == "poly" else optimizer} for _ in codes]
     if optimizer == "poly":
-        poly = [_poly(sg, log) for sg in codes]
+        with rep.stage("optimise", len(codes)) as st:
+            from .poly import optimize_source
+
+            results = run_ordered(optimize_source, [(sg.source, sg.entry) for sg in codes],
+                                  jobs, st.advance, [len(sg.source) for sg in codes])
+        poly = [_apply_poly(sg, r, log) for sg, r in zip(codes, results)]
+    for sg, info in zip(codes, poly):
+        if one is not None:
+            batch.mark_batched(sg, graph, one)
+            info["versions"] = batch.wrap(sg, occupancy)
     digest = library_digest(codes, "" if optimizer in ("poly", "none") else
                             f"{toolchain.cc} {' '.join(toolchain.flags)}")
     op_types = [op_name(sg, digest) for sg in codes]
@@ -157,17 +254,24 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     wrapper = generate_wrapper(codes, op_types, threads)
     c_sources = {f"subgraph_{sg.index}.c": sg.source for sg in codes}
     t_build = time.perf_counter()
-    lib, cached = (build_library(c_sources, wrapper, march, toolchain=toolchain) if codes
-                   else (None, False))
+    with rep.stage("compile", len(c_sources) + 1 if codes else 0) as st:
+        lib, cached = (build_library(c_sources, wrapper, march, jobs=jobs, on_done=st.advance,
+                                     toolchain=toolchain) if codes else (None, False))
     build_seconds = time.perf_counter() - t_build
     new_gd = splice(graph, codes, op_types, node_names)
 
-    report = _report(graph, codes, op_types, node_names, reasons, input_shapes, model,
+    report = _report(gen, codes, op_types, node_names, reasons, input_shapes, model,
                      march, max_ops)
-    report["options"].update(optimizer=optimizer, threads=threads)
+    report["input_shapes"] = {p.name: list(p.shape(0)) if p.shape(0) is not None else None
+                              for p in graph.placeholders}
+    report["dynamic_batch"] = sorted(dynamic)
+    report["options"].update(optimizer=optimizer, threads=threads, occupancy=occupancy)
     report["compiler"] = toolchain.describe()
     for entry, info in zip(report["subgraphs"], poly):
         entry["optimizer"] = info["optimizer"]
+        contexts = info.pop("versions", [])
+        entry["versions"] = max(len(contexts), 1)
+        entry["version_contexts"] = contexts
         entry["poly"] = info
     report["signature"] = graph.signature
     report["serving"] = {"model_name": model_name, "version": model_version,
@@ -177,19 +281,22 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     report["build_cached"] = cached
     report["optimize_seconds"] = round(time.perf_counter() - t0, 3)
     report["output_dir"] = os.path.abspath(out_dir)
-    _write_output(out_dir, new_gd, lib, c_sources, wrapper, report, graph.signature)
+    with rep.stage("write"):
+        _write_output(out_dir, new_gd, lib, c_sources, wrapper, report, graph.signature)
     return report
 
 
-def _poly(sg: SubgraphCode, log) -> dict:
-    """The polyhedral pass on one subgraph, in place: its source gains parallel loops."""
-    from .poly import optimize_source
-
-    sg.source, info = optimize_source(sg.source, sg.entry)
+def _apply_poly(sg: SubgraphCode, result: tuple[str, dict], log) -> dict:
+    """Install one subgraph's polyhedral result: its source gains parallel loops."""
+    sg.source, info = result
     if "workspace_bytes" in info:  # the pass re-plans the workspace for its schedule
         sg.workspace_bytes = info["workspace_bytes"]
     if info["optimizer"] != "poly":
         log(f"subgraph {sg.index} left unoptimized: {info['diagnostic']}")
+    else:
+        LOGGER.info("subgraph %d: poly in %.2f s: %d tiled, %d fused, %d parallel loops, "
+                    "%d simd loops", sg.index, info["seconds"], len(info["tiled"]),
+                    len(info["fused"]), info["parallel_loops"], info["simd_loops"])
     return info
 
 

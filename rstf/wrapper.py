@@ -33,20 +33,30 @@ def op_name(sg: SubgraphCode, lib_digest: str) -> str:
 
 
 def _tensor(slot: Slot) -> dict:
+    """`dims` for run-time checks and allocation (N: the batch read from the inputs),
+    `static_dims` for graph-time shape inference (-1: unknown)."""
     tf_type, dt_enum = TF_TYPES[slot.dtype]
-    return {"tf_type": tf_type, "dt_enum": dt_enum, "ctype": slot.ctype,
-            "dims": [str(d) for d in slot.shape], "name_literal": c_string(slot.tensor)}
+    dims = [str(d) for d in slot.shape]
+    static = list(dims)
+    if slot.batched:
+        dims[0], static[0] = "N", "-1"
+    return {"tf_type": tf_type, "dt_enum": dt_enum, "ctype": slot.ctype, "dims": dims,
+            "static_dims": static, "batched": slot.batched,
+            "name_literal": c_string(slot.tensor)}
 
 
 def generate_wrapper(subgraphs: list[SubgraphCode], names: list[str], threads: int = 0) -> str:
     ops = []
     for sg, name in zip(subgraphs, names):
-        c_params = ([f"const {s.ctype} *" for s in sg.inputs]
+        c_params = (["long", "long"] * sg.dynamic_batch
+                    + [f"const {s.ctype} *" for s in sg.inputs]
                     + [f"{s.ctype} *" for s in sg.outputs] + ["void *"])
         ops.append({"index": sg.index, "entry": sg.entry, "name_literal": c_string(name),
                     "kernel": f"{name}Kernel", "node_count": len(sg.nodes),
                     "first_node": c_string(sg.nodes[0]), "c_params": c_params,
                     "inputs": [_tensor(s) for s in sg.inputs],
                     "outputs": [_tensor(s) for s in sg.outputs],
-                    "workspace": max(sg.workspace_bytes, 0)})
+                    "workspace": max(sg.workspace_bytes, 0), "dynamic": sg.dynamic_batch,
+                    "batch_input": next((k for k, s in enumerate(sg.inputs) if s.batched),
+                                        None)})
     return render("wrapper.cc.j2", version=__version__, ops=ops, threads=threads)

@@ -248,11 +248,25 @@ def test_concurrent_optimize_share_the_cache(tmp_path, tiny_pb):
         assert (tmp_path / f"o{i}" / "optimized.pb").exists()
 
 
-def test_unknown_dims_message_names_input_and_option(tiny_pb, tmp_path):
-    r = rstf("optimize", tiny_pb, "-o", str(tmp_path / "o"))
+def test_unknown_dims_message_names_input_and_option(tmp_path):
+    """An unknown dimension other than the batch stays in TF, and the warning says how to
+    pin it; an unknown batch alone becomes a dynamic batch (tests/test_dynamic_batch.py)."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [2, None], name="x")
+        tf.nn.relu(x * 2.0, name="y")
+
+    pb = save_graph_def(make_graph_def(build), str(tmp_path))
+    r = rstf("optimize", pb, "-o", str(tmp_path / "o"))
     assert r.returncode == 0
-    warning = [ln for ln in r.stderr.splitlines() if "unknown" in ln or "[?" in ln]
+    warning = [ln for ln in r.stderr.splitlines() if "unknown" in ln or "[2,?" in ln]
     assert warning and "'x'" in warning[0] and "--input-shape x:" in warning[0]
+
+
+@pytest.mark.tfbuild
+def test_unknown_batch_is_dynamic(tiny_pb, tmp_path):
+    r = rstf("optimize", tiny_pb, "-o", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    assert "dynamic batch: 'x'" in r.stderr
 
 
 def test_hostile_but_valid_node_names_are_escaped(tmp_path):

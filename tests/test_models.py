@@ -33,3 +33,35 @@ def test_model_optimizes_and_matches(tmp_path, name, size):
     result = compare(str(path), out, reps=1)
     assert result["passed"], result["outputs"]
     assert result["outputs"][0]["max_rel_err"] <= 1e-4
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name,size", [("resnet50", 64), ("inception_v3", 75)])
+def test_dynamic_batch_model_matches(tmp_path, name, size):
+    """An unknown batch stays unknown: one optimized graph, every batch size right."""
+    import numpy as np
+
+    import rstf
+    from rstf.tfutil import tf
+
+    gd = build_graph_def(name, input_size=size, batch=None)
+    path = tmp_path / f"{name}.pb"
+    path.write_bytes(gd.SerializeToString())
+    out = str(tmp_path / "out")
+    report = optimize(str(path), out, log=lambda m: None)
+    assert report["dynamic_batch"] == ["input"]
+    assert report["flops_covered"] == report["flops_total"] > 0
+    assert any(s["versions"] >= 2 for s in report["subgraphs"])
+    model = rstf.load(out)
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(gd, name="")
+    sess = tf.compat.v1.Session(graph=g)  # not as a context: that makes g the default graph
+    for n in (1, 2, 3, 7, 8, 16, 33):
+        x = np.random.RandomState(n).randn(n, size, size, 3).astype(np.float32)
+        want = sess.run("output:0", {"input:0": x})
+        got = np.asarray(model(input=x)["output"])
+        assert got.shape == want.shape == (n, 1000)
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err <= 1e-4, (n, err)
+    sess.close()

@@ -143,6 +143,17 @@ class OpHandler:
                     if src == node.name and int(idx) >= produced:
                         raise Unsupported(f"output {idx} is used, only {produced} generated")
 
+    # Dynamic batch (rstf/batch.py): does the op compute each sample of dimension 0 from that
+    # sample alone? Only handlers that know it say so; the rest stay in TensorFlow there.
+    keeps_samples_apart = False
+
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        """Raise Unsupported unless output sample n depends only on input sample n (plus
+        constants). `graph` is the batch-1 graph; shape rules are checked by the caller."""
+        if not self.keeps_samples_apart:
+            raise Unsupported(f"{node.op} is not known to keep the samples of a dynamic "
+                              "batch apart")
+
     def num_outputs(self, node: Node) -> int:
         """How many of the node's outputs the generated function writes (always a prefix:
         FusedBatchNorm in inference writes `y` only, and is refused if the rest is read)."""

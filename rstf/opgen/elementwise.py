@@ -10,6 +10,7 @@ class _Elementwise(OpHandler):
     """Shared emission: `expr` is a format string over the operand reads {0}, {1}, ..."""
 
     expr = "{0}"
+    keeps_samples_apart = True  # broadcasting aside, point n of the output reads point n
 
     def expression(self, node: Node, operands: list[str]) -> str:
         return self.expr.format(*operands, f=self.literal_suffix(node), m=self.math_suffix(node))

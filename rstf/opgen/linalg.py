@@ -8,6 +8,7 @@ from .window import check_window_attrs, window
 
 @op_handler("Conv2D")
 class Conv2D(OpHandler):
+    keeps_samples_apart = True  # windows slide over H and W only
     """NHWC x HWIO, any strides and dilations, SAME / VALID / EXPLICIT padding, and grouped
     convolution (the input has a multiple of the filter's input channels)."""
 
@@ -45,6 +46,15 @@ class Conv2D(OpHandler):
 @op_handler("MatMul")
 class MatMul(OpHandler):
     """C = op(A) op(B) with transpose_a / transpose_b folded into the subscripts."""
+
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        # Row n of C is row n of A times B: per sample when A is not transposed and B is a
+        # constant (a Dense layer).
+        if self.attr_bool(node, "transpose_a"):
+            raise Unsupported("MatMul with transpose_a mixes the samples of a dynamic batch")
+        if not graph.is_const(node.inputs[1]):
+            raise Unsupported("MatMul whose second operand is not a constant, under a dynamic "
+                              "batch")
 
     def flops(self, node: Node, graph: Graph) -> int:
         m, n = node.out_shapes[0]

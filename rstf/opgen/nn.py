@@ -27,6 +27,7 @@ def c_float_literal(value: float, suffix: str = "f") -> str:
 
 @op_handler("DepthwiseConv2dNative")
 class DepthwiseConv2d(OpHandler):
+    keeps_samples_apart = True
     """NHWC depthwise convolution with a depth multiplier; filter [KH][KW][C][M]."""
 
     def check(self, node: Node, graph: Graph) -> None:
@@ -57,6 +58,10 @@ class DepthwiseConv2d(OpHandler):
 @op_handler("Pad", "PadV2")
 class Pad(OpHandler):
     """Constant padding (any rank); PadV2's pad value must be a constant scalar."""
+
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        if graph.const_value(node.inputs[1]).reshape(-1, 2)[0].any():
+            raise Unsupported("Pad along the dynamic batch dimension")
 
     ignored_inputs = (1, 2)
     const_inputs = (1,)
@@ -92,6 +97,8 @@ class Pad(OpHandler):
 @op_handler("FusedBatchNorm", "FusedBatchNormV3")
 class FusedBatchNorm(OpHandler):
     """Inference batch normalisation (is_training false), NHWC; only `y` is generated."""
+
+    keeps_samples_apart = True  # moving statistics are constants in inference
 
     def num_outputs(self, node: Node) -> int:
         return 1

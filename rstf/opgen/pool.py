@@ -20,6 +20,7 @@ def _valid_count(out_var: str, stride: int, pad: int, k: int, in_size: int,
 
 class _Pool(OpHandler):
     kind = ""
+    keeps_samples_apart = True  # NHWC windows never cross the batch dimension
 
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)

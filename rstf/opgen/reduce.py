@@ -42,6 +42,10 @@ class _Reduce(OpHandler):
     update = "{acc} + {x}"
     mean = False
 
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        if 0 in reduction_axes(graph, node, len(graph.tensor_shape(node.inputs[0]))):
+            raise Unsupported(f"{node.op} over the dynamic batch dimension")
+
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)
         in_shape = graph.tensor_shape(node.inputs[0])
@@ -111,6 +115,10 @@ class Softmax(OpHandler):
 
     def flops(self, node: Node, graph: Graph) -> int:
         return 5 * numel(node.out_shapes[0])
+
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        if len(node.out_shapes[0]) < 2:  # rank 1: the classes axis *is* the batch
+            raise Unsupported("Softmax over the dynamic batch dimension")
 
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)

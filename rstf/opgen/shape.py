@@ -19,6 +19,9 @@ class Copy(OpHandler):
     """
 
     ignored_inputs = (1,)
+    # A flat copy: per sample whenever input and output both lead with the batch dimension
+    # and hold the same number of elements per sample, which the caller's shape rules check.
+    keeps_samples_apart = True
 
     def flops(self, node: Node, graph: Graph) -> int:
         return 0
@@ -34,6 +37,8 @@ class Copy(OpHandler):
 @op_handler("IdentityN")
 class IdentityN(OpHandler):
     """Output i is input i (tf.custom_gradient wraps activations such as swish in it)."""
+
+    keeps_samples_apart = True
 
     def flops(self, node: Node, graph: Graph) -> int:
         return 0
@@ -62,6 +67,10 @@ class ConcatV2(OpHandler):
         super().check(node, graph)
         if not graph.is_const(node.inputs[-1]):
             raise Unsupported("the concat axis must be a constant")
+
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        if int(graph.const_value(node.inputs[-1])) % len(node.out_shapes[0]) == 0:
+            raise Unsupported("ConcatV2 along the dynamic batch dimension")
 
     def flops(self, node: Node, graph: Graph) -> int:
         return 0
@@ -175,6 +184,11 @@ class Transpose(_AffineGather):
     ignored_inputs = (1,)
     const_inputs = (1,)
     template = "ops/transpose.c.j2"
+
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        perm = _const_ints(graph, node.inputs[1], "perm")
+        if perm and perm[0] % len(perm) != 0:
+            raise Unsupported("Transpose that moves the dynamic batch dimension")
 
     def reads(self, node, graph, in_shape):
         rank = len(in_shape)

@@ -1,0 +1,160 @@
+"""The Python API, mirroring the command line: `rstf.optimize`, `rstf.compare`,
+`rstf.inspect` (and `rstf.load`, rstf.serving).
+
+    import rstf
+
+    result = rstf.optimize("model.pb", "model.rstf", input_shapes={"input": (1, 224, 224, 3)},
+                           jobs=4)
+    print(result)                       # OptimizeResult(model.rstf: 3 subgraphs, ...)
+    result.report["flops_covered"]      # report.json, as a dict
+    model = result.load()               # = rstf.load("model.rstf"), a callable
+    check = rstf.compare("model.pb", result)   # = `rstf compare --json`
+    assert check["passed"]
+    info = rstf.inspect("model.pb", svg="model.svg")  # = `rstf inspect --json`
+
+A `tf.compat.v1.GraphDef` may replace the model path in `optimize` and `compare`: it is
+written to a temporary .pb first. Bad input raises `rstf.errors.RstfError`.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import tempfile
+
+from .errors import RstfError
+
+
+@dataclasses.dataclass
+class OptimizeResult:
+    """What `rstf.optimize` returns: the report (report.json) and the output folder.
+
+    `result["key"]` reads the report too, as the dict `rstf.optimize` used to return."""
+
+    report: dict
+    output_dir: str
+
+    @property
+    def subgraphs(self) -> list[dict]:
+        """The report's subgraphs: name, op_type, nodes, ops, flops, poly..."""
+        return self.report["subgraphs"]
+
+    @property
+    def library(self) -> str | None:
+        """Path of the custom-op library, or None when no subgraph was generated."""
+        lib = self.report.get("library")
+        return os.path.join(self.output_dir, lib) if lib else None
+
+    def load(self):
+        """The optimized model as a callable: `rstf.load(self.output_dir)`."""
+        from .serving import load
+
+        return load(self.output_dir)
+
+    def __getitem__(self, key):
+        return self.report[key]
+
+    def __repr__(self) -> str:
+        r = self.report
+        pct = (f"{100.0 * r['flops_covered'] / r['flops_total']:.1f}%"
+               if r.get("flops_total") else "n/a")
+        return (f"OptimizeResult({self.output_dir}: {len(self.subgraphs)} subgraphs, nodes "
+                f"covered {r['nodes_covered']}/{r['nodes_total']}, conv/matmul FLOPs covered "
+                f"{pct}, optimize {r['optimize_seconds']:.1f} s)")
+
+
+def _is_graph_def(model) -> bool:
+    return hasattr(model, "SerializeToString") and hasattr(model, "node")
+
+
+@contextlib.contextmanager
+def _model_path(model, name: str = "model"):
+    """A path for `model`: itself, or a temporary .pb holding a GraphDef object."""
+    if _is_graph_def(model):
+        with tempfile.TemporaryDirectory(prefix="rstf-model-") as d:
+            path = os.path.join(d, f"{name}.pb")
+            with open(path, "wb") as f:
+                f.write(model.SerializeToString())
+            yield path
+        return
+    if isinstance(model, (str, os.PathLike)):
+        yield os.fspath(model)
+        return
+    raise RstfError(f"model: expected a path or a tf.compat.v1.GraphDef, got "
+                    f"{type(model).__name__}")
+
+
+def optimize(model, out_dir=None, *, input_shapes=None, outputs=None, max_ops=None,
+             march: str = "native", force: bool = False, optimizer: str = "poly",
+             threads: int = 0, occupancy: float = 1.0, jobs: int | None = None,
+             model_name: str | None = None,
+             model_version: int = 1, verbosity: int = 1, progress: bool = False,
+             log=None) -> OptimizeResult:
+    """`rstf optimize` from Python: optimize `model` into `out_dir`.
+
+    `model`: a .pb / .pbtxt path, a SavedModel folder, or a `tf.compat.v1.GraphDef`.
+    `out_dir`: the output folder (default: the model's name + .rstf next to it; for a
+    GraphDef, a new temporary folder, returned in `result.output_dir`). The keywords are the
+    command's options: `input_shapes` ({name: shape}), `outputs` (node names), `max_ops`,
+    `march`, `force`, `optimizer` ('poly' or 'none'), `threads`, `occupancy`, `jobs`,
+    `model_name`, `model_version`. `verbosity` 0 is quiet, 1 prints the run's messages, 2 also logs stage
+    times; `progress=True` shows the stages as the command does; `log` receives the messages
+    instead of stderr.
+
+        >>> result = rstf.optimize("model.pb", "model.rstf", jobs=2)
+        >>> result.report["nodes_covered"], result.output_dir
+    """
+    from .pipeline import DEFAULT_MAX_OPS
+    from .pipeline import optimize as run
+
+    given = _is_graph_def(model)
+    if given and out_dir is None:
+        out_dir = os.path.join(tempfile.mkdtemp(prefix="rstf-"), "model.rstf")
+    shapes = {k: tuple(v) for k, v in input_shapes.items()} if input_shapes else None
+    with _model_path(model) as path:
+        report = run(path, out_dir, shapes, list(outputs) if outputs else None,
+                     DEFAULT_MAX_OPS if max_ops is None else max_ops, march, force, log=log,
+                     model_name=model_name, model_version=model_version,
+                     optimizer=optimizer, threads=threads, occupancy=occupancy, jobs=jobs,
+                     verbosity=verbosity, progress=progress)
+    return OptimizeResult(report, report["output_dir"])
+
+
+def compare(model, out_dir, inputs: str | None = None, rtol: float = 1e-4, reps: int = 5,
+            seed: int = 0, per_subgraph: bool = False, batch: int = 1) -> dict:
+    """`rstf compare` from Python: the dict `rstf compare --json` prints.
+
+    `model`: the original model (path or GraphDef); `out_dir`: the folder `optimize` wrote,
+    or its `OptimizeResult`. `batch`: samples in the random inputs of a dynamic-batch model.
+    With `per_subgraph`, each custom op is checked alone (`rstf compare --per-subgraph`).
+
+        >>> check = rstf.compare("model.pb", result)
+        >>> check["passed"], check["latency_ms"]["rstf"]
+    """
+    from .compare import compare as run
+    from .compare import compare_per_subgraph
+
+    if isinstance(out_dir, OptimizeResult):
+        out_dir = out_dir.output_dir
+    if reps < 1:
+        raise RstfError("--reps must be at least 1")
+    if batch < 1:
+        raise RstfError("--batch must be at least 1")
+    with _model_path(model) as path:
+        if per_subgraph:
+            return compare_per_subgraph(path, out_dir, inputs, rtol, seed)
+        return run(path, out_dir, inputs, rtol, reps, seed, batch=batch)
+
+
+def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None) -> dict:
+    """`rstf inspect` from Python: the dict `rstf inspect --json` prints (op types with
+    counts and FLOPs, subgraphs, partitions); `svg` also draws the graph.
+
+        >>> info = rstf.inspect("model.pb", svg="model.svg")
+        >>> [(p["name"], p["nodes"]) for p in info["partitions"]]
+    """
+    from .inspect_graph import inspect as run
+
+    shapes = {k: tuple(v) for k, v in input_shapes.items()} if input_shapes else None
+    with _model_path(model) as path:
+        return run(path, shapes, list(outputs) if outputs else None, max_ops, svg)

@@ -1,0 +1,107 @@
+"""Dynamic batch (rstf/batch.py): an unknown dimension 0 stays unknown end to end, and the
+generated code picks its version (batch loop parallel or not) from N and the thread count."""
+import numpy as np
+import pytest
+
+from rstf.batch import dynamic_inputs, separable_nodes
+from rstf.pipeline import optimize, supported_nodes
+from rstf.tfutil import tf
+
+from harness import load_graph_def, make_graph_def, run_tf, save_graph_def
+
+BATCHES = [1, 2, 3, 7, 8, 16, 33]
+
+
+def dynamic_cnn():
+    rng = np.random.RandomState(0)
+    x = tf.compat.v1.placeholder(tf.float32, [None, 9, 9, 3], name="x")
+    w = tf.constant(rng.randn(3, 3, 3, 8).astype(np.float32))
+    y = tf.nn.conv2d(x, w, [1, 1, 1, 1], "SAME")
+    y = tf.nn.relu(tf.nn.bias_add(y, tf.constant(rng.randn(8).astype(np.float32))))
+    # A diamond: split small (max_ops), a subgraph reads two batched tensors.
+    y = y + tf.nn.conv2d(x, tf.constant(rng.randn(1, 1, 3, 8).astype(np.float32)),
+                         [1, 1, 1, 1], "SAME")
+    y = tf.nn.max_pool2d(y, 2, 2, "VALID")
+    y = tf.reduce_mean(y, axis=[1, 2])
+    y = tf.matmul(y, tf.constant(rng.randn(8, 5).astype(np.float32)))
+    y = tf.nn.softmax(y)
+    # Mixes samples: stays in TensorFlow under a dynamic batch.
+    tf.identity(y - tf.reduce_mean(y, axis=0), name="out")
+
+
+@pytest.fixture(scope="module")
+def dyn_model(tmp_path_factory):
+    return save_graph_def(make_graph_def(dynamic_cnn), str(tmp_path_factory.mktemp("dyn")))
+
+
+def test_separable_rule(dyn_model):
+    gd = make_graph_def(dynamic_cnn)
+    dyn = load_graph_def(gd)
+    assert dynamic_inputs(dyn) == {"x": (1, 9, 9, 3)}
+    from rstf.graph import load_model
+    one = load_model(dyn_model, {"x": (1, 9, 9, 3)}, fold=True)
+    supported, _ = supported_nodes(one)
+    ok, reasons = separable_nodes(dyn, one, supported)
+    ops = {one.nodes[n].op for n in ok}
+    assert {"Conv2D", "BiasAdd", "Relu", "MaxPool", "Mean", "MatMul", "Softmax"} <= ops
+    mixers = [n for n, r in reasons.items() if "batch" in r]
+    assert any(one.nodes[n].op == "Mean" for n in mixers)  # the mean over axis 0
+
+
+@pytest.mark.tfbuild
+@pytest.mark.parametrize("optimizer,max_ops", [("poly", 400), ("none", 400), ("poly", 3)])
+def test_dynamic_batch_matches_tf(dyn_model, tmp_path, optimizer, max_ops):
+    out = str(tmp_path / "o")
+    report = optimize(dyn_model, out, log=lambda m: None, optimizer=optimizer,
+                      max_ops=max_ops)
+    assert report["dynamic_batch"] == ["x"]
+    assert report["input_shapes"]["x"] == [None, 9, 9, 3]
+    sgs = report["subgraphs"]
+    assert sgs and all(s["versions"] == 2 for s in sgs)
+    if max_ops < 400:
+        assert len(sgs) >= 3
+    ctx = [c["context"] for c in sgs[0]["version_contexts"]]
+    assert ctx == [["N >= P"], ["P >= N + 1"]]
+    src = open(f"{out}/{sgs[0]['source']}").read()
+    assert "long N, long P" in src and "#pragma omp parallel for num_threads(P)" in src
+    import rstf
+    model = rstf.load(out)
+    gd = make_graph_def(dynamic_cnn)
+    rng = np.random.RandomState(1)
+    for n in BATCHES:
+        x = rng.randn(n, 9, 9, 3).astype(np.float32)
+        want = run_tf(gd, {"x": x}, ["out:0"])[0]
+        got = model(x=x)
+        got = got["out"] if isinstance(got, dict) else got
+        got = np.asarray(got[0] if isinstance(got, (list, tuple)) else got)
+        assert got.shape == want.shape == (n, 5)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.tfbuild
+def test_versions_picked_at_threshold(dyn_model, tmp_path):
+    """With occupancy 2 on P threads, N = 2P - 1 runs the sequential-batch version and
+    N = 2P the distributed one; both give TF's numbers (checked above), and the C says so."""
+    out = str(tmp_path / "o2")
+    report = optimize(dyn_model, out, log=lambda m: None, occupancy=2, threads=2)
+    ctx = [c["context"] for c in report["subgraphs"][0]["version_contexts"]]
+    assert ctx == [["N >= 2 * P"], ["2 * P >= N + 1"]]
+    g = tf.Graph()
+    tf.load_op_library(f"{out}/{report['library']}")
+    with g.as_default():
+        gd = tf.compat.v1.GraphDef()
+        gd.ParseFromString(open(f"{out}/optimized.pb", "rb").read())
+        tf.graph_util.import_graph_def(gd, name="")
+    ref = make_graph_def(dynamic_cnn)
+    with tf.compat.v1.Session(graph=g) as s:
+        for n in (3, 4, 5):
+            x = np.random.RandomState(n).randn(n, 9, 9, 3).astype(np.float32)
+            got = s.run("out:0", {"x:0": x})
+            np.testing.assert_allclose(got, run_tf(ref, {"x": x}, ["out:0"])[0], rtol=1e-5,
+                                       atol=1e-6)
+
+
+def test_bad_occupancy(dyn_model, tmp_path):
+    from rstf.errors import RstfError
+    with pytest.raises(RstfError, match="occupancy"):
+        optimize(dyn_model, str(tmp_path / "x"), log=lambda m: None, occupancy=0)
