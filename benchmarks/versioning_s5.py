@@ -18,7 +18,8 @@ occupancy c, rstf's placement pass (rstf/poly/versioning.py) places it twice:
 Both are compiled (gcc -O3 -march=native -fopenmp -fno-trapping-math) into the paper's
 microkernel harness: initialize_once, then per trial initialize, cache flush (a 64 MiB
 write), kernel, check (bit-exact against a sequential reference: every version sums in the
-same order). Parameters: [1..limit], eight equally spaced points in [limit+1..max] and
+same order). Each process prints its total and every trial's time; the tables give the median
+trial. Parameters: [1..limit], eight equally spaced points in [limit+1..max] and
 [limit+1..2*limit], limit = c*P. Reported: speed-up = time without / time with versioning,
 and the compile-time overhead (placement + code generation in Python, and gcc).
 """
@@ -57,7 +58,7 @@ class Layer:
     init: str  # statement run before the reduction loops (per output element), or ""
     body: str  # the statement
     outputs: list[str]
-    guards: str = ""  # isl constraints that keep reads in bounds (padding), if any
+    max_trials: int = 1000  # caps --trials for a slow layer
 
 
 FC = Layer(
@@ -76,7 +77,8 @@ CONV = Layer(
     {"X": "B * 230 * 230 * 3", "W": "7 * 7 * 3 * 64", "Y": "B * 112 * 112 * 64"},
     "Y[n][oh][ow][oc]", ["Y[n][oh][ow][oc]", "X[n][2 * oh + kh][2 * ow + kw][ic]",
                          "W[kh][kw][ic][oc]"], "",
-    "Y[n][oh][ow][oc] += X[n][2 * oh + kh][2 * ow + kw][ic] * W[kh][kw][ic][oc];", ["Y"])
+    "Y[n][oh][ow][oc] += X[n][2 * oh + kh][2 * ow + kw][ic] * W[kh][kw][ic][oc];", ["Y"],
+    max_trials=5)
 
 POOL = Layer(
     "maxpool_resnet", "H", 56,
@@ -240,6 +242,7 @@ int main(int argc, char **argv)
     const int trials = atoi(argv[2]);
     initialize_once();
     double total = 0;
+    double *each = malloc(sizeof(double) * (trials > 0 ? trials : 1));
     for (int t = 0; t < trials; ++t) {{
         initialize();
         flush_cache();
@@ -247,10 +250,14 @@ int main(int argc, char **argv)
         clock_gettime(CLOCK_MONOTONIC, &a);
         kernel();
         clock_gettime(CLOCK_MONOTONIC, &b);
-        total += (b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec);
+        each[t] = (b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec);
+        total += each[t];
         check();
     }}
-    printf("%.9f\\n", total);
+    /* The total over all trials (the paper's figure), then each trial's time. */
+    printf("%.9f", total);
+    for (int t = 0; t < trials; ++t) printf(" %.9f", each[t]);
+    printf("\\n");
     return 0;
 }}
 """
@@ -285,24 +292,37 @@ def param_values(limit: int, top: int) -> list[int]:
     return sorted(set(small) | set(spread) | set(near))
 
 
-def run(exe: str, value: int, trials: int, threads: int) -> float:
+def run(exe: str, value: int, trials: int, threads: int) -> list[float]:
+    """Each trial's kernel time, seconds."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_PROC_BIND": "false"}
     out = subprocess.run([exe, str(value), str(trials)], capture_output=True, text=True,
                          env=env, check=True)
-    return float(out.stdout)
+    return [float(x) for x in out.stdout.split()[1:]]
+
+
+def median_trial(exe: str, value: int, trials: int, repeats: int, threads: int) -> float:
+    """The median trial over `repeats` processes of `trials` trials each. The shared VM's
+    steal time puts millisecond spikes on microsecond kernels; a total would keep them."""
+    return statistics.median(t for _ in range(repeats) for t in run(exe, value, trials, threads))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--trials", type=int, default=21,
+                    help="trials per process (convolution_googlenet: at most 5)")
     ap.add_argument("--repeats", type=int, default=3,
                     help="runs of TRIALS trials per point; the median is kept")
     ap.add_argument("--occupancy", default="1,2")
     ap.add_argument("--layers", default=",".join(LAYERS))
     ap.add_argument("--json")
     ap.add_argument("--markdown")
+    ap.add_argument("--from-json", help="only print the tables of an earlier --json run")
     args = ap.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            print(markdown(json.load(f)))
+        return 0
     work = tempfile.mkdtemp(prefix="rstf-s5-")
     results = {"threads": args.threads, "trials": args.trials, "repeats": args.repeats,
                "cpu": _cpu(), "layers": []}
@@ -316,10 +336,9 @@ def main(argv=None) -> int:
             for value in param_values(limit, layer.max_param):
                 if value > layer.max_param:
                     continue
-                t_nv = statistics.median(run(nv[0], value, args.trials, args.threads)
-                                         for _ in range(args.repeats))
-                t_v = statistics.median(run(v[0], value, args.trials, args.threads)
-                                        for _ in range(args.repeats))
+                trials = min(args.trials, layer.max_trials)
+                t_nv = median_trial(nv[0], value, trials, args.repeats, args.threads)
+                t_v = median_trial(v[0], value, trials, args.repeats, args.threads)
                 rows.append({"param": value, "without_s": t_nv, "with_s": t_v,
                              "speedup": t_nv / t_v})
                 print(f"{name} c={occ} {layer.param}={value}: without {t_nv * 1e3:.3f} ms, "
@@ -353,8 +372,10 @@ def _cpu() -> str:
 
 
 def markdown(results: dict) -> str:
-    out = [f"Machine: {results['cpu']}, {results['threads']} threads (OMP_NUM_THREADS), "
-           f"{results['trials']} trials per run, median of {results['repeats']} runs.", ""]
+    out = [f"Machine: {results['cpu']}, {results['threads']} threads (OMP_NUM_THREADS). "
+           f"Times are the median kernel time of one trial, over {results['repeats']} runs of "
+           f"{results['trials']} trials (5 for convolution_googlenet), the cache flushed "
+           f"before each trial.", ""]
     for L in results["layers"]:
         c = L["compile"]
         out.append(f"### {L['layer']}, occupancy {L['occupancy']} (limit c*P = {L['limit']}), "
@@ -368,10 +389,10 @@ def markdown(results: dict) -> str:
                    f"{c['gcc_s_without']:.2f} s without, {c['gcc_s_with']:.2f} s with "
                    f"({c['gcc_s_with'] / max(c['gcc_s_without'], 1e-9):.2f}x).")
         out.append("")
-        out.append(f"| {L['param']} | without (ms) | with (ms) | speed-up |")
+        out.append(f"| {L['param']} | without (ms) | with (ms) | speed-up (without / with) |")
         out.append("|---:|---:|---:|---:|")
         for r in L["rows"]:
-            out.append(f"| {r['param']} | {r['without_s'] * 1e3:.3f} | {r['with_s'] * 1e3:.3f} "
+            out.append(f"| {r['param']} | {r['without_s'] * 1e3:.4g} | {r['with_s'] * 1e3:.4g} "
                        f"| {r['speedup']:.2f} |")
         out.append("")
     return "\n".join(out)
