@@ -135,12 +135,15 @@ def place(layer: Layer, occupancy, specialize: bool = True) -> list[versioning.V
     return versioning.place([stmt], base, occupancy, specialize=specialize)
 
 
+def _params(layer: Layer) -> list[str]:
+    """The layer function's parameters: the size, then the arrays (outputs writable)."""
+    return [f"long {layer.param}"] + [
+        f"{'float' if a in layer.outputs else 'const float'} {a}[restrict]{d[d.index(']') + 1:]}"
+        for a, d in layer.arrays.items()]
+
+
 def _nest_c(layer: Layer, placed: int | None, fname: str) -> str:
-    p = layer.param
-    params = [f"long {p}"] + [f"{'float' if a in layer.outputs else 'const float'} "
-                              f"{a}[restrict]{d[d.index(']') + 1:]}"
-                              for a, d in layer.arrays.items()]
-    lines = [f"static void {fname}({', '.join(params)})", "{"]
+    lines = [f"static void {fname}({', '.join(_params(layer))})", "{"]
     ind = "    "
     for depth, (it, ext) in enumerate(layer.loops):
         if depth == placed:
@@ -164,10 +167,7 @@ def layer_c(layer: Layer, versions: list[versioning.Version], versioned: bool) -
                    f"placed loop {v.placement['S']} */")
         out.append(_nest_c(layer, v.placement["S"], f"{layer.name}_v{i}"))
     args = ", ".join([p] + list(layer.arrays))
-    params = [f"long {p}"] + [f"{'float' if a in layer.outputs else 'const float'} "
-                              f"{a}[restrict]{d[d.index(']') + 1:]}"
-                              for a, d in layer.arrays.items()]
-    out.append(f"void {layer.name}({', '.join(params)})")
+    out.append(f"void {layer.name}({', '.join(_params(layer))})")
     out.append("{")
     out.append("    const long P = omp_get_max_threads();")
     if versioned:

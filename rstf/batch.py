@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import islpy as isl
 
-from .codegen import SubgraphCode
+from .codegen import SubgraphCode, entry_params
 from .graph import Graph
 from .opgen import get_handler
 from .opgen.base import Unsupported, numel
@@ -107,9 +107,7 @@ def wrap(sg: SubgraphCode, occupancy=1) -> list[dict]:
     if sg.source.count(head) != 1:
         raise ValueError(f"cannot find the definition of {sg.entry}")
     source = sg.source.replace(head, f"static void {sample}(")
-    params = (["long N", "long P"]
-              + [f"const {s.ctype} *{s.cname}" for s in sg.inputs]
-              + [f"{s.ctype} *{s.cname}" for s in sg.outputs] + ["void *ws"])
+    params = ["long N", "long P"] + entry_params(sg.inputs, sg.outputs)
     # Slices start 64-byte aligned, as TensorFlow aligns the whole workspace.
     ws = -(-max(sg.workspace_bytes, 0) // 64) * 64
     sg.workspace_bytes = ws

@@ -152,8 +152,7 @@ def generate_subgraph(graph: Graph, nodes: list[str], index: int,
                       "comment": f"{c_comment(node.name)} ({c_comment(node.op)})"})
 
     entry = f"rstf_sg_{index}"
-    params = ([f"const {s.ctype} *{s.cname}" for s in inputs.values()]
-              + [f"{s.ctype} *{s.cname}" for s in outputs.values()] + ["void *ws"])
+    params = entry_params(inputs.values(), outputs.values())
     source = render("subgraph.c.j2", version=__version__, index=index, nodes=nodes, flops=flops,
                     tensors=[*inputs.values(), *outputs.values(), *temps.values()],
                     functions=[k.replace("@NAME@", v) for k, v in functions.items()],
@@ -162,6 +161,12 @@ def generate_subgraph(graph: Graph, nodes: list[str], index: int,
     return SubgraphCode(index, list(nodes), entry, format_c(source), list(inputs.values()),
                         list(outputs.values()), list(temps.values()), workspace,
                         sum(s.nbytes for s in temps.values()), flops, len(functions))
+
+
+def entry_params(inputs, outputs) -> list[str]:
+    """The entry function's parameters: inputs, outputs, then the workspace."""
+    return ([f"const {s.ctype} *{s.cname}" for s in inputs]
+            + [f"{s.ctype} *{s.cname}" for s in outputs] + ["void *ws"])
 
 
 def _function_text(fn, name: str) -> str:

@@ -260,10 +260,8 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
     build_seconds = time.perf_counter() - t_build
     new_gd = splice(graph, codes, op_types, node_names)
 
-    report = _report(gen, codes, op_types, node_names, reasons, input_shapes, model,
-                     march, max_ops)
-    report["input_shapes"] = {p.name: list(p.shape(0)) if p.shape(0) is not None else None
-                              for p in graph.placeholders}
+    report = _report(gen, graph.placeholders, codes, op_types, node_names, reasons,
+                     input_shapes, model, march, max_ops)
     report["dynamic_batch"] = sorted(dynamic)
     report["options"].update(optimizer=optimizer, threads=threads, occupancy=occupancy)
     report["compiler"] = toolchain.describe()
@@ -319,8 +317,10 @@ def _default_out_dir(model: str) -> str:
     return os.path.join(os.path.dirname(os.path.normpath(model)) or ".", _stem(model) + ".rstf")
 
 
-def _report(graph: Graph, codes: list[SubgraphCode], op_types, node_names, reasons,
-            input_shapes, model, march, max_ops) -> dict:
+def _report(graph: Graph, placeholders, codes: list[SubgraphCode], op_types, node_names,
+            reasons, input_shapes, model, march, max_ops) -> dict:
+    """`graph` is the one code was generated from (batch 1 under a dynamic batch);
+    `placeholders` are the model's own, whose shapes the report gives."""
     covered = {n for sg in codes for n in sg.nodes}
     counted = [n for n in graph.nodes.values() if n.op not in TRIVIAL_OPS]
     flops = {n: node_flops(graph, n) for n in graph.nodes}
@@ -335,7 +335,7 @@ def _report(graph: Graph, codes: list[SubgraphCode], op_types, node_names, reaso
         "rstf_version": __version__,
         "model": os.path.abspath(model),
         "input_shapes": {p.name: list(p.shape(0)) if p.shape(0) is not None else None
-                         for p in graph.placeholders},
+                         for p in placeholders},
         "pinned_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
         "outputs": graph.outputs,
         "options": {"max_ops": max_ops, "march": march},

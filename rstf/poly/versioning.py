@@ -84,7 +84,9 @@ def place(statements: list[PlacedStatement], base: isl.Set, occupancy=1,
     c = Fraction(occupancy).limit_denominator(1000)
     if c <= 0:
         raise ValueError("occupancy must be positive")
-    trips = {(s.name, d): max_trip(s.domain, d) for s in statements for d in s.parallel}
+    # Where each candidate loop occupies c*P threads: a set of parameter values, computed once.
+    occupied = {(s.name, d): _occupied(max_trip(s.domain, d), c, p).align_params(base.get_space())
+                for s in statements for d in s.parallel}
     work: list[tuple[isl.Set, int | None]] = [(base, None)]
     seen: list[isl.Set] = []
     versions: list[Version] = []
@@ -97,7 +99,7 @@ def place(statements: list[PlacedStatement], base: isl.Set, occupancy=1,
         for s in statements:
             placement[s.name] = None
             for d in s.parallel:
-                ok = _occupied(trips[(s.name, d)], c, p).align_params(ctx.get_space())
+                ok = occupied[(s.name, d)]
                 if ctx.is_subset(ok):
                     placement[s.name] = d
                     break
@@ -169,16 +171,15 @@ def tree_gen(contexts: list[isl.BasicSet], collapse_ifs: bool = True) -> Cnd | C
         for c in constraints_of(contexts[i]):
             if not any(_halfspace(c).is_equal(_halfspace(a)) for a in avail):
                 avail.append(c)
-    includes = {(k, i): contexts[i].is_subset(_halfspace(c))
-                for k, c in enumerate(avail) for i in active}
-    own = {(k, i): any(_halfspace(c).is_equal(_halfspace(avail[k]))
-                       for c in constraints_of(contexts[i]))
-           for k in range(len(avail)) for i in active}
+    halves = [_halfspace(c) for c in avail]
+    includes = {(k, i): contexts[i].is_subset(h) for k, h in enumerate(halves) for i in active}
+    own = {(k, i): any(_halfspace(c).is_equal(h) for c in constraints_of(contexts[i]))
+           for k, h in enumerate(halves) for i in active}
     # A context that straddles a constraint would be sent to one side while some of its
     # parameter values belong to the other; with disjoint contexts the splits SPECIALIZE
     # made are clean (every context inside or outside), so those are preferred.
-    excludes = {(k, i): contexts[i].intersect(_halfspace(c)).is_empty()
-                for k, c in enumerate(avail) for i in active}
+    excludes = {(k, i): contexts[i].intersect(h).is_empty()
+                for k, h in enumerate(halves) for i in active}
 
     def gen(act: list[int], av: list[int]) -> Cnd | Call:
         if len(act) > 1:
@@ -199,10 +200,10 @@ def tree_gen(contexts: list[isl.BasicSet], collapse_ifs: bool = True) -> Cnd | C
             if k is None:
                 return Call(act[0])
         inside = [i for i in act if includes[(k, i)]]
+        outside = [i for i in act if excludes[(k, i)]]
         # A straddling context (only when no clean split exists) stays active on both sides.
-        rest = [i for i in act if not excludes[(k, i)] and not includes[(k, i)]] + \
-            [i for i in act if excludes[(k, i)]]
-        straddle = [i for i in act if not includes[(k, i)] and not excludes[(k, i)]]
+        straddle = [i for i in act if i not in inside and i not in outside]
+        rest = straddle + outside
         sub = [x for x in av if x != k]
         node = Cnd([avail[k]], gen(inside + straddle, sub))
         if rest:
