@@ -73,6 +73,11 @@ CASES = {
     "conv_rgb_7x7_stride2": ((1, 30, 30, 3), lambda x: tf.nn.conv2d(
         x, _w(7, 7, 3, 64), 2, "VALID")),
     "conv_rgb_3x3_same": ((1, 13, 13, 3), lambda x: tf.nn.conv2d(x, _w(3, 3, 3, 32), 1, "SAME")),
+    # Deep weights over few output rows (ResNet's last stage, in small): the column tiles
+    # run outermost, each thread packing its weight panel; 176 = 2x64 + 48 leaves a partial
+    # last tile, which reads the weights unpacked in the residual loops.
+    "conv_deep_weights_packed": ((1, 5, 5, 256), lambda x: tf.nn.relu(
+        tf.nn.conv2d(x, _w(3, 3, 256, 176), 1, "SAME") * _w(176) + _w(176))),
     "matmul": ((20, 70), lambda x: tf.matmul(x, _w(70, 50))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
     "matmul_transposed_b": ((3, 33), lambda x: tf.matmul(x, _w(48, 33), transpose_b=True)),
@@ -102,6 +107,10 @@ def test_poly_equals_textbook_bitwise(case):
         assert info["tiled"] and info["kernel_calls"] > 0, info
     if case.startswith("conv_rgb"):
         assert info["tiled"][0]["reduction"] == ["kw", "ic"], info["tiled"]
+    if case == "conv_deep_weights_packed":
+        assert info["packed"] == 1 and info["tiled"][0]["order"] == "column tiles outermost"
+    elif "tiled" in info:
+        assert info["packed"] == 0
     if case == "matmul_transposed_b":  # b[j][k]: no unit-stride column in b
         assert not info["tiled"]
     if case == "conv_bn_relu6_chain":
@@ -133,6 +142,24 @@ def test_lowered_c_is_readable_and_marked():
     # never marked.
     conv = new.split("static void sched_0")[1].split("static void sched_")[0]
     assert conv.count("parallel for") == 1
+
+
+def test_no_parallel_region_inside_a_long_sequential_loop():
+    """A GEMV whose 1000 columns leave 40 to the residual loops: those run inside the
+    2048-step reduction loop, and a parallel region there would start 2048 times for 40
+    iterations each (it did: 1.2 ms of ResNet-50's 27). Work per start decides."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 2048], name="x")
+        tf.identity(tf.matmul(x, _w(2048, 1000)), name="out")
+
+    g, sg = _subgraph(build)
+    new, info = optimize_source(sg.source, sg.entry)
+    depth, nested = 0, []
+    for line in new.splitlines():
+        if "#pragma omp parallel" in line and depth > 1:
+            nested.append(line)
+        depth += line.count("{") - line.count("}")
+    assert info["parallel_loops"] >= 1 and not nested, nested
 
 
 def test_contraction_roles():

@@ -24,7 +24,8 @@ def optimize_source(source: str, entry: str, tile: bool = True,
     `calls`, `tiled` (contractions tiled around microkernels, with their tile sizes),
     `refused` (tilings the dependence check rejected), `fused` (pointwise chains run as one
     loop nest, with the temporaries contracted to scalars), `parallel_loops`, `simd_loops`,
-    `kernel_calls`, `workspace_bytes` (the re-planned workspace the new C needs: the
+    `kernel_calls`, `packed` (kernels that copy their weight panel contiguous per column
+    tile), `workspace_bytes` (the re-planned workspace the new C needs: the
     caller must allocate that many bytes) and `seconds`.
     """
     import time
@@ -84,7 +85,8 @@ def optimize_source(source: str, entry: str, tile: bool = True,
         "optimizer": "poly", "statements": len(scop.statements), "calls": len(scop.calls),
         "tiled": [{"statement": k.statement, "node": scop.statement(k.statement).node,
                    "tile": [k.rb, VLEN * k.nv], "loops": [k.r, k.v],
-                   "reduction": [x for x in (k.k2, k.k) if x]}
+                   "reduction": [x for x in (k.k2, k.k) if x],
+                   "order": "column tiles outermost" if k.tile_outer else "rows outermost"}
                   for k in kernels],
         "refused": [r for cs in schedules for r in cs.refused],
         "fused": [{"nodes": [scop.calls[c].node for c in
@@ -92,5 +94,6 @@ def optimize_source(source: str, entry: str, tile: bool = True,
                    "contracted": cs.chain.contracted + sorted(cs.rows)}
                   for cs in schedules if cs.chain],
         "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
-        "kernel_calls": stats.kernel_calls, "workspace_bytes": stats.workspace_bytes,
+        "kernel_calls": stats.kernel_calls, "packed": stats.packed,
+        "workspace_bytes": stats.workspace_bytes,
         "seconds": round(time.perf_counter() - t0, 3)}

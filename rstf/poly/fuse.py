@@ -28,7 +28,7 @@ import islpy as isl
 from .deps import Dependences
 from .raise_c import Scop, Statement, _isl_name
 from .microkernel import VLEN
-from .schedule import CallSchedule, _addr, _pad, _roles, _violations, extents
+from .schedule import CallSchedule, _addr, _pad, _roles, _violations, extents, tile_order
 
 
 @dataclasses.dataclass
@@ -184,7 +184,8 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
 
     def row_time(s: Statement, mid: int, last: int) -> isl.Map:
         iv = [_isl_name(v) for v in s.iterators]
-        t = [str(pos), *iv[:m], f"floor(({iv[-1]})/{vb})", str(mid), *iv[m:], str(last)]
+        t = [str(pos), *tile_order(kern, iv[:m], f"floor(({iv[-1]})/{vb})", []), str(mid),
+             *iv[m:], str(last)]
         return _pad(isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(t)}] }}")
                     .intersect_domain(s.domain), depth)
 

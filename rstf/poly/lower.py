@@ -35,6 +35,15 @@ MACROS = """\
 #define rstf_floord(n, d) (((n) < 0) ? -((-(n) + (d) - 1) / (d)) : (n) / (d))
 #define rstf_min(x, y) ((x) < (y) ? (x) : (y))
 #define rstf_max(x, y) ((x) > (y) ? (x) : (y))
+
+/* Columns [c0, c0+vb) of the rows x cols matrix b, contiguous in p (a kernel's panel). */
+static inline void rstf_pack(float *restrict p, const float *restrict b, long rows, long cols,
+                             long c0, long vb)
+{
+    for (long q = 0; q < rows; ++q)
+        for (long j = 0; j < vb; ++j)
+            p[q * vb + j] = b[q * cols + c0 + j];
+}
 """
 
 
@@ -43,6 +52,7 @@ class LoweringStats:
     parallel_loops: int = 0
     simd_loops: int = 0
     kernel_calls: int = 0  # kernel call sites in the C
+    packed: int = 0  # kernels reading a packed copy of their column operand
     workspace_bytes: int = 0  # of the re-planned workspace
 
 
@@ -100,6 +110,8 @@ class _CallLowering:
         self.work = {s.name: _volume(s) for s in cs.statements}
         self.lines: list[str] = []
         self.kernel_shapes: set[tuple[int, int]] = set()
+        self.packs = {k.name: p for k in cs.kernels if (p := _packing(scop, k)) is not None}
+        stats.packed += len(self.packs)
 
     # ---------------------------------------------------------------- the AST walk
     def emit(self, node: isl.AstNode, in_parallel: bool = False) -> None:
@@ -132,6 +144,7 @@ class _CallLowering:
         if node.for_is_degenerate():
             self.lines.append(f"{{ const int {it} = {init};")
             self._row_decls(int(it[1:]))
+            self._pack_tiles(int(it[1:]), it)
             self.emit(body, in_parallel)
             self.lines.append("}")
             return
@@ -139,14 +152,22 @@ class _CallLowering:
         names = _users(body)
         originals = self._originals(names)
         innermost = not _has_for(body)
-        want_par = not in_parallel and sum(self.work[n] for n in originals) >= MIN_WORK
+        want_par = not in_parallel and self._work_per_entry(names, originals, p) >= MIN_WORK
         want_simd = innermost and not (names & set(self.kernels))
         parallel = not bare and (want_par or want_simd) and self._is_parallel(originals, p)
         pragma = []
         par = parallel and want_par
-        inner = self._collapsible(node, it) if par else None
+        packing = p == PACK_DIM and bool(self.packs)
+        # The packed panels belong to one column tile: its loop runs alone, not collapsed.
+        inner = self._collapsible(node, it) if par and not packing else None
+        if packing:  # each thread packs into its own buffers, allocated once per region
+            self.lines.extend(["#pragma omp parallel", "{"] if par else ["{"])
+            for name, pk in self.packs.items():
+                self.lines.append(f"float *{name}_pack = (float *)aligned_alloc(64, "
+                                  f"{pk.bytes});")
         if par:
-            pragma.append("parallel for collapse(2)" if inner else "parallel for")
+            pragma.append("for" if packing else
+                          "parallel for collapse(2)" if inner else "parallel for")
             self.stats.parallel_loops += 1
         if parallel and want_simd:
             pragma.append("simd")
@@ -156,11 +177,29 @@ class _CallLowering:
         self.lines.append(f"for (int {it} = {init}; {_expr(node.for_get_cond())}; "
                           f"{_step(it, node)}) {{")
         self._row_decls(p)
+        self._pack_tiles(p, it)
         if inner is not None:
             self._for(inner, True, bare=True)
         else:
             self.emit(body, in_parallel or par)
         self.lines.append("}")
+        if packing:
+            self.lines.extend(f"free({name}_pack);" for name in self.packs)
+            self.lines.append("}")
+
+    def _pack_tiles(self, p: int, it: str) -> None:
+        """At the top of the column-tile loop: copy each packed kernel's panel (every row
+        of its column operand, the tile's VB columns) into the thread's buffer, contiguous,
+        so that the rows of the tile stream it from L2 instead of the operand's strided
+        (power-of-two, set-conflicting) columns. A partial last tile is not packed: the
+        residual loops read the operand itself."""
+        if p != PACK_DIM:
+            return
+        for name, pk in self.packs.items():
+            self.lines.append(
+                f"if ({name}_pack && {pk.vb} * {it} + {pk.vb} <= {pk.cols}) "
+                f"rstf_pack({name}_pack, (const float *){pk.array}, {pk.rows}, {pk.cols}, "
+                f"{pk.vb} * {it}, {pk.vb});")
 
     def _originals(self, names: set[str]) -> set[str]:
         """The original statements behind AST statements (a kernel runs its contraction's
@@ -183,6 +222,24 @@ class _CallLowering:
             return None
         inner = int(body.for_get_iterator().to_C_str()[1:])
         return body if self._is_parallel(self._originals(_users(body)), inner) else None
+
+    def _work_per_entry(self, names: set[str], originals: set[str], p: int) -> float:
+        """Statement instances run by one execution of the loop at time dimension p: the
+        statements' whole work over the number of times the loop starts (the points of the
+        enclosing time dimensions 0..p-1, from their bounding box, so an overestimate).
+        A parallel region costs a fork and a barrier each time it starts; one inside a
+        long sequential loop (a reduction's remainder columns) must not be entered
+        thousands of times for a few dozen iterations each."""
+        starts = 1
+        for n in names:
+            t = self.cs.ast_time[n].range()
+            if t.dim(isl.dim_type.param):
+                continue
+            prefix = t.project_out(isl.dim_type.set, p, t.dim(isl.dim_type.set) - p)
+            starts = max(starts, math.prod(
+                int(prefix.dim_max_val(d).to_python()) - int(prefix.dim_min_val(d).to_python())
+                + 1 for d in range(p)))
+        return sum(self.work[n] for n in originals) / starts
 
     def _is_parallel(self, names: set[str], p: int) -> bool:
         key = (frozenset(names), p)
@@ -235,10 +292,17 @@ class _CallLowering:
         self.kernel_shapes.add((k.rb, k.nv))
         self.stats.kernel_calls += 1
         rows = "1" if not k.r else f"{vals['e']} - {vals['s']} + 1"
+        b, sbk = f"&{self._ref(k.b, env)}", str(ab.get(ki, 0))
+        pk = self.packs.get(k.name)
+        if pk is not None:  # the packed panel: row q of the operand is row q of the panel
+            row = " + ".join([f"{c // pk.cols} * ({env[x]})" for x, c in ab.items()
+                              if x not in (1, _isl_name(k.v)) and c]
+                             + [str(ab.get(1, 0) // pk.cols)])
+            b = f"({k.name}_pack ? {k.name}_pack + {pk.vb} * ({row}) : {b})"
+            sbk = f"({k.name}_pack ? {pk.vb * ab.get(ki, 0) // pk.cols} : {sbk})"
         return (f"{dispatch_name(k.rb, k.nv)}({rows}, {k.depth}, "
                 f"&{self._ref(k.a, env)}, {aa.get(ri, 0) if ri else 0}, {aa.get(ki, 0)}, "
-                f"&{self._ref(k.b, env)}, {ab.get(ki, 0)}, &{self._ref(k.y, env)}, "
-                f"{ay.get(ri, 0) if ri else 0});")
+                f"{b}, {sbk}, &{self._ref(k.y, env)}, {ay.get(ri, 0) if ri else 0});")
 
     def _ref(self, access, env: dict[str, str]) -> str:
         """An array reference; a buffer contracted to one row drops its leading indices."""
@@ -276,6 +340,43 @@ class _CallLowering:
                 b = self.scop.buffers[name]
                 dims = "".join(f"[{d}]" for d in b.shape[m:])
                 self.lines.append(f"{b.ctype} {name}_row{dims} __attribute__((aligned(64)));")
+
+
+PACK_DIM = 1  # the time dimension of a column-tile-outer kernel's tile loop (after pos)
+
+
+@dataclasses.dataclass(frozen=True)
+class Packing:
+    """A kernel's column operand, seen as `rows` rows of `cols` columns, packed one column
+    tile (`vb` columns) at a time."""
+    array: str
+    rows: int
+    cols: int
+    vb: int
+
+    @property
+    def bytes(self) -> int:
+        return -(-4 * self.rows * self.vb // 64) * 64
+
+
+def _packing(scop: Scop, k: Kernel) -> Packing | None:
+    """How to pack the kernel's column operand B, or None: only column-tile-outer kernels
+    (each panel is then reused by every row of the tile) whose B is a float array with the
+    kernel's columns as its whole last dimension, every other iterator (and the constant)
+    stepping over whole rows of it."""
+    if not k.tile_outer:
+        return None
+    b = scop.buffers[k.b.array]
+    addr = _addr(k.b, scop)
+    if addr is None or b.ctype != "float" or not b.shape or b.size is None:
+        return None
+    cols = b.shape[-1]
+    v = _isl_name(k.v)
+    if addr.get(v) != 1 or any(c % cols for x, c in addr.items() if x != v):
+        return None
+    if len(k.b.index[-1]) != 1 or k.b.index[-1].get(v) != 1:
+        return None
+    return Packing(k.b.array, b.size // cols, cols, VLEN * k.nv)
 
 
 def _step(it: str, node: isl.AstNode) -> str:
@@ -388,7 +489,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     kernels = dispatch_source(sorted(shapes))
     offsets, stats.workspace_bytes = replan(scop, schedules)
     entry = _entry(scop, calls_text, offsets)
-    src = (header + "#include <math.h>\n#include <stddef.h>\n\n" + MACROS + "\n"
+    src = (header + "#include <math.h>\n#include <stddef.h>\n#include <stdlib.h>\n\n" + MACROS + "\n"
            + (PRELUDE + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
            + entry)
     return src, stats

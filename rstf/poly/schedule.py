@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 
 import islpy as isl
 from pycparser import c_ast
 
 from .deps import Dependences, check_schedule_legal
-from .microkernel import VLEN, choose_tile
+from .microkernel import VLEN, choose_order, choose_tile
 from .raise_c import Scop, Statement, _isl_name
 
 
@@ -59,6 +60,7 @@ class Kernel:
     k2: str | None = None  # a reduction loop merged with k (see find_contraction)
     k2_lo: int = 0
     k2_hi: int = 0
+    tile_outer: bool = False  # column tiles outside the outer output loops (choose_order)
 
     @property
     def depth(self) -> int:
@@ -214,6 +216,26 @@ def _chunk_set(full: isl.Set, n: int, rb: int, prefix: str, name: str) -> isl.Se
     return lo_hi.apply_range(chunk).wrap().flatten().set_tuple_name(name).coalesce()
 
 
+def tile_order(kern: Kernel, outs: list[str], u: str, reds: list[str]) -> list[str]:
+    """The time dimensions above a tile's chunks: outer outputs, column tile, outer
+    reductions; the column tile first when `kern.tile_outer`."""
+    return [u] + outs + reds if kern.tile_outer else outs + [u] + reds
+
+
+def _order(s: Statement, kern: Kernel, scop: Scop) -> None:
+    """Set the kernel's loop order (and maybe a narrower tile) from `choose_order`."""
+    outs, reds, r, k, v = _roles(s, kern)
+    box = dict(zip([_isl_name(x) for x in s.iterators], extents(s)))
+    n = lambda x: box[x][1] - box[x][0] + 1
+    depth = math.prod(n(x) for x in reds) * kern.depth
+    a = scop.buffers[kern.a.array]
+    if a.size is None:
+        return
+    order = choose_order(kern.rb, kern.nv, n(r) if r else 1, n(v), math.prod(map(n, outs)),
+                         depth, 4 * a.size)
+    kern.rb, kern.nv, kern.tile_outer = order.rb, order.nv, order.tile_outer
+
+
 def _tiling(s: Statement, kern: Kernel, pos: int, prefix: str):
     """(kernel domain, kernel time, residual time, T_S): the schedule of a tiled
     contraction. T_S is every point's time as it actually runs (in a kernel chunk, or in
@@ -226,7 +248,8 @@ def _tiling(s: Statement, kern: Kernel, pos: int, prefix: str):
     kd = ", ".join(o + ["s", "e"])
     k2 = [_isl_name(kern.k2)] if kern.k2 else []
     zeros = ", 0" * (3 + len(k2))
-    ktime = isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> [{pos}, {', '.join(o)}, s{zeros}] }}"
+    ot = tile_order(kern, outs, "u", reds)
+    ktime = isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> [{pos}, {', '.join(ot)}, s{zeros}] }}"
                     ).intersect_domain(kdom)
     row = f"s <= {r} <= e and " if r else ""
     rel = isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> {s.name}[{', '.join(iv)}] : "
@@ -236,19 +259,19 @@ def _tiling(s: Statement, kern: Kernel, pos: int, prefix: str):
     start = rel.reverse().apply_range(isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> [s] }}"))
     u_expr = f"floor(({v})/{vb})"
     head = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{pos}, "
-                   f"{', '.join(outs + [u_expr] + reds)}] }}")
+                   f"{', '.join(tile_order(kern, outs, u_expr, reds))}] }}")
     tail = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> "
                    f"[{', '.join(k2 + [k, r or '0', v])}] }}")
     t_cov = head.flat_range_product(start).flat_range_product(tail).intersect_domain(covered)
     rest = s.domain.subtract(covered).coalesce()
     t_rest = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{pos}, "
-                     f"{', '.join(outs + [u_expr] + reds + [r or '0'] + k2 + [k, v])}, 0] }}"
+                     f"{', '.join(tile_order(kern, outs, u_expr, reds) + [r or '0'] + k2 + [k, v])}, 0] }}"
                      ).intersect_domain(rest)
     return kdom, ktime, t_rest, t_cov.union(t_rest)
 
 
 def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependences,
-                  depth: int, tile: bool = True) -> CallSchedule:
+                  depth: int, tile: bool = True, order: bool = True) -> CallSchedule:
     """The new schedule of one call's statements (see the module docstring)."""
     prefix = f"[{', '.join(map(_isl_name, scop.params))}] -> " if scop.params else ""
     time = {s.name: _pad(s.schedule.intersect_domain(s.domain), depth) for s in stmts}
@@ -259,6 +282,8 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
         kern = find_contraction(s, scop)
         if kern is None:
             continue
+        if order:
+            _order(s, kern, scop)
         outs, reds, _, _, _ = _roles(s, kern)
         i2c = {_isl_name(c): c for c in s.iterators}
         kern.dims = [i2c[x] for x in outs] + ["u"] + [i2c[x] for x in reds] + ["s", "e"]

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Where a subgraph's time goes: time every scheduled group of an optimized subgraph's C.
+
+    python benchmarks/group_profile.py OUTDIR [--subgraph 0] [--reps 20] [--threads N] [--top 25]
+
+OUTDIR is an `rstf optimize` output folder. The subgraph's C (OUTDIR/src/subgraph_<i>.c) is
+copied, every call in its entry function is wrapped in a wall-clock timer, and the result is
+compiled with the same C flags as the op library into a standalone program that feeds random
+inputs (shapes from the file's tensor table, workspace size from report.json). It prints each
+call's median time over --reps runs, its share of the entry's time, and the TF nodes it runs,
+so that a profile names groups rather than inlined symbols. No TensorFlow in the loop: the sum
+is the kernels' own time, without the op wrapper or the harness.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+_TENSOR = re.compile(r"^\*\s+(in\d+|out\d+): (?:input|output) float\(([\d, ]*)\)")
+_CALL = re.compile(r"^    (sched_\d+|op_\d+)\(.*\);$")
+_NODE = re.compile(r"^    /\* (.*) \((\w+)\) \*/$")
+
+
+def instrument(src: str, entry: str) -> tuple[str, list[dict], dict]:
+    """(instrumented C, the timed calls in order, {tensor: shape}) for `entry` in `src`."""
+    shapes = {}
+    for line in src.splitlines():
+        m = _TENSOR.match(line)
+        if m:
+            shapes[m.group(1)] = [int(d) for d in m.group(2).split(",") if d.strip()]
+    lines = src.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith(f"void {entry}("))
+    calls, nodes, out = [], [], lines[:start]
+    for line in lines[start:]:
+        node = _NODE.match(line)
+        if node:
+            nodes.append(f"{node.group(2)} {node.group(1)}")
+        call = _CALL.match(line)
+        if call:
+            k = len(calls)
+            calls.append({"call": call.group(1), "nodes": nodes})
+            nodes = []
+            line = (f"    {{ double _t0 = omp_get_wtime(); {line.strip()} "
+                    f"rstf_prof[{k}] += omp_get_wtime() - _t0; }}")
+        elif nodes and "fused into" in line:
+            calls[-1]["nodes"].extend(nodes) if calls else None
+            nodes = []
+        out.append(line)
+    head = f"#include <omp.h>\ndouble rstf_prof[{max(len(calls), 1)}];\n"
+    return head + "\n".join(out) + "\n", calls, shapes
+
+
+def harness(entry: str, n_in: int, n_out: int, shapes: dict, ws_bytes: int, reps: int,
+            n_calls: int) -> str:
+    """A main() that runs `entry` reps times on random inputs and prints per-call medians."""
+    size = lambda name: max(1, __import__("math").prod(shapes[name]))
+    allocs = "\n".join(
+        f"    float *in{i} = alloc_rand({size(f'in{i}')});" for i in range(n_in))
+    allocs += "\n" + "\n".join(
+        f"    float *out{i} = alloc_rand({size(f'out{i}')});" for i in range(n_out))
+    args = ", ".join([f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)] + ["ws"])
+    return f"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static float *alloc_rand(long n) {{
+    float *p = aligned_alloc(64, ((n * 4 + 63) / 64) * 64);
+    for (long i = 0; i < n; ++i) p[i] = (float)rand() / RAND_MAX - 0.5f;
+    return p;
+}}
+static int cmp(const void *a, const void *b) {{
+    double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y);
+}}
+int main(void) {{
+{allocs}
+    void *ws = aligned_alloc(64, {((ws_bytes + 63) // 64) * 64 or 64});
+    static double t[{reps}][{n_calls + 1}];
+    for (int r = -3; r < {reps}; ++r) {{
+        memset(rstf_prof, 0, sizeof rstf_prof);
+        double t0 = omp_get_wtime();
+        {entry}({args});
+        double total = omp_get_wtime() - t0;
+        if (r < 0) continue;
+        for (int k = 0; k < {n_calls}; ++k) t[r][k] = rstf_prof[k];
+        t[r][{n_calls}] = total;
+    }}
+    for (int k = 0; k <= {n_calls}; ++k) {{
+        double col[{reps}];
+        for (int r = 0; r < {reps}; ++r) col[r] = t[r][k];
+        qsort(col, {reps}, sizeof(double), cmp);
+        printf("%d %.9f\\n", k, col[{reps} / 2]);
+    }}
+    return 0;
+}}
+"""
+
+
+def profile(outdir: str, subgraph: int = 0, reps: int = 20, threads: int = 0) -> dict:
+    """Per-call median seconds of one subgraph of an rstf output folder."""
+    from rstf.build import c_flags
+    report = json.load(open(os.path.join(outdir, "report.json")))
+    sg = report["subgraphs"][subgraph]
+    if sg.get("versions", 1) > 1 or report.get("dynamic_batch"):
+        raise SystemExit("group_profile: dynamic-batch subgraphs are not supported")
+    src = open(os.path.join(outdir, sg["source"])).read()
+    entry = f"rstf_sg_{subgraph}"
+    code, calls, shapes = instrument(src, entry)
+    n_in = sum(1 for k in shapes if k.startswith("in"))
+    n_out = sum(1 for k in shapes if k.startswith("out"))
+    code += harness(entry, n_in, n_out, shapes, sg["workspace_bytes"], reps, len(calls))
+    with tempfile.TemporaryDirectory() as d:
+        c, exe = os.path.join(d, "p.c"), os.path.join(d, "p")
+        with open(c, "w") as f:
+            f.write(code)
+        subprocess.run(["gcc", *[x for x in c_flags() if x != "-fvisibility=hidden"],
+                        "-I", os.path.join(ROOT, "custom_ops"), c, "-o", exe, "-lm"], check=True)
+        env = dict(os.environ)
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        out = subprocess.run([exe], env=env, capture_output=True, text=True, check=True).stdout
+    med = {int(k): float(v) for k, v in (l.split() for l in out.splitlines())}
+    total = med.pop(len(calls))
+    for k, c in enumerate(calls):
+        c["seconds"] = med[k]
+    return {"total_seconds": total, "calls": calls, "flops": sg["flops"]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("outdir")
+    ap.add_argument("--subgraph", type=int, default=0)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS (default: all)")
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args(argv)
+    res = profile(args.outdir, args.subgraph, args.reps, args.threads)
+    total = res["total_seconds"]
+    print(f"subgraph {args.subgraph}: {total * 1e3:.3f} ms per run (median of {args.reps}), "
+          f"{res['flops'] / total / 1e9:.1f} GFLOP/s over its {res['flops'] / 1e9:.3f} GFLOP")
+    by_type: dict[str, float] = {}
+    for c in res["calls"]:
+        kind = c["nodes"][0].split()[0] if c["nodes"] else "?"
+        by_type[kind] = by_type.get(kind, 0.0) + c["seconds"]
+    print("by the first node's op type:")
+    for kind, s in sorted(by_type.items(), key=lambda kv: -kv[1]):
+        print(f"  {kind:28s} {s * 1e3:8.3f} ms {100 * s / total:5.1f}%")
+    print(f"top {args.top} calls:")
+    for c in sorted(res["calls"], key=lambda c: -c["seconds"])[:args.top]:
+        first = c["nodes"][0] if c["nodes"] else ""
+        print(f"  {c['call']:10s} {c['seconds'] * 1e3:8.3f} ms {100 * c['seconds'] / total:5.1f}%"
+              f"  {first[:90]} (+{max(0, len(c['nodes']) - 1)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
