@@ -34,7 +34,6 @@ def optimize_source(source: str, entry: str, tile: bool = True,
 
     from ..cformat import format_c
     from .lower import lower
-    from .microkernel import VLEN
     from .fuse import chain_time, find_chains, fuse_epilogue
     from .schedule import CallSchedule, _pad, schedule_call
 
@@ -84,7 +83,7 @@ def optimize_source(source: str, entry: str, tile: bool = True,
     return format_c(new), {
         "optimizer": "poly", "statements": len(scop.statements), "calls": len(scop.calls),
         "tiled": [{"statement": k.statement, "node": scop.statement(k.statement).node,
-                   "tile": [k.rb, VLEN * k.nv], "loops": [k.r, k.v],
+                   "tile": [k.rb, k.width], "loops": [k.r, k.v],
                    "reduction": [x for x in (k.k2, k.k) if x],
                    "order": "column tiles outermost" if k.tile_outer else "rows outermost"}
                   for k in kernels],

@@ -161,9 +161,9 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     statements. When only the group reads Y, Y is contracted to one row (`rows`), a
     buffer local to each iteration of the loops around the tile.
     """
-    if len(cs.kernels) != 1 or cs.chain is not None:
+    if len({k.statement for k in cs.kernels}) != 1 or cs.chain is not None:
         return None
-    kern = cs.kernels[0]
+    kern = cs.kernels[0]  # the whole tiles' kernel (a remainder kernel follows it)
     upd = scop.statement(kern.statement)
     y = kern.y.array
     others = [s for s in cs.statements if s.name != upd.name]

@@ -289,7 +289,7 @@ class _CallLowering:
                 env[_isl_name(c)] = vals[c]
         ri, ki = _isl_name(k.r) if k.r else None, _isl_name(k.k)
         aa, ab, ay = (_addr(x, self.scop) for x in (k.a, k.b, k.y))
-        self.kernel_shapes.add((k.rb, k.nv))
+        self.kernel_shapes.add((k.rb, k.width))
         self.stats.kernel_calls += 1
         rows = "1" if not k.r else f"{vals['e']} - {vals['s']} + 1"
         b, sbk = f"&{self._ref(k.b, env)}", str(ab.get(ki, 0))
@@ -300,7 +300,7 @@ class _CallLowering:
                              + [str(ab.get(1, 0) // pk.cols)])
             b = f"({k.name}_pack ? {k.name}_pack + {pk.vb} * ({row}) : {b})"
             sbk = f"({k.name}_pack ? {pk.vb * ab.get(ki, 0) // pk.cols} : {sbk})"
-        return (f"{dispatch_name(k.rb, k.nv)}({rows}, {k.depth}, "
+        return (f"{dispatch_name(k.rb, k.width)}({rows}, {k.depth}, "
                 f"&{self._ref(k.a, env)}, {aa.get(ri, 0) if ri else 0}, {aa.get(ki, 0)}, "
                 f"{b}, {sbk}, &{self._ref(k.y, env)}, {ay.get(ri, 0) if ri else 0});")
 
@@ -364,7 +364,7 @@ def _packing(scop: Scop, k: Kernel) -> Packing | None:
     (each panel is then reused by every row of the tile) whose B is a float array with the
     kernel's columns as its whole last dimension, every other iterator (and the constant)
     stepping over whole rows of it."""
-    if not k.tile_outer:
+    if not k.tile_outer or k.cols:  # (a partial tile is not packed)
         return None
     b = scop.buffers[k.b.array]
     addr = _addr(k.b, scop)
@@ -462,7 +462,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
                     written.add(a.array)
         fname = f"sched_{cs.call}"
         decls = [_param_decl(scop, b, b in written) for b in buffers] + params
-        what = [f"{k.name}: {k.rb}x{VLEN * k.nv} tiles of {k.statement} over ({k.r}, {k.v}), "
+        what = [f"{k.name}: {k.rb}x{k.width} tiles of {k.statement} over ({k.r}, {k.v}), "
                 f"reduction {k.k2 + ' x ' if k.k2 else ''}{k.k} in one microkernel call"
                 for k in cs.kernels]
         attr = ""

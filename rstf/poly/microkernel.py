@@ -27,65 +27,83 @@ def fits_registers(rb: int, nv: int) -> bool:
 
 
 PRELUDE = """\
-/* Microkernel vector type: 16 floats (one AVX-512 register); unaligned, may alias. */
+/* Microkernel vector types: 16 floats (one AVX-512 register) and 8 (a tile's last half
+   vector); unaligned, may alias. */
 typedef float rstf_v16 __attribute__((vector_size(64), aligned(4), may_alias));
+typedef float rstf_v8 __attribute__((vector_size(32), aligned(4), may_alias));
 """
 
-
-def kernel_name(rb: int, nv: int) -> str:
-    return f"rstf_mk_{rb}x{nv}"
+HALF = VLEN // 2  # a tile's width is a multiple of this: full vectors, then maybe a half
 
 
-def kernel_source(rb: int, nv: int) -> str:
-    """The C of one microkernel (static inline; needs PRELUDE)."""
-    name = kernel_name(rb, nv)
+def vectors(width: int) -> list[tuple[str, int]]:
+    """The (vector type, first column) of each vector of a tile `width` columns wide."""
+    assert width % HALF == 0 and width > 0, width
+    out = [("rstf_v16", VLEN * i) for i in range(width // VLEN)]
+    return out + ([("rstf_v8", width - HALF)] if width % VLEN else [])
+
+
+def kernel_name(rb: int, width: int) -> str:
+    return f"rstf_mk_{rb}x{width}"
+
+
+def kernel_source(rb: int, width: int) -> str:
+    """The C of one microkernel (static inline; needs PRELUDE): RB rows of `width` columns,
+    unrolled over its vectors (a half vector for width % 16 == 8)."""
+    name = kernel_name(rb, width)
+    vecs = vectors(width)
+    decl = "\n".join(f"    {t} acc{v}[{rb}];" for v, (t, _) in enumerate(vecs))
+    load = "\n".join(f"        acc{v}[r] = *(const {t} *)(y + r * syr + {c});"
+                      for v, (t, c) in enumerate(vecs))
+    bload = "\n".join(f"        const {t} b{v} = *(const {t} *)(b + k * sbk + {c});"
+                       for v, (t, c) in enumerate(vecs))
+    fma = "\n".join(f"            acc{v}[r] += av * b{v};" for v in range(len(vecs)))
+    store = "\n".join(f"        *({t} *)(y + r * syr + {c}) = acc{v}[r];"
+                       for v, (t, c) in enumerate(vecs))
     return f"""\
-/* y[r][0:{VLEN * nv}] += sum over k of a[r*sar + k*sak] * b[k*sbk + 0:{VLEN * nv}], r < {rb}:
-   {rb}x{nv} accumulators stay in vector registers for the whole reduction. */
+/* y[r][0:{width}] += sum over k of a[r*sar + k*sak] * b[k*sbk + 0:{width}], r < {rb}:
+   {rb}x{len(vecs)} accumulators stay in vector registers for the whole reduction. */
 static inline void {name}(int K, const float *restrict a, long sar, long sak,
                           const float *restrict b, long sbk, float *restrict y, long syr)
 {{
-    rstf_v16 acc[{rb}][{nv}];
-    for (int r = 0; r < {rb}; ++r)
-        for (int v = 0; v < {nv}; ++v)
-            acc[r][v] = *(const rstf_v16 *)(y + r * syr + {VLEN} * v);
+{decl}
+    for (int r = 0; r < {rb}; ++r) {{
+{load}
+    }}
     for (int k = 0; k < K; ++k) {{
-        rstf_v16 bv[{nv}];
-        for (int v = 0; v < {nv}; ++v)
-            bv[v] = *(const rstf_v16 *)(b + k * sbk + {VLEN} * v);
+{bload}
         for (int r = 0; r < {rb}; ++r) {{
             const float av = a[r * sar + k * sak];
-            for (int v = 0; v < {nv}; ++v)
-                acc[r][v] += av * bv[v];
+{fma}
         }}
     }}
-    for (int r = 0; r < {rb}; ++r)
-        for (int v = 0; v < {nv}; ++v)
-            *(rstf_v16 *)(y + r * syr + {VLEN} * v) = acc[r][v];
+    for (int r = 0; r < {rb}; ++r) {{
+{store}
+    }}
 }}
 """
 
 
-def dispatch_name(rb: int, nv: int) -> str:
-    return f"rstf_mkv_{rb}x{nv}"
+def dispatch_name(rb: int, width: int) -> str:
+    return f"rstf_mkv_{rb}x{width}"
 
 
 def dispatch_source(shapes: list[tuple[int, int]]) -> str:
-    """Every kernel the (RB, NV) tilings need: for each, kernels of 1..RB rows (a chunk at a
-    padding border or a row remainder is shorter) and `rstf_mkv_<RB>x<NV>(rows, ...)`,
+    """Every kernel the (RB, width) tilings need: for each, kernels of 1..RB rows (a chunk at
+    a padding border or a row remainder is shorter) and `rstf_mkv_<RB>x<width>(rows, ...)`,
     which calls the one for `rows` (a switch: full chunks take the first case)."""
-    needed = sorted({(r, nv) for rb, nv in shapes for r in range(1, rb + 1)})
-    out = [kernel_source(r, nv) for r, nv in needed]
-    for rb, nv in sorted(set(shapes)):
-        cases = "".join(f"    case {r}: {kernel_name(r, nv)}(K, a, sar, sak, b, sbk, y, syr); "
+    needed = sorted({(r, w) for rb, w in shapes for r in range(1, rb + 1)})
+    out = [kernel_source(r, w) for r, w in needed]
+    for rb, w in sorted(set(shapes)):
+        cases = "".join(f"    case {r}: {kernel_name(r, w)}(K, a, sar, sak, b, sbk, y, syr); "
                         f"break;\n" for r in range(rb - 1, 0, -1))
         out.append(f"""\
-/* {rb} rows of {VLEN * nv} columns, or fewer at a border or a remainder. */
-static void {dispatch_name(rb, nv)}(int rows, int K, const float *restrict a, long sar, long sak,
+/* {rb} rows of {w} columns, or fewer at a border or a remainder. */
+static void {dispatch_name(rb, w)}(int rows, int K, const float *restrict a, long sar, long sak,
                           const float *restrict b, long sbk, float *restrict y, long syr)
 {{
     switch (rows) {{
-    case {rb}: {kernel_name(rb, nv)}(K, a, sar, sak, b, sbk, y, syr); break;
+    case {rb}: {kernel_name(rb, w)}(K, a, sar, sak, b, sbk, y, syr); break;
 {cases}    }}
 }}
 """)
@@ -106,8 +124,8 @@ def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1)) -> tuple[int, int, float
 
     The cost model: a row of the tiling is cut into chunks of RB rows and one shorter
     remainder chunk (run by the RB = remainder kernel), each at its `_efficiency`; the
-    columns are covered by floor(cols/VB) tiles of VB = 16*NV, the rest runs in the
-    residual textbook loops, about 4x slower than a kernel.
+    columns are covered by floor(cols/VB) tiles of VB = 16*NV, then by one narrower tile
+    (a multiple of 8 columns), and the rest runs in the residual textbook loops.
     """
     best = None
     for nv in nvs:
@@ -121,7 +139,12 @@ def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1)) -> tuple[int, int, float
             full, rem = divmod(rows, rb)
             per_row = (full * rb / _efficiency(rb, nv)
                        + (rem / _efficiency(rem, nv) if rem else 0.0)) / rows
-            cost = covered * per_row + (1 - covered) * 4.0
+            # Columns past the last whole tile: a narrower kernel for a multiple of 8 of
+            # them (charged 1.5x: fewer FMAs per loaded a), the textbook loops (about 4x
+            # slower) for the rest.
+            left = cols - cols // vb * vb
+            rem_k = left // HALF * HALF / cols
+            cost = covered * per_row + rem_k * per_row * 1.5 + (1 - covered - rem_k) * 4.0
             if best is None or cost < best[2] - 1e-9:
                 best = (rb, nv, cost)
     return best

@@ -35,7 +35,7 @@ import islpy as isl
 from pycparser import c_ast
 
 from .deps import Dependences, check_schedule_legal
-from .microkernel import VLEN, choose_order, choose_tile
+from .microkernel import HALF, VLEN, choose_order, choose_tile
 from .raise_c import Scop, Statement, _isl_name
 
 
@@ -61,6 +61,15 @@ class Kernel:
     k2_lo: int = 0
     k2_hi: int = 0
     tile_outer: bool = False  # column tiles outside the outer output loops (choose_order)
+    # A remainder kernel: the last, partial column tile `u_last`, `cols` (a multiple of 8)
+    # of its columns. 0 for the whole tiles' kernel.
+    cols: int = 0
+    u_last: int = 0
+
+    @property
+    def width(self) -> int:
+        """Columns one call computes."""
+        return self.cols or VLEN * self.nv
 
     @property
     def depth(self) -> int:
@@ -192,12 +201,13 @@ def _chunks(s: Statement, kern: Kernel, prefix: str) -> isl.Set:
     rr = r or "r0"
     full = None  # { [o, r] : every corner (k, v) of the tile row is in the domain }
     k2 = _isl_name(kern.k2) if kern.k2 else None
+    cond = (["r0 = 0"] if r is None else []) + ([f"u = {kern.u_last}"] if kern.cols else [])
     for ck, ck2, cv in itertools.product((kern.k_lo, kern.k_hi), (kern.k2_lo, kern.k2_hi),
-                                         (0, vb - 1)):
+                                         (0, kern.width - 1)):
         target = [str(ck) if x == k else str(ck2) if x == k2 else f"{vb}*u + {cv}" if x == v
                   else x for x in iv]
         m = isl.Map(f"{prefix}{{ [{', '.join(o + [rr])}] -> {s.name}[{', '.join(target)}]"
-                    + (" : r0 = 0" if r is None else "") + " }")
+                    + (f" : {' and '.join(cond)}" if cond else "") + " }")
         part = m.intersect_range(s.domain).domain()
         full = part if full is None else full.intersect(part)
     return _chunk_set(full, len(o), rb, prefix, kern.name)
@@ -236,27 +246,33 @@ def _order(s: Statement, kern: Kernel, scop: Scop) -> None:
     kern.rb, kern.nv, kern.tile_outer = order.rb, order.nv, order.tile_outer
 
 
-def _tiling(s: Statement, kern: Kernel, pos: int, prefix: str):
-    """(kernel domain, kernel time, residual time, T_S): the schedule of a tiled
-    contraction. T_S is every point's time as it actually runs (in a kernel chunk, or in
-    the residual loops), which is what the dependence check is given."""
+def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str):
+    """([(kernel domain, kernel time)] per kernel, residual time, T_S): the schedule of a
+    tiled contraction (its whole tiles' kernel, maybe a remainder kernel). T_S is every
+    point's time as it actually runs (in a kernel chunk, or in the residual loops), which
+    is what the dependence check is given."""
+    kern = kerns[0]
     outs, reds, r, k, v = _roles(s, kern)
     iv = [_isl_name(x) for x in s.iterators]
     vb = VLEN * kern.nv
     o = outs + ["u"] + reds
-    kdom = _chunks(s, kern, prefix)
     kd = ", ".join(o + ["s", "e"])
     k2 = [_isl_name(kern.k2)] if kern.k2 else []
     zeros = ", 0" * (3 + len(k2))
     ot = tile_order(kern, outs, "u", reds)
-    ktime = isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> [{pos}, {', '.join(ot)}, s{zeros}] }}"
-                    ).intersect_domain(kdom)
     row = f"s <= {r} <= e and " if r else ""
-    rel = isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> {s.name}[{', '.join(iv)}] : "
-                  f"{row}{vb}*u <= {v} < {vb}*u + {vb} }}")
-    rel = rel.intersect_domain(kdom).intersect_range(s.domain)
-    covered = rel.range()
-    start = rel.reverse().apply_range(isl.Map(f"{prefix}{{ {kern.name}[{kd}] -> [s] }}"))
+    out, covered, start = [], None, None
+    for kn in kerns:
+        kdom = _chunks(s, kn, prefix)
+        ktime = isl.Map(f"{prefix}{{ {kn.name}[{kd}] -> [{pos}, {', '.join(ot)}, s{zeros}] }}"
+                        ).intersect_domain(kdom)
+        rel = isl.Map(f"{prefix}{{ {kn.name}[{kd}] -> {s.name}[{', '.join(iv)}] : "
+                      f"{row}{vb}*u <= {v} < {vb}*u + {kn.width} }}")
+        rel = rel.intersect_domain(kdom).intersect_range(s.domain)
+        st = rel.reverse().apply_range(isl.Map(f"{prefix}{{ {kn.name}[{kd}] -> [s] }}"))
+        covered = rel.range() if covered is None else covered.union(rel.range())
+        start = st if start is None else start.union(st)
+        out.append((kdom, ktime))
     u_expr = f"floor(({v})/{vb})"
     head = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{pos}, "
                    f"{', '.join(tile_order(kern, outs, u_expr, reds))}] }}")
@@ -267,7 +283,21 @@ def _tiling(s: Statement, kern: Kernel, pos: int, prefix: str):
     t_rest = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{pos}, "
                      f"{', '.join(tile_order(kern, outs, u_expr, reds) + [r or '0'] + k2 + [k, v])}, 0] }}"
                      ).intersect_domain(rest)
-    return kdom, ktime, t_rest, t_cov.union(t_rest)
+    return out, t_rest, t_cov.union(t_rest)
+
+
+def _remainder(s: Statement, kern: Kernel) -> Kernel | None:
+    """A kernel for the last, partial column tile's first multiple-of-8 columns (24 output
+    channels: one tile of 16, then 8; 1000 classes: 15 tiles of 64, then 40), or None."""
+    _, _, _, _, v = _roles(s, kern)
+    lo, hi = dict(zip([_isl_name(x) for x in s.iterators], extents(s)))[v]
+    vb = VLEN * kern.nv
+    u_last = hi // vb
+    cols = (hi - max(lo, vb * u_last) + 1) // HALF * HALF
+    if cols == 0 or cols >= vb or lo > vb * u_last:
+        return None
+    return dataclasses.replace(kern, name=f"{kern.name}r", cols=cols, u_last=u_last,
+                               dims=list(kern.dims))
 
 
 def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependences,
@@ -287,8 +317,9 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
         outs, reds, _, _, _ = _roles(s, kern)
         i2c = {_isl_name(c): c for c in s.iterators}
         kern.dims = [i2c[x] for x in outs] + ["u"] + [i2c[x] for x in reds] + ["s", "e"]
-        kdom, ktime, t_rest, t_s = _tiling(s, kern, s.path[0], prefix)
-        if kdom.is_empty():
+        kerns = [kern] + [x for x in [_remainder(s, kern)] if x is not None]
+        tiles, t_rest, t_s = _tiling(s, kerns, s.path[0], prefix)
+        if tiles[0][0].is_empty():
             continue
         trial = dict(cs.time)
         trial[s.name] = _pad(t_s, depth)
@@ -298,8 +329,10 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
             continue
         cs.time[s.name] = trial[s.name]
         cs.ast_time[s.name] = _pad(t_rest, depth)
-        cs.ast_time[kern.name] = _pad(ktime, depth)
-        cs.kernels.append(kern)
+        for kn, (kdom, ktime) in zip(kerns, tiles):
+            if not kdom.is_empty():
+                cs.ast_time[kn.name] = _pad(ktime, depth)
+                cs.kernels.append(kn)
     return cs
 
 
