@@ -81,6 +81,11 @@ CASES = {
     "matmul": ((20, 70), lambda x: tf.matmul(x, _w(70, 50))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
     "matmul_transposed_b": ((3, 33), lambda x: tf.matmul(x, _w(48, 33), transpose_b=True)),
+    # A reduction that is no contraction: the BN/ReLU6 chain still runs per output pixel,
+    # right after its 9 taps, on a row buffer of the channels.
+    "depthwise_bn_relu6": ((1, 13, 11, 48), lambda x: tf.nn.relu6(
+        tf.raw_ops.DepthwiseConv2dNative(input=x, filter=_w(3, 3, 48, 1), strides=[1, 1, 1, 1],
+                                         padding="SAME") * _w(48) + _w(48))),
     "depthwise_pool_mean": ((1, 14, 14, 32), lambda x: tf.reduce_mean(tf.nn.max_pool2d(
         tf.raw_ops.DepthwiseConv2dNative(input=x, filter=_w(3, 3, 32, 1),
                                          strides=[1, 2, 2, 1], padding="SAME"), 3, 1, "SAME"),
@@ -125,6 +130,9 @@ def test_poly_equals_textbook_bitwise(case):
         # between them contracted to scalars, the conv's output to one row.
         assert [len(f["nodes"]) for f in info["fused"]] == [4]
         assert len(info["fused"][0]["contracted"]) == 3
+    if case == "depthwise_bn_relu6":
+        assert [len(f["nodes"]) for f in info["fused"]] == [4], info["fused"]
+        assert "t0" in info["fused"][0]["contracted"] and info["parallel_loops"] == 1
     if case == "chain_with_fan_out":  # `m` is read by two ops: fused, but not contracted
         assert info["fused"] and all(len(f["contracted"]) < len(f["nodes"]) - 1
                                      for f in info["fused"])

@@ -34,7 +34,7 @@ def optimize_source(source: str, entry: str, tile: bool = True,
 
     from ..cformat import format_c
     from .lower import lower
-    from .fuse import chain_time, find_chains, fuse_epilogue
+    from .fuse import chain_time, find_chains, fuse_epilogue, fuse_reduction_epilogue
     from .schedule import CallSchedule, _pad, schedule_call
 
     t0 = time.perf_counter()
@@ -58,8 +58,9 @@ def optimize_source(source: str, entry: str, tile: bool = True,
                 if c != ch.calls[0]:
                     continue
                 prev = schedules[-1] if schedules else None
-                if prev is not None and prev.call == c - 1 and prev.kernels:
-                    group = fuse_epilogue(scop, deps, prev, ch, depth)
+                if prev is not None and prev.call == c - 1:
+                    group = (fuse_epilogue if prev.kernels else fuse_reduction_epilogue)(
+                        scop, deps, prev, ch, depth)
                     if group is not None:
                         schedules[-1] = group
                         continue

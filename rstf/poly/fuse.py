@@ -204,3 +204,56 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     ast_time[first.name] = time[first.name]
     return CallSchedule(cs.call, stmts, time, ast_time, list(cs.kernels), list(cs.refused),
                         chain=chain, rows=rows)
+
+
+def fuse_reduction_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
+                            depth: int) -> CallSchedule | None:
+    """The same row-by-row epilogue fusion for an untiled reduction (a depthwise
+    convolution, a pooling sum): `Y = 0` then `Y[o][..] += ...` whose m leading loops `o`
+    (batch, output row and column) index Y's leading dimensions and enclose every
+    reduction loop. Each point o runs the initialisation, the whole reduction and then the
+    chain on Y[o] (time `[pos, o, -1 | 0 | AFTER, ...]`): one parallel region instead of
+    three, and Y contracted to one row (its trailing dimensions, the channels) when only
+    the group reads it. None when the pieces do not fit; checked against every dependence
+    between the group's statements."""
+    if cs.kernels or cs.chain is not None or len(cs.statements) != 2:
+        return None
+    init, upd = cs.statements
+    if not (_pointwise(init, scop) and upd.ast.op == "+=" and upd.iterators
+            and not upd.domain.dim(isl.dim_type.param)):
+        return None
+    y = upd.accesses[-1]
+    first = chain.statements[0]
+    if init.accesses[-1].array != y.array or not _identity_reads(first, scop, y.array):
+        return None
+    if extents(first) != extents(init) or len(y.index) != len(init.iterators):
+        return None
+    iv = [_isl_name(v) for v in upd.iterators]
+    m = 0
+    while m < min(len(iv), len(y.index)) and y.index[m] == {iv[m]: 1}:
+        m += 1
+    reds = [v for v in iv if not any(v in idx for idx in y.index)]
+    if m == 0 or not reds or any(iv.index(r) < m for r in reds):
+        return None
+    pos = upd.path[0]
+
+    def time_of(s: Statement, mid: int, last: int) -> isl.Map:
+        v = [_isl_name(x) for x in s.iterators]
+        t = [str(pos), *v[:m], str(mid), *v[m:], str(last)]
+        return _pad(isl.Map(f"{{ {s.name}[{', '.join(v)}] -> [{', '.join(t)}] }}")
+                    .intersect_domain(s.domain), depth)
+
+    users = {s.name for s in scop.statements if any(a.array == y.array for a in s.accesses)}
+    rows = ({y.array: m} if scop.buffers[y.array].role == "temp"
+            and users == {init.name, upd.name, first.name} else {})
+    time = dict(cs.time)
+    time[init.name] = time_of(init, -1, 0)
+    time[upd.name] = time_of(upd, 0, 0)
+    for j, s in enumerate(chain.statements):
+        time[s.name] = time_of(s, _AFTER_ROW, j)
+    stmts = cs.statements + chain.statements
+    if _violations(stmts, deps, time):
+        return None
+    ast_time = {n: time[n] for n in (init.name, upd.name, first.name)}
+    return CallSchedule(cs.call, stmts, time, ast_time, [], list(cs.refused), chain=chain,
+                        rows=rows)
