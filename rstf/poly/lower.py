@@ -295,9 +295,12 @@ class _CallLowering:
         b, sbk = f"&{self._ref(k.b, env)}", str(ab.get(ki, 0))
         pk = self.packs.get(k.name)
         if pk is not None:  # the packed panel: row q of the operand is row q of the panel
-            row = " + ".join([f"{c // pk.cols} * ({env[x]})" for x, c in ab.items()
-                              if x not in (1, _isl_name(k.v)) and c]
-                             + [str(ab.get(1, 0) // pk.cols)])
+            terms = [f"{c // pk.cols} * {env[x]}" if c != pk.cols else env[x]
+                     for x, c in ab.items()
+                     if x not in (1, _isl_name(k.v)) and c and env[x] != "0"]
+            if ab.get(1, 0):
+                terms.append(str(ab[1] // pk.cols))
+            row = " + ".join(terms) or "0"
             b = f"({k.name}_pack ? {k.name}_pack + {pk.vb} * ({row}) : {b})"
             sbk = f"({k.name}_pack ? {pk.vb * ab.get(ki, 0) // pk.cols} : {sbk})"
         return (f"{dispatch_name(k.rb, k.width)}({rows}, {k.depth}, "
