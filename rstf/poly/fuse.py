@@ -189,21 +189,7 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
         return _pad(isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(t)}] }}")
                     .intersect_domain(s.domain), depth)
 
-    users = {s.name for s in scop.statements if any(a.array == y for a in s.accesses)}
-    rows = ({y: m} if scop.buffers[y].role == "temp"
-            and users == {init.name, upd.name, first.name} else {})
-    time = dict(cs.time)
-    time[init.name] = row_time(init, -1, 0)
-    for j, s in enumerate(chain.statements):
-        time[s.name] = row_time(s, _AFTER_ROW, j)
-    stmts = cs.statements + chain.statements
-    if _violations(stmts, deps, time):
-        return None
-    ast_time = dict(cs.ast_time)
-    ast_time[init.name] = time[init.name]
-    ast_time[first.name] = time[first.name]
-    return CallSchedule(cs.call, stmts, time, ast_time, list(cs.kernels), list(cs.refused),
-                        chain=chain, rows=rows)
+    return _row_group(scop, deps, cs, chain, init, upd, y, m, row_time, {})
 
 
 def fuse_reduction_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
@@ -243,17 +229,26 @@ def fuse_reduction_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, cha
         return _pad(isl.Map(f"{{ {s.name}[{', '.join(v)}] -> [{', '.join(t)}] }}")
                     .intersect_domain(s.domain), depth)
 
-    users = {s.name for s in scop.statements if any(a.array == y.array for a in s.accesses)}
-    rows = ({y.array: m} if scop.buffers[y.array].role == "temp"
+    return _row_group(scop, deps, cs, chain, init, upd, y.array, m, time_of,
+                      {upd.name: time_of(upd, 0, 0)})
+
+
+def _row_group(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
+               init: Statement, upd: Statement, y: str, m: int, time_of, own: dict):
+    """The fused group of both epilogue fusions: `init` at `time_of(init, -1, 0)`, the
+    chain's j-th statement at `time_of(s, AFTER, j)`, the reduction's own new times `own`;
+    Y contracted to its trailing dimensions after the m leading ones when only the group
+    uses it. None when the new times break a dependence between the group's statements."""
+    first = chain.statements[0]
+    users = {s.name for s in scop.statements if any(a.array == y for a in s.accesses)}
+    rows = ({y: m} if scop.buffers[y].role == "temp"
             and users == {init.name, upd.name, first.name} else {})
-    time = dict(cs.time)
-    time[init.name] = time_of(init, -1, 0)
-    time[upd.name] = time_of(upd, 0, 0)
+    time = {**cs.time, **own, init.name: time_of(init, -1, 0)}
     for j, s in enumerate(chain.statements):
         time[s.name] = time_of(s, _AFTER_ROW, j)
     stmts = cs.statements + chain.statements
     if _violations(stmts, deps, time):
         return None
-    ast_time = {n: time[n] for n in (init.name, upd.name, first.name)}
-    return CallSchedule(cs.call, stmts, time, ast_time, [], list(cs.refused), chain=chain,
-                        rows=rows)
+    ast_time = {**cs.ast_time, **own, init.name: time[init.name], first.name: time[first.name]}
+    return CallSchedule(cs.call, stmts, time, ast_time, list(cs.kernels), list(cs.refused),
+                        chain=chain, rows=rows)

@@ -492,7 +492,8 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     kernels = dispatch_source(sorted(shapes))
     offsets, stats.workspace_bytes = replan(scop, schedules)
     entry = _entry(scop, calls_text, offsets)
-    src = (header + "#include <math.h>\n#include <stddef.h>\n#include <stdlib.h>\n\n" + MACROS + "\n"
+    includes = "#include <math.h>\n#include <stddef.h>\n#include <stdlib.h>\n\n"
+    src = (header + includes + MACROS + "\n"
            + (PRELUDE + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
            + entry)
     return src, stats

@@ -187,10 +187,7 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
     cache = int(0.75 * (cache or l2_bytes()))
     b_bytes = 4 * depth_total * cols
 
-    def inner_traffic(nv_):
-        return a_bytes + b_bytes * (outer if b_bytes > cache else 1)
-
-    best = Order(rb, nv, False, inner_traffic(nv))
+    best = Order(rb, nv, False, a_bytes + b_bytes * (outer if b_bytes > cache else 1))
     if outer <= 1:
         return best
     base = choose_tile(rows, cols, (nv,))[2]

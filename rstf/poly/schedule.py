@@ -280,9 +280,9 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str):
                    f"[{', '.join(k2 + [k, r or '0', v])}] }}")
     t_cov = head.flat_range_product(start).flat_range_product(tail).intersect_domain(covered)
     rest = s.domain.subtract(covered).coalesce()
+    rest_time = tile_order(kern, outs, u_expr, reds) + [r or "0"] + k2 + [k, v]
     t_rest = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{pos}, "
-                     f"{', '.join(tile_order(kern, outs, u_expr, reds) + [r or '0'] + k2 + [k, v])}, 0] }}"
-                     ).intersect_domain(rest)
+                     f"{', '.join(rest_time)}, 0] }}").intersect_domain(rest)
     return out, t_rest, t_cov.union(t_rest)
 
 
@@ -301,7 +301,7 @@ def _remainder(s: Statement, kern: Kernel) -> Kernel | None:
 
 
 def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependences,
-                  depth: int, tile: bool = True, order: bool = True) -> CallSchedule:
+                  depth: int, tile: bool = True) -> CallSchedule:
     """The new schedule of one call's statements (see the module docstring)."""
     prefix = f"[{', '.join(map(_isl_name, scop.params))}] -> " if scop.params else ""
     time = {s.name: _pad(s.schedule.intersect_domain(s.domain), depth) for s in stmts}
@@ -312,8 +312,7 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
         kern = find_contraction(s, scop)
         if kern is None:
             continue
-        if order:
-            _order(s, kern, scop)
+        _order(s, kern, scop)
         outs, reds, _, _, _ = _roles(s, kern)
         i2c = {_isl_name(c): c for c in s.iterators}
         kern.dims = [i2c[x] for x in outs] + ["u"] + [i2c[x] for x in reds] + ["s", "e"]
