@@ -19,6 +19,7 @@ from .cescape import c_comment
 from .cformat import format_c
 from .graph import Graph, split_tensor
 from .opgen import get_handler
+from .padfold import absorb_pads
 from .opgen.base import C_TYPES, ArrayParam, numel, render
 
 
@@ -91,9 +92,14 @@ def generate_subgraph(graph: Graph, nodes: list[str], index: int,
     """
     members = set(nodes)
     step_of = {n: s for s, n in enumerate(nodes)}
+    # Zero Pads read only by this subgraph's convolutions become the convolutions' own
+    # (guarded) padding: no padded copy (rstf/padfold.py).
+    absorbed, rewritten = absorb_pads(graph, nodes)
     emitted = []
     for name in nodes:
-        node = graph.nodes[name]
+        if name in absorbed:
+            continue
+        node = rewritten.get(name, graph.nodes[name])
         handler = get_handler(node.op)
         emitted.append((node, handler.data_inputs(node), handler.emit(node, graph)))
 

@@ -307,3 +307,45 @@ def test_generated_c_raises_into_the_polyhedral_model():
         "FusedBatchNormV3": 3, "Identity": 1}
     # The pad's interior copy writes exactly the input's extent at its offsets.
     assert per_op["PadV2"][1].domain.count_val().to_python() == 2 * 4 * 3 * 12
+
+
+# --------------------------------------------------------------------------- pad absorption
+
+@pytest.mark.parametrize("op,pads,padding,stride", [
+    ("dw", [[0, 0], [0, 1], [0, 1], [0, 0]], "VALID", 2),  # Keras' ZeroPadding2D, stride 2
+    ("dw", [[0, 0], [1, 2], [3, 0], [0, 0]], [1, 0, 0, 2], 1),  # adds to EXPLICIT padding
+    ("conv", [[0, 0], [3, 3], [3, 3], [0, 0]], "VALID", 2),  # ResNet's first layer
+])
+def test_zero_pad_is_absorbed_by_its_convolutions(op, pads, padding, stride):
+    x = randn(1, 9, 8, 3)
+    w = randn(3, 3, 3, 1) if op == "dw" else randn(3, 3, 3, 4)
+    explicit = [] if isinstance(padding, str) else [0, 0, *padding, 0, 0]
+
+    def build():
+        p = tf.pad(tf.nn.relu(ph(x.shape)), pads)
+        kw = dict(strides=[1, stride, stride, 1], padding="EXPLICIT" if explicit else padding,
+                  explicit_paddings=explicit)
+        if op == "dw":
+            y = tf.raw_ops.DepthwiseConv2dNative(input=p, filter=w, **kw)
+        else:
+            y = tf.raw_ops.Conv2D(input=p, filter=w, **kw)
+        tf.identity(y, name="out")
+
+    err, sg = check_against_tf(build, {"x": x})
+    assert err <= 1e-6
+    assert "(Pad)" not in sg.source and "Pad" in " ".join(sg.nodes)  # covered, not copied
+    assert not any("Pad" in t.tensor for t in sg.temps)
+
+
+def test_pad_with_another_reader_is_kept():
+    x = randn(1, 6, 6, 2)
+    w = randn(3, 3, 2, 1)
+
+    def build():
+        p = tf.pad(ph(x.shape), [[0, 0], [1, 1], [1, 1], [0, 0]])
+        y = tf.raw_ops.DepthwiseConv2dNative(input=p, filter=w, strides=[1, 1, 1, 1],
+                                             padding="VALID")
+        tf.identity(y + tf.reduce_sum(p), name="out")
+
+    _, sg = check_against_tf(build, {"x": x})
+    assert "(Pad)" in sg.source

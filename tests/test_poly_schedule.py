@@ -86,6 +86,12 @@ CASES = {
     "depthwise_bn_relu6": ((1, 13, 11, 48), lambda x: tf.nn.relu6(
         tf.raw_ops.DepthwiseConv2dNative(input=x, filter=_w(3, 3, 48, 1), strides=[1, 1, 1, 1],
                                          padding="SAME") * _w(48) + _w(48))),
+    # MobileNet v2's downsampling: ZeroPadding2D, then a VALID stride-2 depthwise conv. The
+    # Pad is absorbed (rstf/padfold.py): the guarded taps run in the fused per-pixel group.
+    "pad_depthwise_s2_bn_relu6": ((1, 14, 14, 32), lambda x: tf.nn.relu6(
+        tf.raw_ops.DepthwiseConv2dNative(
+            input=tf.pad(x, [[0, 0], [0, 1], [0, 1], [0, 0]]), filter=_w(3, 3, 32, 1),
+            strides=[1, 2, 2, 1], padding="VALID") * _w(32) + _w(32))),
     "depthwise_pool_mean": ((1, 14, 14, 32), lambda x: tf.reduce_mean(tf.nn.max_pool2d(
         tf.raw_ops.DepthwiseConv2dNative(input=x, filter=_w(3, 3, 32, 1),
                                          strides=[1, 2, 2, 1], padding="SAME"), 3, 1, "SAME"),
@@ -130,6 +136,9 @@ def test_poly_equals_textbook_bitwise(case):
         # between them contracted to scalars, the conv's output to one row.
         assert [len(f["nodes"]) for f in info["fused"]] == [4]
         assert len(info["fused"][0]["contracted"]) == 3
+    if case == "pad_depthwise_s2_bn_relu6":  # no padded copy, one parallel region
+        assert "(Pad)" not in sg.source and info["parallel_loops"] == 1
+        assert [len(f["nodes"]) for f in info["fused"]] == [4], info["fused"]
     if case == "depthwise_bn_relu6":
         assert [len(f["nodes"]) for f in info["fused"]] == [4], info["fused"]
         assert "t0" in info["fused"][0]["contracted"] and info["parallel_loops"] == 1
