@@ -282,3 +282,20 @@ def test_failure_after_raising_keeps_the_textbook_c(monkeypatch):
     new, info = optimize_source(sg.source, sg.entry)
     assert new == sg.source
     assert info["optimizer"] == "none" and "simulated" in info["diagnostic"]
+
+
+def test_column_tile_order_balances_the_threads():
+    """MobileNet v2's block_16_project (7x7 rows, 960 -> 320): its 1.2 MB weight streams
+    best one panel at a time (column tiles outermost), and then the tiles alone are the
+    parallel iterations. 5 tiles of 64 keep 2 threads 5/6 busy; the order model picks a
+    tile that divides among them, and keeps the widest tile for one thread."""
+    from rstf.poly.microkernel import VLEN, _balance, choose_order
+
+    assert _balance(5, 2) == pytest.approx(5 / 6) and _balance(10, 2) == 1.0
+    args = dict(rb=4, nv=4, rows=7, cols=320, outer=7, depth_total=960,
+                a_bytes=4 * 7 * 7 * 960, cache=1 << 20)
+    one, two = choose_order(**args, n_threads=1), choose_order(**args, n_threads=2)
+    assert one.tile_outer and two.tile_outer
+    assert one.nv == 4
+    tiles = -(-320 // (VLEN * two.nv))
+    assert tiles % 2 == 0, two

@@ -16,6 +16,7 @@ compiles it; AVX-512 makes one vector one register).
 from __future__ import annotations
 
 import dataclasses
+import os
 
 VLEN = 16  # floats per vector: one AVX-512 register
 MAX_REGISTERS = 31  # of the 32 zmm registers, leave one for the broadcast operand
@@ -171,8 +172,23 @@ class Order:
     traffic: float  # bytes estimated to come from beyond L2
 
 
+def threads() -> int:
+    """The threads the generated code is expected to run with: the cores this process may
+    use (TensorFlow gives an op as many by default)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _balance(units: int, n_threads: int) -> float:
+    """The fraction of the threads' time spent working when `units` equal parallel
+    iterations are dealt out statically: 5 column tiles on 2 threads keep them 5/6 busy."""
+    return units / (n_threads * -(-units // n_threads))
+
+
 def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total: int,
-                 a_bytes: int, cache: int | None = None) -> Order:
+                 a_bytes: int, cache: int | None = None, n_threads: int | None = None) -> Order:
     """The loop order of a tiled contraction `Y[outer][rows][cols] += A * B[depth][cols]`.
 
     By default the column tiles u run inside each outer point o (a Conv2D's output row):
@@ -183,14 +199,23 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
     streamed once per tile; the panel must then fit in L2, so a narrower tile (smaller NV)
     is tried when the widest does not. The order with the least estimated traffic wins;
     ties keep the default. Legal either way: u and o are both output loops, and every
-    output element still sees its reduction in the original order."""
+    output element still sees its reduction in the original order.
+
+    Load balance is charged too: with u outermost the tiles alone are the parallel
+    iterations (one thread packs each panel), so a tile count the threads do not divide
+    (ResNet-like 320 columns: 5 tiles of 64 on 2 threads) idles some of them; the traffic
+    is divided by the busy fraction (`_balance`), and a narrower tile may win on it."""
     cache = int(0.75 * (cache or l2_bytes()))
+    n_threads = n_threads or threads()
     b_bytes = 4 * depth_total * cols
 
-    best = Order(rb, nv, False, a_bytes + b_bytes * (outer if b_bytes > cache else 1))
+    n_u0 = -(-cols // (VLEN * nv))  # rows outermost: rows x tiles run as collapse(2)
+    best = Order(rb, nv, False, (a_bytes + b_bytes * (outer if b_bytes > cache else 1))
+                 / _balance(outer * n_u0, n_threads))
     if outer <= 1:
         return best
     base = choose_tile(rows, cols, (nv,))[2]
+    outer_best = None
     for nv_ in range(nv, 0, -1):
         tile = choose_tile(rows, cols, (nv_,))
         if tile is None:
@@ -201,7 +226,9 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
         traffic = (a_bytes * (n_u if a_bytes > cache else 1)
                    + b_bytes * (outer if panel > cache else 1))
         # A narrower tile computes less well: charge its cost ratio on the traffic.
-        traffic *= tile[2] / base
-        if traffic < best.traffic * 0.8:
-            best = Order(tile[0], nv_, True, traffic)
+        traffic *= tile[2] / base / _balance(n_u, n_threads)
+        if outer_best is None or traffic < outer_best.traffic:
+            outer_best = Order(tile[0], nv_, True, traffic)
+    if outer_best is not None and outer_best.traffic < best.traffic * 0.8:
+        return outer_best
     return best
