@@ -19,8 +19,8 @@ from .cescape import c_comment
 from .cformat import format_c
 from .graph import Graph, split_tensor
 from .opgen import get_handler
-from .padfold import absorb_pads
 from .opgen.base import C_TYPES, ArrayParam, numel, render
+from .padfold import absorb_pads
 
 
 @dataclasses.dataclass

@@ -77,11 +77,10 @@ def absorb_pads(graph: Graph, nodes: list[str]) -> tuple[set[str], dict[str, Nod
             continue
         readers = graph.consumers[name]
         tensor = f"{name}:0"
-        if not readers or any(r not in members or r in rewritten
-                              or not _reader_ok(graph.nodes[r], tensor) for r in readers):
+        if not readers or any(r not in members or not _reader_ok(graph.nodes[r], tensor)
+                              for r in readers):
             continue
         absorbed.add(name)
         for r in readers:
             rewritten[r] = _rewritten(graph.nodes[r], pad.inputs[0], pads)
     return absorbed, rewritten
-
