@@ -78,6 +78,18 @@ CASES = {
     # last tile, which reads the weights unpacked in the residual loops.
     "conv_deep_weights_packed": ((1, 5, 5, 256), lambda x: tf.nn.relu(
         tf.nn.conv2d(x, _w(3, 3, 256, 176), 1, "SAME") * _w(176) + _w(176))),
+    # A 1x1 conv's whole reduction is one kernel call: the kernels start from zero and run
+    # the BN/ReLU6 chain in their registers (rstf/poly/regepi.py); no row buffer.
+    "conv_1x1_bn_relu6_in_registers": ((1, 10, 23, 16), lambda x: tf.nn.relu6(
+        tf.nn.conv2d(x, _w(1, 1, 16, 96), 1, "SAME") * _w(96) + _w(96))),
+    # MobileNet v2's projection: 24 channels (a 16-wide kernel and an 8-wide remainder
+    # kernel), then the residual add, which reads another tensor of the output's shape.
+    "conv_1x1_bn_residual_in_registers": ((1, 7, 9, 24), lambda x: (
+        tf.nn.conv2d(tf.nn.relu(x), _w(1, 1, 24, 24), 1, "SAME") * _w(24) + _w(24) + x)),
+    # The epilogue's first result is also read outside the chain: stored, not contracted,
+    # and read back by the chain's next op from the register it was computed in.
+    "conv_1x1_fan_out_in_registers": ((1, 6, 6, 8), lambda x: (lambda m: tf.nn.relu(m) + m[..., :1])(
+        tf.nn.conv2d(x, _w(1, 1, 8, 32), 1, "SAME") + _w(32))),
     "matmul": ((20, 70), lambda x: tf.matmul(x, _w(70, 50))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
     "matmul_transposed_b": ((3, 33), lambda x: tf.matmul(x, _w(48, 33), transpose_b=True)),
@@ -139,6 +151,10 @@ def test_poly_equals_textbook_bitwise(case):
     if case == "pad_depthwise_s2_bn_relu6":  # no padded copy, one parallel region
         assert "(Pad)" not in sg.source and info["parallel_loops"] == 1
         assert [len(f["nodes"]) for f in info["fused"]] == [4], info["fused"]
+    if case.endswith("_in_registers"):
+        assert [f["epilogue_in_registers"] for f in info["fused"]] == [True], info["fused"]
+    elif case == "conv_bn_relu6_chain":  # a 3x3 conv: the rows accumulate kh by kh
+        assert [f["epilogue_in_registers"] for f in info["fused"]] == [False], info["fused"]
     if case == "depthwise_bn_relu6":
         assert [len(f["nodes"]) for f in info["fused"]] == [4], info["fused"]
         assert "t0" in info["fused"][0]["contracted"] and info["parallel_loops"] == 1

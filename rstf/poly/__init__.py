@@ -25,7 +25,7 @@ def optimize_source(source: str, entry: str, tile: bool = True,
     `refused` (tilings the dependence check rejected), `fused` (pointwise chains run as one
     loop nest, with the temporaries contracted to scalars), `parallel_loops`, `simd_loops`,
     `kernel_calls`, `packed` (kernels that copy their weight panel contiguous per column
-    tile), `workspace_bytes` (the re-planned workspace the new C needs: the
+    tile; a fused group says whether its epilogue runs in its kernels' registers), `workspace_bytes` (the re-planned workspace the new C needs: the
     caller must allocate that many bytes) and `seconds`.
     """
     import time
@@ -91,7 +91,8 @@ def optimize_source(source: str, entry: str, tile: bool = True,
         "refused": [r for cs in schedules for r in cs.refused],
         "fused": [{"nodes": [scop.calls[c].node for c in
                              sorted({cs.call, *cs.chain.calls})],
-                   "contracted": cs.chain.contracted + sorted(cs.rows)}
+                   "contracted": cs.chain.contracted + sorted(cs.rows),
+                   "epilogue_in_registers": cs.call in stats.register_epilogues}
                   for cs in schedules if cs.chain],
         "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
         "kernel_calls": stats.kernel_calls, "packed": stats.packed,

@@ -24,6 +24,7 @@ import islpy as isl
 from pycparser import c_ast, c_generator
 
 from .deps import Dependences
+from . import regepi
 from .microkernel import PRELUDE, VLEN, dispatch_name, dispatch_source
 from .raise_c import Scop, Statement, _isl_name, _text
 from .schedule import CallSchedule, Kernel, _addr, call_dependences, extents, parallel_dims
@@ -53,6 +54,7 @@ class LoweringStats:
     simd_loops: int = 0
     kernel_calls: int = 0  # kernel call sites in the C
     packed: int = 0  # kernels reading a packed copy of their column operand
+    register_epilogues: list = dataclasses.field(default_factory=list)  # their groups' calls
     workspace_bytes: int = 0  # of the re-planned workspace
 
 
@@ -97,15 +99,17 @@ def _ref(access, env: dict[str, str]) -> str:
 
 
 class _CallLowering:
-    def __init__(self, scop: Scop, cs: CallSchedule, deps: Dependences, stats: LoweringStats):
-        self.scop, self.cs, self.stats = scop, cs, stats
+    def __init__(self, scop: Scop, cs: CallSchedule, deps: Dependences, stats: LoweringStats,
+                 epi: regepi.RegisterEpilogue | None = None):
+        self.scop, self.cs, self.stats, self.epi = scop, cs, stats, epi
         self.valid = call_dependences(deps, cs.statements).validity
         self._parallel: dict[tuple, bool] = {}
         self.stmts = {s.name: s for s in cs.statements}
         self.kernels = {k.name: k for k in cs.kernels}
         self.chain = cs.chain
         self.contracted = set(cs.chain.contracted) if cs.chain else set()
-        self.rows = dict(cs.rows)  # buffer -> leading dimensions dropped (one row kept)
+        # buffer -> leading dimensions dropped (one row kept); none for a register epilogue
+        self.rows = {} if epi else dict(cs.rows)
         self.row_dim: dict[str, int | None] = {}
         self.work = {s.name: _volume(s) for s in cs.statements}
         self.lines: list[str] = []
@@ -207,6 +211,8 @@ class _CallLowering:
         out = {self.kernels[n].statement if n in self.kernels else n for n in names}
         if self.chain and self.chain.statements[0].name in out:
             out |= {s.name for s in self.chain.statements}
+        if self.epi and names & set(self.kernels):  # the kernel runs the init and the chain
+            out |= {self.epi.init, *(s.name for s in self.chain.statements)}
         return out
 
     def _collapsible(self, node: isl.AstNode, it: str) -> isl.AstNode | None:
@@ -289,7 +295,8 @@ class _CallLowering:
                 env[_isl_name(c)] = vals[c]
         ri, ki = _isl_name(k.r) if k.r else None, _isl_name(k.k)
         aa, ab, ay = (_addr(x, self.scop) for x in (k.a, k.b, k.y))
-        self.kernel_shapes.add((k.rb, k.width))
+        if not self.epi:
+            self.kernel_shapes.add((k.rb, k.width))
         self.stats.kernel_calls += 1
         rows = "1" if not k.r else f"{vals['e']} - {vals['s']} + 1"
         b, sbk = f"&{self._ref(k.b, env)}", str(ab.get(ki, 0))
@@ -303,9 +310,24 @@ class _CallLowering:
             row = " + ".join(terms) or "0"
             b = f"({k.name}_pack ? {k.name}_pack + {pk.vb} * ({row}) : {b})"
             sbk = f"({k.name}_pack ? {pk.vb * ab.get(ki, 0) // pk.cols} : {sbk})"
-        return (f"{dispatch_name(k.rb, k.width)}({rows}, {k.depth}, "
-                f"&{self._ref(k.a, env)}, {aa.get(ri, 0) if ri else 0}, {aa.get(ki, 0)}, "
-                f"{b}, {sbk}, &{self._ref(k.y, env)}, {ay.get(ri, 0) if ri else 0});")
+        head = (f"({rows}, {k.depth}, &{self._ref(k.a, env)}, {aa.get(ri, 0) if ri else 0}, "
+                f"{aa.get(ki, 0)}, {b}, {sbk}")
+        if self.epi:  # the chain's arrays at the tile's first row and column
+            return f"{self.epi.name(k)}{head}{self._epilogue_args(k, env)});"
+        return (f"{dispatch_name(k.rb, k.width)}{head}, &{self._ref(k.y, env)}, "
+                f"{ay.get(ri, 0) if ri else 0});")
+
+    def _epilogue_args(self, k: Kernel, env: dict[str, str]) -> str:
+        """A register epilogue's pointer arguments: each operand's element at the tile's
+        first row and column (the chain's iterators are the output's indices)."""
+        out = []
+        for o in self.epi.operands:
+            s, a = next((s, a) for s in self.epi.statements for a in s.accesses
+                        if a.array == o.array)
+            chain_env = {_isl_name(c): f"({_affine_text(i, env)})"
+                         for c, i in zip(s.iterators, k.y.index)}
+            out.append(f", &{_ref(a, chain_env)}")
+        return "".join(out)
 
     def _ref(self, access, env: dict[str, str]) -> str:
         """An array reference; a buffer contracted to one row drops its leading indices."""
@@ -443,10 +465,17 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     stats = LoweringStats()
     functions, shapes, calls_text = [], set(), {}
     params = [f"int {p}" for p in scop.params]
+    epi_kernels = []
     for cs in schedules:
-        low = _CallLowering(scop, cs, deps, stats)
+        epi = regepi.plan(scop, cs)
+        ast_time = dict(cs.ast_time)
+        if epi:  # the kernels zero their accumulators and run the chain
+            del ast_time[epi.init], ast_time[epi.head]
+            epi_kernels.append(regepi.kernel_sources(epi, cs.kernels))
+            stats.register_epilogues.append(cs.call)
+        low = _CallLowering(scop, cs, deps, stats, epi)
         umap = None
-        for m in cs.ast_time.values():
+        for m in ast_time.values():
             u = isl.UnionMap.from_map(m)
             umap = u if umap is None else umap.union(u)
         build = isl.AstBuild.from_context(scop.context)
@@ -459,7 +488,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         for s in cs.statements:
             for a in s.accesses:
                 if a.array not in buffers and a.array not in low.contracted \
-                        and a.array not in low.rows:
+                        and a.array not in cs.rows:
                     buffers.append(a.array)
                 if a.write:
                     written.add(a.array)
@@ -474,7 +503,8 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             what.append(f"fused pointwise chain {fns}"
                         + (" as the epilogue of each row" if cs.kernels else "")
                         + f"; contracted to scalars: {', '.join(cs.chain.contracted) or 'none'}"
-                        + (f"; to one row: {', '.join(cs.rows)}" if cs.rows else ""))
+                        + (f"; to registers (the epilogue runs in the kernel): {epi.y}" if epi
+                           else f"; to one row: {', '.join(cs.rows)}" if cs.rows else ""))
             # No FMA across the fused statements: each keeps the rounding of its own op.
             attr = '__attribute__((optimize("fp-contract=off")))\n'
             for c in cs.chain.calls:
@@ -493,6 +523,8 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     offsets, stats.workspace_bytes = replan(scop, schedules)
     entry = _entry(scop, calls_text, offsets)
     includes = "#include <math.h>\n#include <stddef.h>\n#include <stdlib.h>\n\n"
+    if epi_kernels:
+        kernels += regepi.PRELUDE + "\n" + "".join(epi_kernels)
     src = (header + includes + MACROS + "\n"
            + (PRELUDE + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
            + entry)
