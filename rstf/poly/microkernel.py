@@ -51,25 +51,36 @@ def kernel_name(rb: int, width: int) -> str:
 def kernel_source(rb: int, width: int) -> str:
     """The C of one microkernel (static inline; needs PRELUDE): RB rows of `width` columns,
     unrolled over its vectors (a half vector for width % 16 == 8)."""
-    name = kernel_name(rb, width)
+    vecs = vectors(width)
+    store = [f"*({t} *)(y + r * syr + {c}) = acc{v}[r];" for v, (t, c) in enumerate(vecs)]
+    return kernel_text(
+        kernel_name(rb, width), rb, width, "float *restrict y, long syr", store,
+        f"y[r][0:{width}] += sum over k of a[r*sar + k*sak] * b[k*sbk + 0:{width}], r < {rb}:\n"
+        f"   {rb}x{len(vecs)} accumulators stay in vector registers for the whole reduction.")
+
+
+def kernel_text(name: str, rb: int, width: int, params: str, finish: list[str], comment: str,
+                zero: bool = False, attr: str = "") -> str:
+    """A microkernel's C: the RB x NV accumulators loaded from y (or, `zero`, set to zero),
+    the reduction over k, then the `finish` lines for each row r (the stores; `params`
+    declares what they use, after `a, sar, sak, b, sbk`)."""
     vecs = vectors(width)
     decl = "\n".join(f"    {t} acc{v}[{rb}];" for v, (t, _) in enumerate(vecs))
-    load = "\n".join(f"        acc{v}[r] = *(const {t} *)(y + r * syr + {c});"
+    init = "\n".join(f"        acc{v}[r] = ({t}){{0}};" if zero else
+                      f"        acc{v}[r] = *(const {t} *)(y + r * syr + {c});"
                       for v, (t, c) in enumerate(vecs))
     bload = "\n".join(f"        const {t} b{v} = *(const {t} *)(b + k * sbk + {c});"
                        for v, (t, c) in enumerate(vecs))
     fma = "\n".join(f"            acc{v}[r] += av * b{v};" for v in range(len(vecs)))
-    store = "\n".join(f"        *({t} *)(y + r * syr + {c}) = acc{v}[r];"
-                       for v, (t, c) in enumerate(vecs))
+    body = "\n".join(f"        {ln}" for ln in finish)
     return f"""\
-/* y[r][0:{width}] += sum over k of a[r*sar + k*sak] * b[k*sbk + 0:{width}], r < {rb}:
-   {rb}x{len(vecs)} accumulators stay in vector registers for the whole reduction. */
-static inline void {name}(int K, const float *restrict a, long sar, long sak,
-                          const float *restrict b, long sbk, float *restrict y, long syr)
+/* {comment} */
+{attr}static inline void {name}(int K, const float *restrict a, long sar, long sak,
+                          const float *restrict b, long sbk, {params})
 {{
 {decl}
     for (int r = 0; r < {rb}; ++r) {{
-{load}
+{init}
     }}
     for (int k = 0; k < K; ++k) {{
 {bload}
@@ -79,7 +90,7 @@ static inline void {name}(int K, const float *restrict a, long sar, long sak,
         }}
     }}
     for (int r = 0; r < {rb}; ++r) {{
-{store}
+{body}
     }}
 }}
 """

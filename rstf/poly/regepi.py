@@ -29,7 +29,7 @@ import dataclasses
 import islpy as isl
 from pycparser import c_ast
 
-from .microkernel import VLEN, vectors
+from .microkernel import kernel_text, vectors
 from .raise_c import Scop, Statement, _isl_name
 from .schedule import CallSchedule, Kernel, _addr, _roles, extents
 
@@ -302,35 +302,9 @@ def _args(epi: RegisterEpilogue) -> str:
 
 
 def _kernel(epi: RegisterEpilogue, k: Kernel, rb: int) -> str:
-    vecs = vectors(k.width)
-    decl = "\n".join(f"    {t} acc{v}[{rb}];" for v, (t, _) in enumerate(vecs))
-    zero = "\n".join(f"        acc{v}[r] = ({t}){{0}};" for v, (t, _) in enumerate(vecs))
-    bload = "\n".join(f"        const {t} b{v} = *(const {t} *)(b + k * sbk + {c});"
-                      for v, (t, c) in enumerate(vecs))
-    fma = "\n".join(f"            acc{v}[r] += av * b{v};" for v in range(len(vecs)))
-    epilogue = "\n".join("        " + ln for ln in epilogue_lines(epi, k))
     fns = ", ".join(s.function for s in epi.statements)
-    return f"""\
-/* {rb} rows of {k.width} columns: the whole reduction from zero, in {rb}x{len(vecs)}
-   registers, then the chain ({fns}) on them; only its results are stored. */
-__attribute__((optimize("fp-contract=off")))
-static inline void {epi.name(k, rb)}(int K, const float *restrict a, long sar, long sak,
-    const float *restrict b, long sbk{_params(epi)})
-{{
-{decl}
-    for (int r = 0; r < {rb}; ++r) {{
-{zero}
-    }}
-    for (int k = 0; k < K; ++k) {{
-{bload}
-        for (int r = 0; r < {rb}; ++r) {{
-            const float av = a[r * sar + k * sak];
-{fma}
-        }}
-    }}
-    for (int r = 0; r < {rb}; ++r) {{
-{epilogue}
-    }}
-}}
-"""
-
+    return kernel_text(
+        epi.name(k, rb), rb, k.width, _params(epi)[2:], epilogue_lines(epi, k),
+        f"{rb} rows of {k.width} columns: the whole reduction from zero, in "
+        f"{rb}x{len(vectors(k.width))} registers,\n   then the chain ({fns}) on them; only its "
+        f"results are stored.", zero=True, attr='__attribute__((optimize("fp-contract=off")))\n')
