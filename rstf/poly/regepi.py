@@ -164,8 +164,13 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
 
 
 def _is_zero(e) -> bool:
-    return isinstance(e, c_ast.Constant) and e.type in ("float", "double", "int") \
-        and float(e.value.rstrip("fFlL")) == 0.0
+    """A literal zero (`0.0f`, `0`): the kernel's accumulators start there."""
+    if not (isinstance(e, c_ast.Constant) and e.type in ("float", "double", "int")):
+        return False
+    try:
+        return float(e.value.rstrip("fFlLuU")) == 0.0
+    except ValueError:  # a hex float or an octal spelling: not worth parsing
+        return False
 
 
 def _row_counts(kdom: isl.Set) -> list[int]:
