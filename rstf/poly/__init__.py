@@ -25,8 +25,9 @@ def optimize_source(source: str, entry: str, tile: bool = True,
     `refused` (tilings the dependence check rejected), `fused` (pointwise chains run as one
     loop nest, with the temporaries contracted to scalars), `parallel_loops`, `simd_loops`,
     `kernel_calls`, `packed` (kernels that copy their weight panel contiguous per column
-    tile; a fused group says whether its epilogue runs in its kernels' registers), `workspace_bytes` (the re-planned workspace the new C needs: the
-    caller must allocate that many bytes) and `seconds`.
+    tile), `workspace_bytes` (the re-planned workspace the new C needs: the caller must
+    allocate that many bytes) and `seconds`. Each `fused` entry also says whether the
+    group's epilogue runs in its kernels' registers (`epilogue_in_registers`).
     """
     import time
 

@@ -3,8 +3,8 @@
 `fuse.fuse_epilogue` runs a contraction's pointwise chain (bias, batch norm, ReLU6, a
 residual add) row by row: the microkernel adds its tile into a row buffer that was zeroed
 first, and once the row is complete the chain reads it back and writes the group's output.
-When one kernel call computes an output element's *whole* reduction (a 1x1 convolution, a
-MatMul: no reduction loop outside the kernel, and no point left to the textbook loops), the
+When one kernel call computes an output element's *whole* reduction (a 1x1 convolution:
+no reduction loop outside the kernel, and no point left to the textbook loops), the
 row buffer is not needed at all: the kernel starts its accumulators at zero and, after its
 last reduction step, runs the chain on them in registers and stores only the chain's results
 (PolyScientist's fused epilogue). That removes the zeroing pass, the kernel's load and
@@ -35,8 +35,6 @@ from .schedule import CallSchedule, Kernel, _addr, _roles, extents
 
 _ARITH = {"+", "-", "*", "/"}
 _COMPARE = {"<", ">", "<=", ">=", "==", "!="}
-# A vector type's mask type (the result of a comparison) and lane count.
-_MASK = {"rstf_v16": "rstf_m16", "rstf_v8": "rstf_m8"}
 
 PRELUDE = """\
 /* Epilogues in registers: comparison masks, select and broadcast for the vector types. */
@@ -79,6 +77,8 @@ class RegisterEpilogue:
     operands: list[Operand]  # pointer arguments after the kernel's own, in order
     statements: list[Statement]  # the chain
     contracted: set[str]
+    # kernel statement -> the chain on its accumulator row r (epilogue_lines)
+    lines: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     def name(self, k: Kernel, rows: int | None = None) -> str:
         """The kernel of `rows` rows, or (None) the dispatcher over the chunk sizes."""
@@ -102,7 +102,7 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
     if any(box[x][1] > box[x][0] for x in reds) \
             or not cs.ast_time[upd.name].domain().is_empty():
         return None  # a reduction outside the kernel, or points left to the textbook loops
-    init = next((s for s in cs.statements if s.name not in (upd.name,)
+    init = next((s for s in cs.statements if s.name != upd.name
                  and s.accesses[-1].array == y), None)
     if init is None or not _is_zero(init.ast.rvalue):
         return None
@@ -155,9 +155,8 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
                            {k.name: _row_counts(cs.ast_time[k.name].domain())
                             for k in cs.kernels},
                            list(operands.values()), chain, contracted)
-    try:  # translate once now, so that a refusal is known before lowering starts
-        for k in cs.kernels:
-            epilogue_lines(epi, k)
+    try:
+        epi.lines = {k.name: epilogue_lines(epi, k) for k in cs.kernels}
     except _Refused:
         return None
     return epi
@@ -277,7 +276,7 @@ class _Vector:
 
 def kernel_sources(epi: RegisterEpilogue, kernels: list[Kernel]) -> str:
     """The group's kernels: for each, one function per chunk row count it runs, and a
-    dispatcher `rstf_mke<call>_<RB>x<width>(rows, ...)`."""
+    dispatcher `rstf_mkve<call>_<RB>x<width>(rows, ...)`."""
     out = []
     for k in kernels:
         counts = epi.kernels[k.name]
@@ -309,7 +308,7 @@ def _args(epi: RegisterEpilogue) -> str:
 def _kernel(epi: RegisterEpilogue, k: Kernel, rb: int) -> str:
     fns = ", ".join(s.function for s in epi.statements)
     return kernel_text(
-        epi.name(k, rb), rb, k.width, _params(epi)[2:], epilogue_lines(epi, k),
+        epi.name(k, rb), rb, k.width, _params(epi)[2:], epi.lines[k.name],
         f"{rb} rows of {k.width} columns: the whole reduction from zero, in "
         f"{rb}x{len(vectors(k.width))} registers,\n   then the chain ({fns}) on them; only its "
         f"results are stored.", zero=True, attr='__attribute__((optimize("fp-contract=off")))\n')
