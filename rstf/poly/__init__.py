@@ -86,7 +86,7 @@ def optimize_source(source: str, entry: str, tile: bool = True,
         "optimizer": "poly", "statements": len(scop.statements), "calls": len(scop.calls),
         "tiled": [{"statement": k.statement, "node": scop.statement(k.statement).node,
                    "tile": [k.rb, k.width], "loops": [k.r, k.v],
-                   "reduction": [x for x in (k.k2, k.k) if x],
+                   "reduction": [x for x in (k.kin, k.k2, k.k) if x],
                    "order": "column tiles outermost" if k.tile_outer else "rows outermost"}
                   for k in kernels],
         "refused": [r for cs in schedules for r in cs.refused],

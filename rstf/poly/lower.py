@@ -25,7 +25,7 @@ from pycparser import c_ast, c_generator
 
 from .deps import Dependences
 from . import regepi
-from .microkernel import PRELUDE, VLEN, dispatch_name, dispatch_source
+from .microkernel import PRELUDE, VLEN, Shape, dispatch_name, dispatch_source
 from .raise_c import Scop, Statement, _isl_name, _text
 from .schedule import CallSchedule, Kernel, _addr, call_dependences, extents, parallel_dims
 
@@ -113,7 +113,7 @@ class _CallLowering:
         self.row_dim: dict[str, int | None] = {}
         self.work = {s.name: _volume(s) for s in cs.statements}
         self.lines: list[str] = []
-        self.kernel_shapes: set[tuple[int, int]] = set()
+        self.kernel_shapes: set[Shape] = set()
         self.packs = {k.name: p for k in cs.kernels if (p := _packing(scop, k)) is not None}
         stats.packed += len(self.packs)
 
@@ -281,22 +281,32 @@ class _CallLowering:
     def _kernel_call(self, k: Kernel, args: list[str]) -> str:
         s = self.stmts[k.statement]
         vals = dict(zip(k.dims, args))
+        # Each reduction loop in the kernel: (first value, trip count) of this call.
+        red = {k.k: (k.k_lo, k.k_hi), k.k2: (k.k2_lo, k.k2_hi), k.kin: (k.kin_lo, k.kin_hi)}
+        trip = {}
+        for c, (lo, hi) in red.items():
+            if c in k.ranged:
+                i = k.ranged.index(c)
+                lo_v, hi_v = vals[f"lo{i}"], vals[f"hi{i}"]
+                red[c], trip[c] = lo_v, f"({hi_v} - {lo_v} + 1)"
+            else:
+                red[c], trip[c] = str(lo), str(hi - lo + 1)
         env = {}
         for c in s.iterators:
             if c == k.r:
                 env[_isl_name(c)] = vals["s"]
             elif c == k.v:
                 env[_isl_name(c)] = f"{VLEN * k.nv} * {vals['u']}"
-            elif c == k.k:
-                env[_isl_name(c)] = str(k.k_lo)
-            elif c == k.k2:
-                env[_isl_name(c)] = str(k.k2_lo)
+            elif c in (k.k, k.k2, k.kin):
+                env[_isl_name(c)] = red[c]
             else:
                 env[_isl_name(c)] = vals[c]
         ri, ki = _isl_name(k.r) if k.r else None, _isl_name(k.k)
         aa, ab, ay = (_addr(x, self.scop) for x in (k.a, k.b, k.y))
+        depth = str(k.depth) if not k.ranged else \
+            " * ".join(trip[c] for c in (k.k2, k.k) if c and trip[c] != "1") or "1"
         if not self.epi:
-            self.kernel_shapes.add((k.rb, k.width))
+            self.kernel_shapes.add(k.shape)
         self.stats.kernel_calls += 1
         rows = "1" if not k.r else f"{vals['e']} - {vals['s']} + 1"
         b, sbk = f"&{self._ref(k.b, env)}", str(ab.get(ki, 0))
@@ -310,11 +320,14 @@ class _CallLowering:
             row = " + ".join(terms) or "0"
             b = f"({k.name}_pack ? {k.name}_pack + {pk.vb} * ({row}) : {b})"
             sbk = f"({k.name}_pack ? {pk.vb * ab.get(ki, 0) // pk.cols} : {sbk})"
-        head = (f"({rows}, {k.depth}, &{self._ref(k.a, env)}, {aa.get(ri, 0) if ri else 0}, "
+        head = (f"({rows}, {depth}, &{self._ref(k.a, env)}, {aa.get(ri, 0) if ri else 0}, "
                 f"{aa.get(ki, 0)}, {b}, {sbk}")
+        if k.kin:  # the second reduction level: its trip count and strides
+            kin = _isl_name(k.kin)
+            head += f", {trip[k.kin]}, {aa.get(kin, 0)}, {ab.get(kin, 0)}"
         if self.epi:  # the chain's arrays at the tile's first row and column
             return f"{self.epi.name(k)}{head}{self._epilogue_args(k, env)});"
-        return (f"{dispatch_name(k.rb, k.width)}{head}, &{self._ref(k.y, env)}, "
+        return (f"{dispatch_name(k.shape)}{head}, &{self._ref(k.y, env)}, "
                 f"{ay.get(ri, 0) if ri else 0});")
 
     def _epilogue_args(self, k: Kernel, env: dict[str, str]) -> str:
@@ -389,7 +402,7 @@ def _packing(scop: Scop, k: Kernel) -> Packing | None:
     (each panel is then reused by every row of the tile) whose B is a float array with the
     kernel's columns as its whole last dimension, every other iterator (and the constant)
     stepping over whole rows of it."""
-    if not k.tile_outer or k.cols:  # (a partial tile is not packed)
+    if not k.tile_outer or k.cols or k.kin:  # (a partial tile is not packed)
         return None
     b = scop.buffers[k.b.array]
     addr = _addr(k.b, scop)
@@ -495,7 +508,9 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         fname = f"sched_{cs.call}"
         decls = [_param_decl(scop, b, b in written) for b in buffers] + params
         what = [f"{k.name}: {k.rb}x{k.width} tiles of {k.statement} over ({k.r}, {k.v}), "
-                f"reduction {k.k2 + ' x ' if k.k2 else ''}{k.k} in one microkernel call"
+                f"reduction {' x '.join(x for x in (k.kin, k.k2, k.k) if x)} in one "
+                f"{'depthwise ' if k.vec_a else ''}microkernel call"
+                + (" (border chunks with fewer taps)" if k.ranged else "")
                 for k in cs.kernels]
         attr = ""
         if cs.chain:

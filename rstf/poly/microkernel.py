@@ -10,6 +10,14 @@ stride or dilation) and MatMul alike. The accumulation order of every output ele
 the same as the textbook nest's (k ascending, one fused multiply-add a step), so results
 are bit-identical to it.
 
+Two variants share the code (`Shape`): a *depthwise* kernel (`vec_a`) reads its row operand
+as vectors too, `y[r][0:VB] += a[r*sar + k*sak + 0:VB] * b[k*sbk + 0:VB]` (a depthwise
+convolution: channels are both operands' columns, the weight vector of a tap is reused by
+every row of the tile); a *two-level* kernel (`two`) runs a second reduction loop around k,
+`for k2 < K2` with its own strides (a 3x3 convolution's kh, whose rows are not contiguous
+with kw's), so a short reduction like the first conv's 27 or a depthwise conv's 9 taps
+runs whole in one call.
+
 GCC vector extensions rather than intrinsics: the code stays portable C (any -march
 compiles it; AVX-512 makes one vector one register).
 """
@@ -44,26 +52,58 @@ def vectors(width: int) -> list[tuple[str, int]]:
     return out + ([("rstf_v8", width - HALF)] if width % VLEN else [])
 
 
-def kernel_name(rb: int, width: int) -> str:
-    return f"rstf_mk_{rb}x{width}"
+@dataclasses.dataclass(frozen=True, order=True)
+class Shape:
+    """One microkernel family: RB rows of `width` columns; `vec_a`: the row operand is read
+    as vectors (depthwise); `two`: a second reduction loop K2 around k."""
+    rb: int
+    width: int
+    vec_a: bool = False
+    two: bool = False
+
+    @property
+    def tag(self) -> str:
+        return ("d" if self.vec_a else "") + ("2" if self.two else "")
+
+    def rows(self, rb: int) -> "Shape":
+        return dataclasses.replace(self, rb=rb)
 
 
-def kernel_source(rb: int, width: int) -> str:
+def kernel_name(shape: Shape) -> str:
+    return f"rstf_mk{shape.tag}_{shape.rb}x{shape.width}"
+
+
+def reduction_params(shape: Shape) -> str:
+    """A kernel's parameters before its own (the operands and the reduction)."""
+    two = ", int K2, long sak2, long sbk2" if shape.two else ""
+    return ("int K, const float *restrict a, long sar, long sak, const float *restrict b, "
+            f"long sbk{two}")
+
+
+def reduction_args(shape: Shape) -> str:
+    return "K, a, sar, sak, b, sbk" + (", K2, sak2, sbk2" if shape.two else "")
+
+
+def kernel_source(shape: Shape) -> str:
     """The C of one microkernel (static inline; needs PRELUDE): RB rows of `width` columns,
     unrolled over its vectors (a half vector for width % 16 == 8)."""
+    rb, width = shape.rb, shape.width
     vecs = vectors(width)
     store = [f"*({t} *)(y + r * syr + {c}) = acc{v}[r];" for v, (t, c) in enumerate(vecs)]
+    a = f"a[r*sar + k*sak + 0:{width}]" if shape.vec_a else "a[r*sar + k*sak]"
+    k2 = "sum over k2 < K2 (a += sak2, b += sbk2) of " if shape.two else ""
     return kernel_text(
-        kernel_name(rb, width), rb, width, "float *restrict y, long syr", store,
-        f"y[r][0:{width}] += sum over k of a[r*sar + k*sak] * b[k*sbk + 0:{width}], r < {rb}:\n"
+        kernel_name(shape), shape, "float *restrict y, long syr", store,
+        f"y[r][0:{width}] += {k2}sum over k of {a} * b[k*sbk + 0:{width}], r < {rb}:\n"
         f"   {rb}x{len(vecs)} accumulators stay in vector registers for the whole reduction.")
 
 
-def kernel_text(name: str, rb: int, width: int, params: str, finish: list[str], comment: str,
+def kernel_text(name: str, shape: Shape, params: str, finish: list[str], comment: str,
                 zero: bool = False, attr: str = "") -> str:
     """A microkernel's C: the RB x NV accumulators loaded from y (or, `zero`, set to zero),
-    the reduction over k, then the `finish` lines for each row r (the stores; `params`
-    declares what they use, after `a, sar, sak, b, sbk`)."""
+    the reduction over k (and k2), then the `finish` lines for each row r (the stores;
+    `params` declares what they use, after `reduction_params`)."""
+    rb, width = shape.rb, shape.width
     vecs = vectors(width)
     decl = "\n".join(f"    {t} acc{v}[{rb}];" for v, (t, _) in enumerate(vecs))
     init = "\n".join(f"        acc{v}[r] = ({t}){{0}};" if zero else
@@ -71,24 +111,33 @@ def kernel_text(name: str, rb: int, width: int, params: str, finish: list[str], 
                       for v, (t, c) in enumerate(vecs))
     bload = "\n".join(f"        const {t} b{v} = *(const {t} *)(b + k * sbk + {c});"
                        for v, (t, c) in enumerate(vecs))
-    fma = "\n".join(f"            acc{v}[r] += av * b{v};" for v in range(len(vecs)))
+    if shape.vec_a:  # each row's own vector of a: one load per accumulator
+        fma = "\n".join(f"            acc{v}[r] += *(const {t} *)(a + r * sar + k * sak + {c})"
+                         f" * b{v};" for v, (t, c) in enumerate(vecs))
+        aload = ""
+    else:
+        fma = "\n".join(f"            acc{v}[r] += av * b{v};" for v in range(len(vecs)))
+        aload = "            const float av = a[r * sar + k * sak];\n"
     body = "\n".join(f"        {ln}" for ln in finish)
+    loop = f"""\
+    for (int k = 0; k < K; ++k) {{
+{bload}
+        for (int r = 0; r < {rb}; ++r) {{
+{aload}{fma}
+        }}
+    }}"""
+    if shape.two:
+        loop = ("    for (int k2 = 0; k2 < K2; ++k2, a += sak2, b += sbk2) {\n"
+                + "\n".join("    " + ln for ln in loop.splitlines()) + "\n    }")
     return f"""\
 /* {comment} */
-{attr}static inline void {name}(int K, const float *restrict a, long sar, long sak,
-                          const float *restrict b, long sbk, {params})
+{attr}static inline void {name}({reduction_params(shape)}, {params})
 {{
 {decl}
     for (int r = 0; r < {rb}; ++r) {{
 {init}
     }}
-    for (int k = 0; k < K; ++k) {{
-{bload}
-        for (int r = 0; r < {rb}; ++r) {{
-            const float av = a[r * sar + k * sak];
-{fma}
-        }}
-    }}
+{loop}
     for (int r = 0; r < {rb}; ++r) {{
 {body}
     }}
@@ -96,26 +145,27 @@ def kernel_text(name: str, rb: int, width: int, params: str, finish: list[str], 
 """
 
 
-def dispatch_name(rb: int, width: int) -> str:
-    return f"rstf_mkv_{rb}x{width}"
+def dispatch_name(shape: Shape) -> str:
+    return f"rstf_mkv{shape.tag}_{shape.rb}x{shape.width}"
 
 
-def dispatch_source(shapes: list[tuple[int, int]]) -> str:
-    """Every kernel the (RB, width) tilings need: for each, kernels of 1..RB rows (a chunk at
-    a padding border or a row remainder is shorter) and `rstf_mkv_<RB>x<width>(rows, ...)`,
-    which calls the one for `rows` (a switch: full chunks take the first case)."""
-    needed = sorted({(r, w) for rb, w in shapes for r in range(1, rb + 1)})
-    out = [kernel_source(r, w) for r, w in needed]
-    for rb, w in sorted(set(shapes)):
-        cases = "".join(f"    case {r}: {kernel_name(r, w)}(K, a, sar, sak, b, sbk, y, syr); "
-                        f"break;\n" for r in range(rb - 1, 0, -1))
+def dispatch_source(shapes: list[Shape]) -> str:
+    """Every kernel the tilings need: for each shape, kernels of 1..RB rows (a chunk at
+    a padding border or a row remainder is shorter) and `rstf_mkv<tag>_<RB>x<width>(rows,
+    ...)`, which calls the one for `rows` (a switch: full chunks take the first case)."""
+    needed = sorted({sh.rows(r) for sh in shapes for r in range(1, sh.rb + 1)})
+    out = [kernel_source(sh) for sh in needed]
+    for sh in sorted(set(shapes)):
+        args = f"{reduction_args(sh)}, y, syr"
+        cases = "".join(f"    case {r}: {kernel_name(sh.rows(r))}({args}); break;\n"
+                        for r in range(sh.rb - 1, 0, -1))
         out.append(f"""\
-/* {rb} rows of {w} columns, or fewer at a border or a remainder. */
-static void {dispatch_name(rb, w)}(int rows, int K, const float *restrict a, long sar, long sak,
-                          const float *restrict b, long sbk, float *restrict y, long syr)
+/* {sh.rb} rows of {sh.width} columns, or fewer at a border or a remainder. */
+static void {dispatch_name(sh)}(int rows, {reduction_params(sh)},
+                          float *restrict y, long syr)
 {{
     switch (rows) {{
-    case {rb}: {kernel_name(rb, w)}(K, a, sar, sak, b, sbk, y, syr); break;
+    case {sh.rb}: {kernel_name(sh)}({args}); break;
 {cases}    }}
 }}
 """)

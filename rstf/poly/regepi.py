@@ -29,7 +29,7 @@ import dataclasses
 import islpy as isl
 from pycparser import c_ast
 
-from .microkernel import kernel_text, vectors
+from .microkernel import kernel_text, reduction_args, reduction_params, vectors
 from .raise_c import Scop, Statement, _isl_name
 from .schedule import CallSchedule, Kernel, _addr, _roles, extents
 
@@ -282,12 +282,11 @@ def kernel_sources(epi: RegisterEpilogue, kernels: list[Kernel]) -> str:
         counts = epi.kernels[k.name]
         for rows in counts:
             out.append(_kernel(epi, k, rows))
-        cases = "".join(f"    case {n}: {epi.name(k, n)}(K, a, sar, sak, b, sbk{_args(epi)}); "
+        cases = "".join(f"    case {n}: {epi.name(k, n)}({reduction_args(k.shape)}{_args(epi)}); "
                         f"break;\n" for n in counts)
         out.append(f"""\
 /* {k.rb} rows of {k.width} columns (or the fewer a chunk has), the epilogue fused. */
-static void {epi.name(k)}(int rows, int K, const float *restrict a, long sar, long sak,
-    const float *restrict b, long sbk{_params(epi)})
+static void {epi.name(k)}(int rows, {reduction_params(k.shape)}{_params(epi)})
 {{
     switch (rows) {{
 {cases}    }}
@@ -308,7 +307,7 @@ def _args(epi: RegisterEpilogue) -> str:
 def _kernel(epi: RegisterEpilogue, k: Kernel, rb: int) -> str:
     fns = ", ".join(s.function for s in epi.statements)
     return kernel_text(
-        epi.name(k, rb), rb, k.width, _params(epi)[2:], epi.lines[k.name],
+        epi.name(k, rb), k.shape.rows(rb), _params(epi)[2:], epi.lines[k.name],
         f"{rb} rows of {k.width} columns: the whole reduction from zero, in "
         f"{rb}x{len(vectors(k.width))} registers,\n   then the chain ({fns}) on them; only its "
         f"results are stored.", zero=True, attr='__attribute__((optimize("fp-contract=off")))\n')

@@ -24,6 +24,20 @@ the reduction range is cut) stay statement `S`, restricted to them, in the same 
 
 A reduction loop just outside k that continues k contiguously in both operands (a first
 convolution's kw around 3 input channels) is merged into the kernel's reduction.
+
+A *depthwise* contraction `Y[.., c] += A[.., c] * B[.., c]` (the column loop at unit stride
+in both operands) gets the same tiling around a kernel that loads A as vectors
+(`Kernel.vec_a`).
+
+A short reduction (at most KIN_DEPTH steps in all: the first conv's 3x3x3, a depthwise
+conv's 3x3 taps) also runs its next outer reduction loop inside the kernel (`Kernel.kin`:
+kh, as the kernel's second reduction level), so one call computes an output's whole
+reduction and the fused epilogue can run in registers (`regepi`). Such a kernel's reduction
+ranges are *per chunk* (`Kernel.ranged`): at a padding border the taps that fall outside
+the input are cut, so the rows are grouped by the ranges they have (isl's lexmin/lexmax of
+each reduction loop, per row) and a border row runs in a kernel with fewer taps instead of
+the textbook loops. Grouping by ranges is checked, not assumed: every instance of the
+chunked kernel must cover points of the domain only, each once.
 """
 from __future__ import annotations
 
@@ -35,7 +49,7 @@ import islpy as isl
 from pycparser import c_ast
 
 from .deps import Dependences, check_schedule_legal
-from .microkernel import HALF, VLEN, choose_order, choose_tile
+from .microkernel import HALF, VLEN, Shape, choose_order, choose_tile
 from .raise_c import Scop, Statement, _isl_name
 
 
@@ -65,6 +79,17 @@ class Kernel:
     # of its columns. 0 for the whole tiles' kernel.
     cols: int = 0
     u_last: int = 0
+    vec_a: bool = False  # a depthwise kernel: A is read as vectors along v too
+    kin: str | None = None  # an outer reduction loop run inside the kernel (its K2 level)
+    kin_lo: int = 0
+    kin_hi: int = 0
+    # The reduction loops whose range is the chunk's own (dims lo<i>, hi<i> of K): kin, then
+    # k2 or k. Empty: every chunk runs the whole ranges.
+    ranged: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.rb, self.width, self.vec_a, self.kin is not None)
 
     @property
     def width(self) -> int:
@@ -73,8 +98,9 @@ class Kernel:
 
     @property
     def depth(self) -> int:
-        """Reduction steps of one kernel call."""
-        return (self.k_hi - self.k_lo + 1) * (self.k2_hi - self.k2_lo + 1)
+        """Reduction steps of one (whole-range) kernel call."""
+        return ((self.k_hi - self.k_lo + 1) * (self.k2_hi - self.k2_lo + 1)
+                * (self.kin_hi - self.kin_lo + 1))
 
 
 @dataclasses.dataclass
@@ -132,13 +158,17 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
     ay = _addr(y, scop)
     if ay is None:
         return None
-    for a, b in ((x0, x1), (x1, x0)):
+    box = dict(zip(iv, extents(s)))
+    for (a, b), vec_a in itertools.product(((x0, x1), (x1, x0)), (False, True)):
         aa, ab = _addr(a, scop), _addr(b, scop)
         if aa is None or ab is None:
             continue
-        # v: the innermost iterator at unit stride in Y and B, absent from A.
-        vs = [v for v in iv if ay.get(v) == 1 and ab.get(v) == 1 and not aa.get(v)]
-        reds = [v for v in iv if not ay.get(v)]
+        # v: the innermost iterator at unit stride in Y and B, absent from A (or, a
+        # depthwise kernel, at unit stride in A too).
+        vs = [v for v in iv if ay.get(v) == 1 and ab.get(v) == 1
+              and aa.get(v, 0) == (1 if vec_a else 0)]
+        # (A loop of one iteration is no reduction: a depthwise conv's channel multiplier.)
+        reds = [v for v in iv if not ay.get(v) and box[v][1] > box[v][0]]
         if not vs or not reds:
             continue
         v, k = vs[-1], reds[-1]
@@ -146,7 +176,6 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
             continue
         rows = [x for x in iv if x not in (v, k) and ay.get(x) and not ab.get(x)]
         r = rows[-1] if rows else None
-        box = dict(zip(iv, extents(s)))
         (v_lo, v_hi), (k_lo, k_hi) = box[v], box[k]
         r_lo, r_hi = box[r] if r else (0, 0)
         tile = choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1)
@@ -157,7 +186,7 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
             rb = 1
         c_of = dict(zip(iv, s.iterators))
         kern = Kernel(f"K{s.name}", s.name, c_of.get(r), c_of[k], c_of[v], rb, nv, k_lo, k_hi,
-                      a, b, y)
+                      a, b, y, vec_a=vec_a)
         # Merge the next reduction loop out into k when k's whole range and it walk both
         # operands contiguously: a convolution's (kw, ic) with few input channels (the
         # first layer's 3) makes one long reduction instead of KW short ones.
@@ -167,8 +196,19 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
                 and n <= 16:
             kern.k2 = c_of[k2]
             kern.k2_lo, kern.k2_hi = box[k2]
+        # A short whole reduction: the next loop out runs inside the kernel too, and the
+        # ranges become the chunk's own (borders cut taps).
+        kin = reds[-3 if kern.k2 else -2] if len(reds) > (2 if kern.k2 else 1) else None
+        if kin and kern.depth * (box[kin][1] - box[kin][0] + 1) <= KIN_DEPTH:
+            kern.kin = c_of[kin]
+            kern.kin_lo, kern.kin_hi = box[kin]
+        if kern.kin or vec_a:
+            kern.ranged = [x for x in (kern.kin, kern.k2 or kern.k) if x]
         return kern
     return None
+
+
+KIN_DEPTH = 64  # reduction steps up to which a kernel call runs kh too (see the docstring)
 
 
 def _roles(s: Statement, kern: Kernel) -> tuple[list[str], list[str], str | None, str, str]:
@@ -176,9 +216,9 @@ def _roles(s: Statement, kern: Kernel) -> tuple[list[str], list[str], str | None
     iv = [_isl_name(v) for v in s.iterators]
     c2i = dict(zip(s.iterators, iv))
     r, k, v = c2i.get(kern.r), c2i[kern.k], c2i[kern.v]
-    k2 = c2i.get(kern.k2)
-    outs = [x for x in iv if x not in (r, k, v, k2) and _is_output(kern, x)]
-    reds = [x for x in iv if x not in (r, k, v, k2) and x not in outs]
+    inner = (r, k, v, c2i.get(kern.k2), c2i.get(kern.kin))
+    outs = [x for x in iv if x not in inner and _is_output(kern, x)]
+    reds = [x for x in iv if x not in inner and x not in outs]
     return outs, reds, r, k, v
 
 
@@ -199,18 +239,45 @@ def _chunks(s: Statement, kern: Kernel, prefix: str) -> isl.Set:
     vb, rb = VLEN * kern.nv, kern.rb
     o = outs + ["u"] + reds
     rr = r or "r0"
-    full = None  # { [o, r] : every corner (k, v) of the tile row is in the domain }
+    ranged = [_isl_name(x) for x in kern.ranged]
+    # { [o, r, ranged] : every corner (k, v) of the tile row is in the domain }; the ranged
+    # loops stay free.
+    full = None
     k2 = _isl_name(kern.k2) if kern.k2 else None
     cond = (["r0 = 0"] if r is None else []) + ([f"u = {kern.u_last}"] if kern.cols else [])
-    for ck, ck2, cv in itertools.product((kern.k_lo, kern.k_hi), (kern.k2_lo, kern.k2_hi),
-                                         (0, kern.width - 1)):
-        target = [str(ck) if x == k else str(ck2) if x == k2 else f"{vb}*u + {cv}" if x == v
+    corners = {k: (kern.k_lo, kern.k_hi), k2: (kern.k2_lo, kern.k2_hi)}
+    for ck, ck2, cv in itertools.product(*(corners[x] if x not in ranged else (None,)
+                                           for x in (k, k2)), (0, kern.width - 1)):
+        fixed = {k: ck, k2: ck2}
+        target = [f"{vb}*u + {cv}" if x == v else str(fixed[x]) if fixed.get(x) is not None
                   else x for x in iv]
-        m = isl.Map(f"{prefix}{{ [{', '.join(o + [rr])}] -> {s.name}[{', '.join(target)}]"
+        m = isl.Map(f"{prefix}{{ [{', '.join(o + [rr] + ranged)}] -> "
+                    f"{s.name}[{', '.join(target)}]"
                     + (f" : {' and '.join(cond)}" if cond else "") + " }")
         part = m.intersect_range(s.domain).domain()
         full = part if full is None else full.intersect(part)
-    return _chunk_set(full, len(o), rb, prefix, kern.name)
+    if not ranged:
+        return _chunk_set(full, len(o), rb, prefix, kern.name)
+    # Each row's range of each ranged loop: [o, r] -> [lo0, hi0, lo1, hi1, ..]; the rows
+    # are then chunked by (o, ranges).
+    orr = ", ".join(o + [rr])
+    fiber = isl.Map(f"{prefix}{{ [{orr}, {', '.join(ranged)}] -> [{orr}] }}"
+                    ).intersect_domain(full).reverse()
+    bounds = None
+    for d in ranged:
+        one = fiber.apply_range(isl.Map(f"{prefix}{{ [{orr}, {', '.join(ranged)}] -> [{d}] }}"))
+        lo_hi = one.lexmin().flat_range_product(one.lexmax())
+        bounds = lo_hi if bounds is None else bounds.flat_range_product(lo_hi)
+    rg = [f"{b}{i}" for i in range(len(ranged)) for b in ("lo", "hi")]
+    keyed = bounds.wrap().flatten().apply(isl.Map(
+        f"{prefix}{{ [{orr}, {', '.join(rg)}] -> [{', '.join(o + rg + [rr])}] }}"))
+    return _chunk_set(keyed, len(o) + len(rg), rb, prefix, kern.name)
+
+
+def _covers_once(s: Statement, rel: isl.Map) -> bool:
+    """A ranged kernel's instances (`rel`: instance -> the points it computes, before
+    intersecting with the domain) touch only points of the domain, each once."""
+    return rel.range().is_subset(s.domain) and rel.reverse().is_single_valued()
 
 
 def _chunk_set(full: isl.Set, n: int, rb: int, prefix: str, name: str) -> isl.Set:
@@ -239,7 +306,7 @@ def _order(s: Statement, kern: Kernel, scop: Scop) -> None:
     n = lambda x: box[x][1] - box[x][0] + 1
     depth = math.prod(n(x) for x in reds) * kern.depth
     a = scop.buffers[kern.a.array]
-    if a.size is None:
+    if a.size is None or kern.vec_a:  # (a depthwise kernel's B is a few taps: no panel)
         return
     order = choose_order(kern.rb, kern.nv, n(r) if r else 1, n(v), math.prod(map(n, outs)),
                          depth, 4 * a.size)
@@ -250,15 +317,24 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str):
     """([(kernel domain, kernel time)] per kernel, residual time, T_S): the schedule of a
     tiled contraction (its whole tiles' kernel, maybe a remainder kernel). T_S is every
     point's time as it actually runs (in a kernel chunk, or in the residual loops), which
-    is what the dependence check is given."""
+    is what the dependence check is given. None when a ranged kernel's chunks would not
+    cover each point of the domain once (`_covers_once`)."""
     kern = kerns[0]
     outs, reds, r, k, v = _roles(s, kern)
     iv = [_isl_name(x) for x in s.iterators]
     vb = VLEN * kern.nv
     o = outs + ["u"] + reds
-    kd = ", ".join(o + ["s", "e"])
-    k2 = [_isl_name(kern.k2)] if kern.k2 else []
+    ranged = [_isl_name(x) for x in kern.ranged]
+    rg = [f"{b}{i}" for i in range(len(ranged)) for b in ("lo", "hi")]
+    kd = ", ".join(o + rg + ["s", "e"])
+    k2 = [_isl_name(x) for x in (kern.kin, kern.k2) if x]  # reduction loops around k
     zeros = ", 0" * (3 + len(k2))
+    # A ranged kernel's loops run its chunk's ranges; the others' their whole range.
+    whole = {x: lohi for x, lohi in ((k, (kern.k_lo, kern.k_hi)),
+                                     (_isl_name(kern.k2) if kern.k2 else None,
+                                      (kern.k2_lo, kern.k2_hi))) if x and x not in ranged}
+    red_cond = "".join(f"lo{i} <= {x} <= hi{i} and " for i, x in enumerate(ranged)) \
+        + "".join(f"{lo} <= {x} <= {hi} and " for x, (lo, hi) in whole.items())
     ot = tile_order(kern, outs, "u", reds)
     row = f"s <= {r} <= e and " if r else ""
     out, covered, start = [], None, None
@@ -267,8 +343,11 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str):
         ktime = isl.Map(f"{prefix}{{ {kn.name}[{kd}] -> [{pos}, {', '.join(ot)}, s{zeros}] }}"
                         ).intersect_domain(kdom)
         rel = isl.Map(f"{prefix}{{ {kn.name}[{kd}] -> {s.name}[{', '.join(iv)}] : "
-                      f"{row}{vb}*u <= {v} < {vb}*u + {kn.width} }}")
-        rel = rel.intersect_domain(kdom).intersect_range(s.domain)
+                      f"{row}{red_cond if ranged else ''}{vb}*u <= {v} < {vb}*u + {kn.width} }}")
+        rel = rel.intersect_domain(kdom)
+        if ranged and not _covers_once(s, rel):
+            return None
+        rel = rel.intersect_range(s.domain)
         st = rel.reverse().apply_range(isl.Map(f"{prefix}{{ {kn.name}[{kd}] -> [s] }}"))
         covered = rel.range() if covered is None else covered.union(rel.range())
         start = st if start is None else start.union(st)
@@ -315,9 +394,16 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
         _order(s, kern, scop)
         outs, reds, _, _, _ = _roles(s, kern)
         i2c = {_isl_name(c): c for c in s.iterators}
-        kern.dims = [i2c[x] for x in outs] + ["u"] + [i2c[x] for x in reds] + ["s", "e"]
+        kern.dims = ([i2c[x] for x in outs] + ["u"] + [i2c[x] for x in reds]
+                     + [f"{b}{i}" for i in range(len(kern.ranged)) for b in ("lo", "hi")]
+                     + ["s", "e"])
         kerns = [kern] + [x for x in [_remainder(s, kern)] if x is not None]
-        tiles, t_rest, t_s = _tiling(s, kerns, s.path[0], prefix)
+        tiling = _tiling(s, kerns, s.path[0], prefix)
+        if tiling is None:
+            cs.refused.append(f"{s.name} ({s.node}): its rows do not group by reduction "
+                              f"range")
+            continue
+        tiles, t_rest, t_s = tiling
         if tiles[0][0].is_empty():
             continue
         trial = dict(cs.time)
