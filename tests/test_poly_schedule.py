@@ -73,6 +73,11 @@ CASES = {
     "conv_rgb_7x7_stride2": ((1, 30, 30, 3), lambda x: tf.nn.conv2d(
         x, _w(7, 7, 3, 64), 2, "VALID")),
     "conv_rgb_3x3_same": ((1, 13, 13, 3), lambda x: tf.nn.conv2d(x, _w(3, 3, 3, 32), 1, "SAME")),
+    # MobileNet v2's first layer: 27 taps in one kernel call (kh as its second level), the
+    # bottom and right border (stride 2, SAME) in kernels with fewer taps, BN/ReLU6 in
+    # registers.
+    "conv_rgb_3x3_s2_bn_relu6_in_registers": ((1, 15, 18, 3), lambda x: tf.nn.relu6(
+        tf.nn.conv2d(x, _w(3, 3, 3, 32), 2, "SAME") * _w(32) + _w(32))),
     # Deep weights over few output rows (ResNet's last stage, in small): the column tiles
     # run outermost, each thread packing its weight panel; 176 = 2x64 + 48 leaves a partial
     # last tile, which reads the weights unpacked in the residual loops.
@@ -93,8 +98,9 @@ CASES = {
     "matmul": ((20, 70), lambda x: tf.matmul(x, _w(70, 50))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
     "matmul_transposed_b": ((3, 33), lambda x: tf.matmul(x, _w(48, 33), transpose_b=True)),
-    # A reduction that is no contraction: the BN/ReLU6 chain still runs per output pixel,
-    # right after its 9 taps, on a row buffer of the channels.
+    # A depthwise conv: a kernel that reads the input as vectors, all 9 taps (kh too) in
+    # one call; the rows and columns at the padding border run in kernels with fewer taps,
+    # so no point is left to the textbook loops and the BN/ReLU6 chain runs in registers.
     "depthwise_bn_relu6": ((1, 13, 11, 48), lambda x: tf.nn.relu6(
         tf.raw_ops.DepthwiseConv2dNative(input=x, filter=_w(3, 3, 48, 1), strides=[1, 1, 1, 1],
                                          padding="SAME") * _w(48) + _w(48))),
@@ -104,6 +110,15 @@ CASES = {
         tf.raw_ops.DepthwiseConv2dNative(
             input=tf.pad(x, [[0, 0], [0, 1], [0, 1], [0, 0]]), filter=_w(3, 3, 32, 1),
             strides=[1, 2, 2, 1], padding="VALID") * _w(32) + _w(32))),
+    # Two filters per channel: the output channel c*2 + m is not one unit-stride column of
+    # both operands, so no depthwise kernel; the textbook loops, still bit-identical.
+    "depthwise_multiplier2_dilated": ((1, 11, 12, 16), lambda x: tf.raw_ops.DepthwiseConv2dNative(
+        input=x, filter=_w(3, 3, 16, 2), strides=[1, 1, 1, 1], padding="SAME",
+        dilations=[1, 2, 2, 1])),
+    # Dilated taps: the kernel's strides, with the border chunks cut by 2-pixel steps.
+    "depthwise_dilated_bn_in_registers": ((1, 12, 13, 24), lambda x: tf.raw_ops.DepthwiseConv2dNative(
+        input=x, filter=_w(3, 3, 24, 1), strides=[1, 1, 1, 1], padding="SAME",
+        dilations=[1, 2, 2, 1]) * _w(24) + _w(24)),
     "depthwise_pool_mean": ((1, 14, 14, 32), lambda x: tf.reduce_mean(tf.nn.max_pool2d(
         tf.raw_ops.DepthwiseConv2dNative(input=x, filter=_w(3, 3, 32, 1),
                                          strides=[1, 2, 2, 1], padding="SAME"), 3, 1, "SAME"),
@@ -130,7 +145,7 @@ def test_poly_equals_textbook_bitwise(case):
         assert info["tiled"] and info["kernel_calls"] > 0, info
     if case == "conv_rgb_7x7_stride2":  # 21 steps x 7 rows of taps: kh stays outside
         assert info["tiled"][0]["reduction"] == ["kw", "ic"], info["tiled"]
-    if case == "conv_rgb_3x3_same":  # 27 steps in all: kh runs in the kernel too
+    if case.startswith("conv_rgb_3x3"):  # 27 steps in all: kh runs in the kernel too
         assert info["tiled"][0]["reduction"] == ["kh", "kw", "ic"], info["tiled"]
     if case in ("conv_deep_weights_packed", "matmul_row"):
         # The partial last column tile (176 or 40 columns, not a multiple of the tile
@@ -157,9 +172,15 @@ def test_poly_equals_textbook_bitwise(case):
         assert [f["epilogue_in_registers"] for f in info["fused"]] == [True], info["fused"]
     elif case == "conv_bn_relu6_chain":  # a 3x3 conv: the rows accumulate kh by kh
         assert [f["epilogue_in_registers"] for f in info["fused"]] == [False], info["fused"]
-    if case == "depthwise_bn_relu6":
-        assert [len(f["nodes"]) for f in info["fused"]] == [4], info["fused"]
+    if case in ("depthwise_bn_relu6", "pad_depthwise_s2_bn_relu6",
+                "depthwise_dilated_bn_in_registers"):
+        assert [len(f["nodes"]) for f in info["fused"]] == [len(info["fused"][0]["nodes"])]
         assert "t0" in info["fused"][0]["contracted"] and info["parallel_loops"] == 1
+        assert [f["epilogue_in_registers"] for f in info["fused"]] == [True], info["fused"]
+        assert all(t["depthwise"] and t["border_chunks"] and t["reduction"] == ["kh", "kw"]
+                   for t in info["tiled"]), info["tiled"]
+    if case == "depthwise_multiplier2_dilated":
+        assert not info["tiled"], info["tiled"]
     if case == "chain_with_fan_out":  # `m` is read by two ops: fused, but not contracted
         assert info["fused"] and all(len(f["contracted"]) < len(f["nodes"]) - 1
                                      for f in info["fused"])

@@ -21,7 +21,9 @@ def optimize_source(source: str, entry: str, tile: bool = True,
     """Run the polyhedral pass on one subgraph's C. Returns (new source, report entry).
 
     The report entry: `optimizer` ('poly', or 'none' with a `diagnostic`), `statements`,
-    `calls`, `tiled` (contractions tiled around microkernels, with their tile sizes),
+    `calls`, `tiled` (contractions tiled around microkernels, with their tile sizes, the
+    reduction loops one kernel call runs, whether it is a depthwise kernel and whether
+    border rows run in kernels with fewer taps),
     `refused` (tilings the dependence check rejected), `fused` (pointwise chains run as one
     loop nest, with the temporaries contracted to scalars), `parallel_loops`, `simd_loops`,
     `kernel_calls`, `packed` (kernels that copy their weight panel contiguous per column
@@ -87,6 +89,7 @@ def optimize_source(source: str, entry: str, tile: bool = True,
         "tiled": [{"statement": k.statement, "node": scop.statement(k.statement).node,
                    "tile": [k.rb, k.width], "loops": [k.r, k.v],
                    "reduction": [x for x in (k.kin, k.k2, k.k) if x],
+                   "depthwise": k.vec_a, "border_chunks": bool(k.ranged),
                    "order": "column tiles outermost" if k.tile_outer else "rows outermost"}
                   for k in kernels],
         "refused": [r for cs in schedules for r in cs.refused],

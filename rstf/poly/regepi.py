@@ -3,9 +3,10 @@
 `fuse.fuse_epilogue` runs a contraction's pointwise chain (bias, batch norm, ReLU6, a
 residual add) row by row: the microkernel adds its tile into a row buffer that was zeroed
 first, and once the row is complete the chain reads it back and writes the group's output.
-When one kernel call computes an output element's *whole* reduction (a 1x1 convolution:
-no reduction loop outside the kernel, and no point left to the textbook loops), the
-row buffer is not needed at all: the kernel starts its accumulators at zero and, after its
+When one kernel call computes an output element's *whole* reduction (a 1x1 convolution;
+a depthwise or first 3x3 convolution, whose short kh loop runs in the kernel and whose
+border rows run in kernels with fewer taps: no reduction loop outside the kernel, and no
+point left to the textbook loops), the row buffer is not needed at all: the kernel starts its accumulators at zero and, after its
 last reduction step, runs the chain on them in registers and stores only the chain's results
 (PolyScientist's fused epilogue). That removes the zeroing pass, the kernel's load and
 store of the tile and the chain's reload: for MobileNet v2's 16-deep expansion conv, a
