@@ -233,7 +233,11 @@ def _chunks(s: Statement, kern: Kernel, prefix: str) -> isl.Set:
     k, every column of u) lies in the domain form an interval [lo, hi] (the domain is
     convex, so its corners decide). It is cut into chunks [s, e] of RB rows from lo, the
     last one shorter: TTILE's composition of kernel sizes, so padding borders and row
-    remainders run in (smaller) kernels too, not in the textbook loops."""
+    remainders run in (smaller) kernels too, not in the textbook loops.
+
+    A ranged kernel's instances are { K[outs, u, reds, lo0, hi0, .., s, e] }: the corners
+    are taken over the columns (and any whole-range loop) only, each row's range of each
+    ranged loop is its lexmin/lexmax, and the rows are chunked per (outer point, ranges)."""
     outs, reds, r, k, v = _roles(s, kern)
     iv = [_isl_name(x) for x in s.iterators]
     vb, rb = VLEN * kern.nv, kern.rb
