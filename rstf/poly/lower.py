@@ -281,24 +281,25 @@ class _CallLowering:
     def _kernel_call(self, k: Kernel, args: list[str]) -> str:
         s = self.stmts[k.statement]
         vals = dict(zip(k.dims, args))
-        # Each reduction loop in the kernel: (first value, trip count) of this call.
-        red = {k.k: (k.k_lo, k.k_hi), k.k2: (k.k2_lo, k.k2_hi), k.kin: (k.kin_lo, k.kin_hi)}
-        trip = {}
-        for c, (lo, hi) in red.items():
+        # Each reduction loop in the kernel: its first value and trip count in this call
+        # (a ranged loop's from the chunk's lo<i>, hi<i>).
+        first, trip = {}, {}
+        for c, lo, hi in ((k.k, k.k_lo, k.k_hi), (k.k2, k.k2_lo, k.k2_hi),
+                          (k.kin, k.kin_lo, k.kin_hi)):
             if c in k.ranged:
                 i = k.ranged.index(c)
-                lo_v, hi_v = vals[f"lo{i}"], vals[f"hi{i}"]
-                red[c], trip[c] = lo_v, f"({hi_v} - {lo_v} + 1)"
-            else:
-                red[c], trip[c] = str(lo), str(hi - lo + 1)
+                first[c] = vals[f"lo{i}"]
+                trip[c] = f"({vals[f'hi{i}']} - {first[c]} + 1)"
+            elif c:
+                first[c], trip[c] = str(lo), str(hi - lo + 1)
         env = {}
         for c in s.iterators:
             if c == k.r:
                 env[_isl_name(c)] = vals["s"]
             elif c == k.v:
                 env[_isl_name(c)] = f"{VLEN * k.nv} * {vals['u']}"
-            elif c in (k.k, k.k2, k.kin):
-                env[_isl_name(c)] = red[c]
+            elif c in first:
+                env[_isl_name(c)] = first[c]
             else:
                 env[_isl_name(c)] = vals[c]
         ri, ki = _isl_name(k.r) if k.r else None, _isl_name(k.k)

@@ -198,7 +198,8 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
             kern.k2_lo, kern.k2_hi = box[k2]
         # A short whole reduction: the next loop out runs inside the kernel too, and the
         # ranges become the chunk's own (borders cut taps).
-        kin = reds[-3 if kern.k2 else -2] if len(reds) > (2 if kern.k2 else 1) else None
+        outer = reds[:-2] if kern.k2 else reds[:-1]
+        kin = outer[-1] if outer else None
         if kin and kern.depth * (box[kin][1] - box[kin][0] + 1) <= KIN_DEPTH:
             kern.kin = c_of[kin]
             kern.kin_lo, kern.kin_hi = box[kin]
@@ -220,6 +221,12 @@ def _roles(s: Statement, kern: Kernel) -> tuple[list[str], list[str], str | None
     outs = [x for x in iv if x not in inner and _is_output(kern, x)]
     reds = [x for x in iv if x not in inner and x not in outs]
     return outs, reds, r, k, v
+
+
+def _whole(kern: Kernel) -> dict[str, tuple[int, int]]:
+    """The kernel's reduction loops (isl names) that every call runs whole: (lo, hi)."""
+    loops = ((kern.k, kern.k_lo, kern.k_hi), (kern.k2, kern.k2_lo, kern.k2_hi))
+    return {_isl_name(x): (lo, hi) for x, lo, hi in loops if x and x not in kern.ranged}
 
 
 def _is_output(kern: Kernel, x: str) -> bool:
@@ -247,14 +254,12 @@ def _chunks(s: Statement, kern: Kernel, prefix: str) -> isl.Set:
     # { [o, r, ranged] : every corner (k, v) of the tile row is in the domain }; the ranged
     # loops stay free.
     full = None
-    k2 = _isl_name(kern.k2) if kern.k2 else None
     cond = (["r0 = 0"] if r is None else []) + ([f"u = {kern.u_last}"] if kern.cols else [])
-    corners = {k: (kern.k_lo, kern.k_hi), k2: (kern.k2_lo, kern.k2_hi)}
-    for ck, ck2, cv in itertools.product(*(corners[x] if x not in ranged else (None,)
-                                           for x in (k, k2)), (0, kern.width - 1)):
-        fixed = {k: ck, k2: ck2}
-        target = [f"{vb}*u + {cv}" if x == v else str(fixed[x]) if fixed.get(x) is not None
-                  else x for x in iv]
+    whole = _whole(kern)
+    for *corner, cv in itertools.product(*whole.values(), (0, kern.width - 1)):
+        fixed = dict(zip(whole, corner))
+        target = [f"{vb}*u + {cv}" if x == v else str(fixed[x]) if x in fixed else x
+                  for x in iv]
         m = isl.Map(f"{prefix}{{ [{', '.join(o + [rr] + ranged)}] -> "
                     f"{s.name}[{', '.join(target)}]"
                     + (f" : {' and '.join(cond)}" if cond else "") + " }")
@@ -333,12 +338,9 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str):
     kd = ", ".join(o + rg + ["s", "e"])
     k2 = [_isl_name(x) for x in (kern.kin, kern.k2) if x]  # reduction loops around k
     zeros = ", 0" * (3 + len(k2))
-    # A ranged kernel's loops run its chunk's ranges; the others' their whole range.
-    whole = {x: lohi for x, lohi in ((k, (kern.k_lo, kern.k_hi)),
-                                     (_isl_name(kern.k2) if kern.k2 else None,
-                                      (kern.k2_lo, kern.k2_hi))) if x and x not in ranged}
+    # A ranged kernel's loops run its chunk's ranges; the others their whole range.
     red_cond = "".join(f"lo{i} <= {x} <= hi{i} and " for i, x in enumerate(ranged)) \
-        + "".join(f"{lo} <= {x} <= {hi} and " for x, (lo, hi) in whole.items())
+        + "".join(f"{lo} <= {x} <= {hi} and " for x, (lo, hi) in _whole(kern).items())
     ot = tile_order(kern, outs, "u", reds)
     row = f"s <= {r} <= e and " if r else ""
     out, covered, start = [], None, None
