@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""A/B of two builds of one subgraph's C, interleaved run by run, without TensorFlow.
+
+    python benchmarks/ab_kernels.py OUTDIR_A OUTDIR_B [--subgraph 0] [--reps 200]
+                                    [--threads N]
+
+This machine's load comes in bursts of seconds to minutes, so two builds timed one after the
+other can differ by 50% for no reason of their own. Here both subgraph C files (same tensor
+table, so the same inputs) are compiled into shared libraries with the op library's C flags,
+loaded into one process, and called alternately (A, B, B, A, ...) on the same inputs. A burst
+then lands on both sides. Prints each side's median and the median of the per-pair ratios
+B/A, the figure to quote (below 1: B is faster).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks.group_profile import _TENSOR  # noqa: E402  (the C's tensor-table line)
+
+
+def _subgraph(outdir: str, subgraph: int) -> tuple[str, dict, int]:
+    """(C source, {tensor: shape}, workspace bytes) of one subgraph of an output folder."""
+    report = json.load(open(os.path.join(outdir, "report.json")))
+    sg = report["subgraphs"][subgraph]
+    if sg.get("versions", 1) > 1 or report.get("dynamic_batch"):
+        raise SystemExit("ab_kernels: dynamic-batch subgraphs are not supported")
+    src = open(os.path.join(outdir, sg["source"])).read()
+    shapes = {}
+    for line in src.splitlines():
+        m = _TENSOR.match(line)
+        if m:
+            shapes[m.group(1)] = [int(d) for d in m.group(2).split(",") if d.strip()]
+    return src, shapes, sg["workspace_bytes"]
+
+
+def _main_c(entry: str, shapes: dict, ws_bytes: int, reps: int) -> str:
+    """A main() that dlopens argv[1] and argv[2] and prints one 'a b' time pair per line."""
+    names = sorted((k for k in shapes if k.startswith("in")), key=lambda k: int(k[2:]))
+    names += sorted((k for k in shapes if k.startswith("out")), key=lambda k: int(k[3:]))
+    size = lambda k: max(1, __import__("math").prod(shapes[k]))
+    allocs = "\n".join(f"    float *{k} = alloc_rand({size(k)});" for k in names)
+    args = ", ".join(names + ["ws"])
+    params = ", ".join(["float *"] * len(names) + ["void *"])
+    return f"""
+#include <dlfcn.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+typedef void (*entry_t)({params});
+static float *alloc_rand(long n) {{
+    float *p = aligned_alloc(64, ((n * 4 + 63) / 64) * 64);
+    for (long i = 0; i < n; ++i) p[i] = (float)rand() / RAND_MAX - 0.5f;
+    return p;
+}}
+static double run(entry_t f, {", ".join(f"float *{k}" for k in names)}, void *ws) {{
+    double t0 = omp_get_wtime();
+    f({args});
+    return omp_get_wtime() - t0;
+}}
+int main(int argc, char **argv) {{
+    entry_t f[2];
+    for (int i = 0; i < 2; ++i) {{
+        void *h = dlopen(argv[1 + i], RTLD_NOW | RTLD_LOCAL);
+        if (!h) {{ fprintf(stderr, "%s\\n", dlerror()); return 1; }}
+        f[i] = (entry_t)dlsym(h, "{entry}");
+    }}
+{allocs}
+    void *ws = aligned_alloc(64, {((ws_bytes + 63) // 64) * 64 or 64});
+    for (int r = -3; r < {reps}; ++r) {{
+        /* A B, then B A: neither side always runs second (warmer caches). */
+        int first = r & 1;
+        double t[2];
+        t[first] = run(f[first], {args});
+        t[!first] = run(f[!first], {args});
+        if (r >= 0) printf("%.9f %.9f\\n", t[0], t[1]);
+    }}
+    return 0;
+}}
+"""
+
+
+def ab(dir_a: str, dir_b: str, subgraph: int = 0, reps: int = 200, threads: int = 0) -> dict:
+    """{'a_ms', 'b_ms' (medians), 'ratio' (median of per-pair b/a), 'pairs'}."""
+    import statistics
+    from rstf.build import c_flags
+    src_a, shapes, ws_a = _subgraph(dir_a, subgraph)
+    src_b, shapes_b, ws_b = _subgraph(dir_b, subgraph)
+    if shapes != shapes_b:
+        raise SystemExit("ab_kernels: the two subgraphs have different tensor tables")
+    entry = f"rstf_sg_{subgraph}"
+    flags = [x for x in c_flags() if x != "-fvisibility=hidden"]
+    with tempfile.TemporaryDirectory() as d:
+        libs = []
+        for tag, src in (("a", src_a), ("b", src_b)):
+            c, so = os.path.join(d, f"{tag}.c"), os.path.join(d, f"{tag}.so")
+            with open(c, "w") as f:
+                f.write(src)
+            subprocess.run(["gcc", *flags, "-shared", "-fPIC", "-I",
+                            os.path.join(ROOT, "custom_ops"), c, "-o", so, "-lm"], check=True)
+            libs.append(so)
+        c, exe = os.path.join(d, "main.c"), os.path.join(d, "main")
+        with open(c, "w") as f:
+            f.write(_main_c(entry, shapes, max(ws_a, ws_b), reps))
+        subprocess.run(["gcc", "-O2", "-fopenmp", c, "-o", exe, "-ldl"], check=True)
+        env = dict(os.environ)
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        out = subprocess.run([exe, *libs], env=env, capture_output=True, text=True,
+                             check=True).stdout
+    pairs = [tuple(float(x) for x in line.split()) for line in out.splitlines()]
+    return {"a_ms": statistics.median(p[0] for p in pairs) * 1e3,
+            "b_ms": statistics.median(p[1] for p in pairs) * 1e3,
+            "ratio": statistics.median(p[1] / p[0] for p in pairs), "pairs": len(pairs)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir_a")
+    ap.add_argument("dir_b")
+    ap.add_argument("--subgraph", type=int, default=0)
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS (default: all)")
+    args = ap.parse_args(argv)
+    r = ab(args.dir_a, args.dir_b, args.subgraph, args.reps, args.threads)
+    print(f"A {r['a_ms']:.3f} ms  B {r['b_ms']:.3f} ms  (medians of {r['pairs']} interleaved "
+          f"pairs); B/A per pair, median: {r['ratio']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The kernel-level benchmark tools (benchmarks/group_profile.py, benchmarks/ab_kernels.py)
+on a small conv + batch-norm + ReLU6 subgraph: an output folder is written by hand (the
+subgraph's C and a report.json), so no TensorFlow op library is built."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from benchmarks.ab_kernels import ab
+from benchmarks.group_profile import profile
+from harness import generate_subgraph, load_graph_def, make_graph_def
+from rstf.poly import optimize_source
+from rstf.tfutil import tf
+
+rng = np.random.RandomState(3)
+
+
+def _build():
+    x = tf.compat.v1.placeholder(tf.float32, (1, 12, 12, 16), name="x")
+    y = tf.nn.conv2d(x, rng.randn(1, 1, 16, 32).astype(np.float32), 1, "SAME")
+    y = y * rng.rand(32).astype(np.float32) + rng.rand(32).astype(np.float32)
+    tf.nn.relu6(y, name="out")
+
+
+def _outdir(root, name, source, workspace, flops):
+    """An `rstf optimize`-shaped folder with just what the tools read."""
+    d = os.path.join(root, name)
+    os.makedirs(os.path.join(d, "src"))
+    with open(os.path.join(d, "src", "subgraph_0.c"), "w") as f:
+        f.write(source)
+    with open(os.path.join(d, "report.json"), "w") as f:
+        json.dump({"subgraphs": [{"source": "src/subgraph_0.c", "workspace_bytes": workspace,
+                                  "flops": flops, "versions": 1}]}, f)
+    return d
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    g = load_graph_def(make_graph_def(_build), outputs=["out"])
+    nodes = [n for n in g.topo_order() if g.nodes[n].op not in ("Const", "Placeholder")]
+    sg = generate_subgraph(g, nodes, 0)
+    new, info = optimize_source(sg.source, sg.entry)
+    assert info["optimizer"] == "poly", info
+    root = str(tmp_path_factory.mktemp("bench"))
+    return (_outdir(root, "none", sg.source, sg.workspace_bytes, sg.flops),
+            _outdir(root, "poly", new, info["workspace_bytes"], sg.flops))
+
+
+def test_group_profile_names_every_timed_group(folders):
+    res = profile(folders[1], reps=5, threads=2)
+    assert res["total_seconds"] > 0
+    assert res["calls"], "no group was timed"
+    nodes = [n for c in res["calls"] for n in c["nodes"]]
+    assert any(n.startswith("Conv2D ") for n in nodes), nodes
+    assert all(c["seconds"] >= 0 for c in res["calls"])
+    # Every call's time is part of the entry's.
+    assert sum(c["seconds"] for c in res["calls"]) <= res["total_seconds"] * 1.5
+
+
+def test_ab_interleaves_two_builds_of_one_subgraph(folders):
+    res = ab(folders[0], folders[1], reps=6, threads=2)
+    assert res["pairs"] == 6
+    assert res["a_ms"] > 0 and res["b_ms"] > 0 and res["ratio"] > 0
+
+
+def test_ab_refuses_subgraphs_with_different_tensors(folders, tmp_path):
+    other = _outdir(str(tmp_path), "other", open(os.path.join(folders[0], "src",
+                    "subgraph_0.c")).read().replace("float(1, 12, 12, 16)",
+                                                     "float(1, 12, 12, 17)"), 0, 1)
+    with pytest.raises(SystemExit, match="different tensor tables"):
+        ab(folders[0], other, reps=2)
