@@ -14,8 +14,8 @@ B/A, the figure to quote (below 1: B is faster).
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,44 +24,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.group_profile import _TENSOR  # noqa: E402  (the C's tensor-table line)
-
-
-def _subgraph(outdir: str, subgraph: int) -> tuple[str, dict, int]:
-    """(C source, {tensor: shape}, workspace bytes) of one subgraph of an output folder."""
-    report = json.load(open(os.path.join(outdir, "report.json")))
-    sg = report["subgraphs"][subgraph]
-    if sg.get("versions", 1) > 1 or report.get("dynamic_batch"):
-        raise SystemExit("ab_kernels: dynamic-batch subgraphs are not supported")
-    src = open(os.path.join(outdir, sg["source"])).read()
-    shapes = {}
-    for line in src.splitlines():
-        m = _TENSOR.match(line)
-        if m:
-            shapes[m.group(1)] = [int(d) for d in m.group(2).split(",") if d.strip()]
-    return src, shapes, sg["workspace_bytes"]
+from benchmarks.group_profile import ALLOC_RAND, bench_c_flags, buffers, load_subgraph  # noqa: E402
 
 
 def _main_c(entry: str, shapes: dict, ws_bytes: int, reps: int) -> str:
     """A main() that dlopens argv[1] and argv[2] and prints one 'a b' time pair per line."""
-    names = sorted((k for k in shapes if k.startswith("in")), key=lambda k: int(k[2:]))
-    names += sorted((k for k in shapes if k.startswith("out")), key=lambda k: int(k[3:]))
-    size = lambda k: max(1, __import__("math").prod(shapes[k]))
-    allocs = "\n".join(f"    float *{k} = alloc_rand({size(k)});" for k in names)
-    args = ", ".join(names + ["ws"])
-    params = ", ".join(["float *"] * len(names) + ["void *"])
+    names, allocs = buffers(shapes, ws_bytes)
+    args = ", ".join(names)
+    params = ", ".join(["float *"] * (len(names) - 1) + ["void *"])
+    decls = ", ".join([f"float *{k}" for k in names[:-1]] + ["void *ws"])
     return f"""
 #include <dlfcn.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 typedef void (*entry_t)({params});
-static float *alloc_rand(long n) {{
-    float *p = aligned_alloc(64, ((n * 4 + 63) / 64) * 64);
-    for (long i = 0; i < n; ++i) p[i] = (float)rand() / RAND_MAX - 0.5f;
-    return p;
-}}
-static double run(entry_t f, {", ".join(f"float *{k}" for k in names)}, void *ws) {{
+{ALLOC_RAND}
+static double run(entry_t f, {decls}) {{
     double t0 = omp_get_wtime();
     f({args});
     return omp_get_wtime() - t0;
@@ -74,7 +53,6 @@ int main(int argc, char **argv) {{
         f[i] = (entry_t)dlsym(h, "{entry}");
     }}
 {allocs}
-    void *ws = aligned_alloc(64, {((ws_bytes + 63) // 64) * 64 or 64});
     for (int r = -3; r < {reps}; ++r) {{
         /* A B, then B A: neither side always runs second (warmer caches). */
         int first = r & 1;
@@ -90,14 +68,12 @@ int main(int argc, char **argv) {{
 
 def ab(dir_a: str, dir_b: str, subgraph: int = 0, reps: int = 200, threads: int = 0) -> dict:
     """{'a_ms', 'b_ms' (medians), 'ratio' (median of per-pair b/a), 'pairs'}."""
-    import statistics
-    from rstf.build import c_flags
-    src_a, shapes, ws_a = _subgraph(dir_a, subgraph)
-    src_b, shapes_b, ws_b = _subgraph(dir_b, subgraph)
+    src_a, shapes, sg_a = load_subgraph(dir_a, subgraph, "ab_kernels")
+    src_b, shapes_b, sg_b = load_subgraph(dir_b, subgraph, "ab_kernels")
     if shapes != shapes_b:
         raise SystemExit("ab_kernels: the two subgraphs have different tensor tables")
     entry = f"rstf_sg_{subgraph}"
-    flags = [x for x in c_flags() if x != "-fvisibility=hidden"]
+    flags = bench_c_flags()
     with tempfile.TemporaryDirectory() as d:
         libs = []
         for tag, src in (("a", src_a), ("b", src_b)):
@@ -109,7 +85,8 @@ def ab(dir_a: str, dir_b: str, subgraph: int = 0, reps: int = 200, threads: int 
             libs.append(so)
         c, exe = os.path.join(d, "main.c"), os.path.join(d, "main")
         with open(c, "w") as f:
-            f.write(_main_c(entry, shapes, max(ws_a, ws_b), reps))
+            f.write(_main_c(entry, shapes, max(sg_a["workspace_bytes"], sg_b["workspace_bytes"]),
+                            reps))
         subprocess.run(["gcc", "-O2", "-fopenmp", c, "-o", exe, "-ldl"], check=True)
         env = dict(os.environ)
         if threads:

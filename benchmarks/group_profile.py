@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -30,13 +31,54 @@ _CALL = re.compile(r"^    (sched_\d+|op_\d+)\(.*\);$")
 _NODE = re.compile(r"^    /\* (.*) \((\w+)\) \*/$")
 
 
-def instrument(src: str, entry: str) -> tuple[str, list[dict], dict]:
-    """(instrumented C, the timed calls in order, {tensor: shape}) for `entry` in `src`."""
+def tensor_shapes(src: str) -> dict[str, list[int]]:
+    """{'in0': shape, .., 'out0': shape, ..} from the subgraph C's tensor-table comment."""
     shapes = {}
     for line in src.splitlines():
         m = _TENSOR.match(line)
         if m:
             shapes[m.group(1)] = [int(d) for d in m.group(2).split(",") if d.strip()]
+    return shapes
+
+
+def load_subgraph(outdir: str, subgraph: int, tool: str) -> tuple[str, dict, dict]:
+    """(C source, {tensor: shape}, report entry) of one subgraph of an `rstf optimize`
+    output folder; `tool` names the caller in the error for a dynamic-batch subgraph."""
+    report = json.load(open(os.path.join(outdir, "report.json")))
+    sg = report["subgraphs"][subgraph]
+    if sg.get("versions", 1) > 1 or report.get("dynamic_batch"):
+        raise SystemExit(f"{tool}: dynamic-batch subgraphs are not supported")
+    src = open(os.path.join(outdir, sg["source"])).read()
+    return src, tensor_shapes(src), sg
+
+
+# C: the standalone programs' random buffers.
+ALLOC_RAND = """
+static float *alloc_rand(long n) {
+    float *p = aligned_alloc(64, ((n * 4 + 63) / 64) * 64);
+    for (long i = 0; i < n; ++i) p[i] = (float)rand() / RAND_MAX - 0.5f;
+    return p;
+}
+"""
+
+
+def buffers(shapes: dict, ws_bytes: int) -> tuple[list[str], str]:
+    """(the entry's arguments in order: in0.., out0.., ws; the C that allocates them)."""
+    names = sorted((k for k in shapes if k.startswith("in")), key=lambda k: int(k[2:]))
+    names += sorted((k for k in shapes if k.startswith("out")), key=lambda k: int(k[3:]))
+    alloc = [f"    float *{k} = alloc_rand({max(1, math.prod(shapes[k]))});" for k in names]
+    alloc.append(f"    void *ws = aligned_alloc(64, {((ws_bytes + 63) // 64) * 64 or 64});")
+    return names + ["ws"], "\n".join(alloc)
+
+
+def bench_c_flags() -> list[str]:
+    """The op library's C flags, for a standalone build that calls the entry from outside."""
+    from rstf.build import c_flags
+    return [x for x in c_flags() if x != "-fvisibility=hidden"]
+
+
+def instrument(src: str, entry: str) -> tuple[str, list[dict]]:
+    """(instrumented C, the timed calls in order) for `entry` in `src`."""
     lines = src.splitlines()
     start = next(i for i, l in enumerate(lines) if l.startswith(f"void {entry}("))
     calls, nodes, out = [], [], lines[:start]
@@ -56,33 +98,23 @@ def instrument(src: str, entry: str) -> tuple[str, list[dict], dict]:
             nodes = []
         out.append(line)
     head = f"#include <omp.h>\ndouble rstf_prof[{max(len(calls), 1)}];\n"
-    return head + "\n".join(out) + "\n", calls, shapes
+    return head + "\n".join(out) + "\n", calls
 
 
-def harness(entry: str, n_in: int, n_out: int, shapes: dict, ws_bytes: int, reps: int,
-            n_calls: int) -> str:
+def harness(entry: str, shapes: dict, ws_bytes: int, reps: int, n_calls: int) -> str:
     """A main() that runs `entry` reps times on random inputs and prints per-call medians."""
-    size = lambda name: max(1, __import__("math").prod(shapes[name]))
-    allocs = "\n".join(
-        f"    float *in{i} = alloc_rand({size(f'in{i}')});" for i in range(n_in))
-    allocs += "\n" + "\n".join(
-        f"    float *out{i} = alloc_rand({size(f'out{i}')});" for i in range(n_out))
-    args = ", ".join([f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)] + ["ws"])
+    names, allocs = buffers(shapes, ws_bytes)
+    args = ", ".join(names)
     return f"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-static float *alloc_rand(long n) {{
-    float *p = aligned_alloc(64, ((n * 4 + 63) / 64) * 64);
-    for (long i = 0; i < n; ++i) p[i] = (float)rand() / RAND_MAX - 0.5f;
-    return p;
-}}
+{ALLOC_RAND}
 static int cmp(const void *a, const void *b) {{
     double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y);
 }}
 int main(void) {{
 {allocs}
-    void *ws = aligned_alloc(64, {((ws_bytes + 63) // 64) * 64 or 64});
     static double t[{reps}][{n_calls + 1}];
     for (int r = -3; r < {reps}; ++r) {{
         memset(rstf_prof, 0, sizeof rstf_prof);
@@ -106,22 +138,15 @@ int main(void) {{
 
 def profile(outdir: str, subgraph: int = 0, reps: int = 20, threads: int = 0) -> dict:
     """Per-call median seconds of one subgraph of an rstf output folder."""
-    from rstf.build import c_flags
-    report = json.load(open(os.path.join(outdir, "report.json")))
-    sg = report["subgraphs"][subgraph]
-    if sg.get("versions", 1) > 1 or report.get("dynamic_batch"):
-        raise SystemExit("group_profile: dynamic-batch subgraphs are not supported")
-    src = open(os.path.join(outdir, sg["source"])).read()
+    src, shapes, sg = load_subgraph(outdir, subgraph, "group_profile")
     entry = f"rstf_sg_{subgraph}"
-    code, calls, shapes = instrument(src, entry)
-    n_in = sum(1 for k in shapes if k.startswith("in"))
-    n_out = sum(1 for k in shapes if k.startswith("out"))
-    code += harness(entry, n_in, n_out, shapes, sg["workspace_bytes"], reps, len(calls))
+    code, calls = instrument(src, entry)
+    code += harness(entry, shapes, sg["workspace_bytes"], reps, len(calls))
     with tempfile.TemporaryDirectory() as d:
         c, exe = os.path.join(d, "p.c"), os.path.join(d, "p")
         with open(c, "w") as f:
             f.write(code)
-        subprocess.run(["gcc", *[x for x in c_flags() if x != "-fvisibility=hidden"],
+        subprocess.run(["gcc", *bench_c_flags(),
                         "-I", os.path.join(ROOT, "custom_ops"), c, "-o", exe, "-lm"], check=True)
         env = dict(os.environ)
         if threads:
