@@ -338,3 +338,56 @@ def test_column_tile_order_balances_the_threads():
     assert one.nv == 4
     tiles = -(-320 // (VLEN * two.nv))
     assert tiles % 2 == 0, two
+
+
+def _inverted_residual_tail(x, consumer):
+    """MobileNet v2's block tail: depthwise + BN + ReLU6, then `consumer` on it."""
+    c = x.shape[-1]
+    d = tf.nn.relu6(tf.raw_ops.DepthwiseConv2dNative(
+        input=x, filter=_w(3, 3, c, 1), strides=[1, 1, 1, 1], padding="SAME") * _w(c) + _w(c))
+    return consumer(d)
+
+
+BAND_CASES = {
+    # The projection (1x1 conv + BN + residual add) reads the depthwise output's row h
+    # only: both groups run in one loop over the rows, the depthwise output contracted
+    # to one row per iteration.
+    "project_residual": (1, lambda x, d: tf.nn.conv2d(d, _w(1, 1, 32, 24), 1, "SAME")
+                         * _w(24) + _w(24) + x[..., :24]),
+    # A 3x3 conv reads rows h-1..h+1 of the depthwise output: no band (halo rows).
+    "conv3x3_halo": (0, lambda x, d: tf.nn.conv2d(d, _w(3, 3, 32, 24), 1, "SAME")),
+    # The depthwise output also leaves the pair (fan-out): it cannot shrink to a row.
+    "project_fan_out": (0, lambda x, d: tf.nn.conv2d(d, _w(1, 1, 32, 24), 1, "SAME")
+                        + tf.reduce_sum(d, axis=-1, keepdims=True)),
+}
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("case", sorted(BAND_CASES))
+def test_band_fusion_across_ops(case, threads):
+    """Row-band fusion of a depthwise group with the 1x1 conv that consumes it (see
+    rstf/poly/band.py): bit-identical to the textbook C on 2 and 3 threads (an odd split
+    of the rows), and refused where a row of the consumer needs other rows (a 3x3 conv)
+    or where the tensor between them is read elsewhere."""
+    want, consumer = BAND_CASES[case]
+    shape = (1, 18, 13, 32)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, shape, name="x")
+        tf.identity(_inverted_residual_tail(x, lambda d: consumer(x, d)), name="out")
+
+    g, sg = _subgraph(build)
+    x = rng.randn(*shape).astype(np.float32)
+    ref, got, info, new = _run_both(g, sg, {"x:0": x}, threads=threads)
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k])
+    assert len(info["bands"]) == want, info["bands"]
+    if want:
+        band = info["bands"][0]
+        assert band["loops"] == 2 and len(band["nodes"]) == 2, band
+        row = band["contracted_to_row"][0]
+        # One row buffer per iteration of the parallel row loop, and no workspace for it.
+        assert f"float {row}_row[13][32]" in new and f"{row}[restrict" not in new
+        assert info["parallel_loops"] == 1, info
+        ws_textbook = sg.workspace_bytes
+        assert info["workspace_bytes"] < ws_textbook

@@ -1,7 +1,8 @@
 """The polyhedral pass, stage by stage, each a function tested alone:
 
 raise (raise_c) -> dependences (deps) -> schedule (schedule: contraction tiling around
-microkernels, checked against the dependences) -> lower (lower: isl AST to C, with
+microkernels; fuse: pointwise chains and epilogues; band: row-band fusion of consecutive
+groups; each checked against the dependences) -> lower (lower: isl AST to C, with
 dependence-based `omp parallel for` / `omp simd`).
 
 `optimize_source` runs them on one subgraph's C. Code outside the raisable subset, or a
@@ -29,7 +30,9 @@ def optimize_source(source: str, entry: str, tile: bool = True,
     `kernel_calls`, `packed` (kernels that copy their weight panel contiguous per column
     tile), `workspace_bytes` (the re-planned workspace the new C needs: the caller must
     allocate that many bytes) and `seconds`. Each `fused` entry also says whether the
-    group's epilogue runs in its kernels' registers (`epilogue_in_registers`).
+    group's epilogue runs in its kernels' registers (`epilogue_in_registers`). `bands`:
+    consecutive groups fused row by row (`band.py`), with the tensor between them
+    `contracted_to_row` and the number of outer time dimensions (`loops`) they share.
     """
     import time
 
@@ -37,6 +40,7 @@ def optimize_source(source: str, entry: str, tile: bool = True,
 
     from ..cformat import format_c
     from .lower import lower
+    from .band import BandGroup, fuse_bands
     from .fuse import chain_time, find_chains, fuse_epilogue, fuse_reduction_epilogue
     from .schedule import CallSchedule, _pad, schedule_call
 
@@ -75,6 +79,8 @@ def optimize_source(source: str, entry: str, tile: bool = True,
                     continue
             if stmts:
                 schedules.append(schedule_call(scop, c, stmts, deps, depth, tile=tile))
+        if fuse:
+            schedules = fuse_bands(scop, deps, schedules)
         head = source.split("#include", 1)[0]
         new, stats = lower(scop, deps, schedules, head)
     except (isl.Error, ValueError, KeyError) as e:
@@ -84,6 +90,8 @@ def optimize_source(source: str, entry: str, tile: bool = True,
                         "diagnostic": f"polyhedral pass failed ({type(e).__name__}: {e})",
                         "seconds": round(time.perf_counter() - t0, 3)}
     kernels = [k for cs in schedules for k in cs.kernels]
+    bands = [g for g in schedules if isinstance(g, BandGroup)]
+    groups = [p for cs in schedules for p in getattr(cs, "parts", [cs])]
     return format_c(new), {
         "optimizer": "poly", "statements": len(scop.statements), "calls": len(scop.calls),
         "tiled": [{"statement": k.statement, "node": scop.statement(k.statement).node,
@@ -97,7 +105,9 @@ def optimize_source(source: str, entry: str, tile: bool = True,
                              sorted({cs.call, *cs.chain.calls})],
                    "contracted": cs.chain.contracted + sorted(cs.rows),
                    "epilogue_in_registers": cs.call in stats.register_epilogues}
-                  for cs in schedules if cs.chain],
+                  for cs in groups if cs.chain],
+        "bands": [{"nodes": [scop.calls[p.call].node for p in g.parts],
+                   "contracted_to_row": sorted(g.rows), "loops": g.m} for g in bands],
         "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
         "kernel_calls": stats.kernel_calls, "packed": stats.packed,
         "workspace_bytes": stats.workspace_bytes,

@@ -27,6 +27,7 @@ from .deps import Dependences
 from . import regepi
 from .microkernel import PRELUDE, VLEN, Shape, dispatch_name, dispatch_source
 from .raise_c import Scop, Statement, _isl_name, _text
+from .band import BandGroup
 from .schedule import CallSchedule, Kernel, _addr, call_dependences, extents, parallel_dims
 
 MIN_WORK = 16384  # statement instances under a loop before a parallel region pays off
@@ -99,22 +100,40 @@ def _ref(access, env: dict[str, str]) -> str:
 
 
 class _CallLowering:
-    def __init__(self, scop: Scop, cs: CallSchedule, deps: Dependences, stats: LoweringStats,
-                 epi: regepi.RegisterEpilogue | None = None):
-        self.scop, self.cs, self.stats, self.epi = scop, cs, stats, epi
-        self.valid = call_dependences(deps, cs.statements).validity
+    """One scheduled function: the AST of one group, or of a band of groups
+    (`band.BandGroup`), each part with its own chain and register epilogue."""
+
+    def __init__(self, scop: Scop, parts: list[CallSchedule],
+                 epis: list[regepi.RegisterEpilogue | None], time: dict[str, isl.Map],
+                 ast_time: dict[str, isl.Map], band_rows: dict[str, int],
+                 deps: Dependences, stats: LoweringStats):
+        self.scop, self.stats = scop, stats
+        self.time, self.ast_time = time, ast_time
+        stmts = [s for p in parts for s in p.statements]
+        self.valid = call_dependences(deps, stmts).validity
         self._parallel: dict[tuple, bool] = {}
-        self.stmts = {s.name: s for s in cs.statements}
-        self.kernels = {k.name: k for k in cs.kernels}
-        self.chain = cs.chain
-        self.contracted = set(cs.chain.contracted) if cs.chain else set()
-        # buffer -> leading dimensions dropped (one row kept); none for a register epilogue
-        self.rows = {} if epi else dict(cs.rows)
+        self.stmts = {s.name: s for s in stmts}
+        self.kernels = {k.name: k for p in parts for k in p.kernels}
+        # a fused chain's head stands for the chain in the AST
+        self.chains = {p.chain.statements[0].name: p.chain for p in parts if p.chain}
+        self.epi_of = {k.name: e for p, e in zip(parts, epis) if e for k in p.kernels}
+        self.contracted = {c for p in parts if p.chain for c in p.chain.contracted}
+        # buffer -> leading dimensions dropped (one row kept); none for a register
+        # epilogue. A group's row spans its m rows and the column tile around them
+        # (declared in the deepest of time dimensions 1..m+1), a band's its m rows only.
+        self.rows, self.row_span = {}, {}
+        for p, e in zip(parts, epis):
+            if not e:
+                for name, m in p.rows.items():
+                    self.rows[name], self.row_span[name] = m, m + 1
+        for name, m in band_rows.items():
+            self.rows[name], self.row_span[name] = m, m
         self.row_dim: dict[str, int | None] = {}
-        self.work = {s.name: _volume(s) for s in cs.statements}
+        self.work = {s.name: _volume(s) for s in stmts}
         self.lines: list[str] = []
         self.kernel_shapes: set[Shape] = set()
-        self.packs = {k.name: p for k in cs.kernels if (p := _packing(scop, k)) is not None}
+        self.packs = {k.name: pk for k in self.kernels.values()
+                      if (pk := _packing(scop, k)) is not None}
         stats.packed += len(self.packs)
 
     # ---------------------------------------------------------------- the AST walk
@@ -209,10 +228,11 @@ class _CallLowering:
         """The original statements behind AST statements (a kernel runs its contraction's
         points; a fused chain's head stands for the whole chain)."""
         out = {self.kernels[n].statement if n in self.kernels else n for n in names}
-        if self.chain and self.chain.statements[0].name in out:
-            out |= {s.name for s in self.chain.statements}
-        if self.epi and names & set(self.kernels):  # the kernel runs the init and the chain
-            out |= {self.epi.init, *(s.name for s in self.chain.statements)}
+        for head in out & set(self.chains):
+            out |= {s.name for s in self.chains[head].statements}
+        for n in names:
+            if (epi := self.epi_of.get(n)) is not None:  # it runs the init and the chain
+                out |= {epi.init, *(s.name for s in epi.statements)}
         return out
 
     def _collapsible(self, node: isl.AstNode, it: str) -> isl.AstNode | None:
@@ -238,7 +258,7 @@ class _CallLowering:
         thousands of times for a few dozen iterations each."""
         starts = 1
         for n in names:
-            t = self.cs.ast_time[n].range()
+            t = self.ast_time[n].range()
             if t.dim(isl.dim_type.param):
                 continue
             prefix = t.project_out(isl.dim_type.set, p, t.dim(isl.dim_type.set) - p)
@@ -250,7 +270,7 @@ class _CallLowering:
     def _is_parallel(self, names: set[str], p: int) -> bool:
         key = (frozenset(names), p)
         if key not in self._parallel:
-            self._parallel[key] = parallel_dims(self.valid, self.cs.time, names, [p])[p]
+            self._parallel[key] = parallel_dims(self.valid, self.time, names, [p])[p]
         return self._parallel[key]
 
     def _user(self, e: isl.AstExpr) -> None:
@@ -260,8 +280,8 @@ class _CallLowering:
         if name in self.kernels:
             self.lines.append(self._kernel_call(self.kernels[name], args))
             return
-        if self.chain and name == self.chain.statements[0].name:
-            for s in self.chain.statements:  # the fused chain: every statement, in order
+        if name in self.chains:
+            for s in self.chains[name].statements:  # the fused chain: every one, in order
                 self._statement(s, args)
             return
         self._statement(self.stmts[name], args)
@@ -306,7 +326,8 @@ class _CallLowering:
         aa, ab, ay = (_addr(x, self.scop) for x in (k.a, k.b, k.y))
         depth = str(k.depth) if not k.ranged else \
             " * ".join(trip[c] for c in (k.k2, k.k) if c and trip[c] != "1") or "1"
-        if not self.epi:
+        epi = self.epi_of.get(k.name)
+        if not epi:
             self.kernel_shapes.add(k.shape)
         self.stats.kernel_calls += 1
         rows = "1" if not k.r else f"{vals['e']} - {vals['s']} + 1"
@@ -326,21 +347,22 @@ class _CallLowering:
         if k.kin:  # the second reduction level: its trip count and strides
             kin = _isl_name(k.kin)
             head += f", {trip[k.kin]}, {aa.get(kin, 0)}, {ab.get(kin, 0)}"
-        if self.epi:  # the chain's arrays at the tile's first row and column
-            return f"{self.epi.name(k)}{head}{self._epilogue_args(k, env)});"
+        if epi:  # the chain's arrays at the tile's first row and column
+            return f"{epi.name(k)}{head}{self._epilogue_args(epi, k, env)});"
         return (f"{dispatch_name(k.shape)}{head}, &{self._ref(k.y, env)}, "
                 f"{ay.get(ri, 0) if ri else 0});")
 
-    def _epilogue_args(self, k: Kernel, env: dict[str, str]) -> str:
+    def _epilogue_args(self, epi: regepi.RegisterEpilogue, k: Kernel,
+                       env: dict[str, str]) -> str:
         """A register epilogue's pointer arguments: each operand's element at the tile's
         first row and column (the chain's iterators are the output's indices)."""
         out = []
-        for o in self.epi.operands:
-            s, a = next((s, a) for s in self.epi.statements for a in s.accesses
+        for o in epi.operands:
+            s, a = next((s, a) for s in epi.statements for a in s.accesses
                         if a.array == o.array)
             chain_env = {_isl_name(c): f"({_affine_text(i, env)})"
                          for c, i in zip(s.iterators, k.y.index)}
-            out.append(f", &{_ref(a, chain_env)}")
+            out.append(f", &{self._ref(a, chain_env)}")
         return "".join(out)
 
     def _ref(self, access, env: dict[str, str]) -> str:
@@ -366,8 +388,8 @@ class _CallLowering:
 
         root.foreach_descendant_top_down(visit)
         self.row_dim = {}
-        for name, m in self.rows.items():
-            dims = [d for d in present if 1 <= d <= m + 1]
+        for name in self.rows:
+            dims = [d for d in present if 1 <= d <= self.row_span[name]]
             self.row_dim[name] = max(dims) if dims else None
 
     def _row_decls(self, p: int | None) -> None:
@@ -472,6 +494,24 @@ def _cast(scop: Scop, name: str, written: bool) -> str:
     return f"({q}{b.ctype} (*){''.join(f'[{d}]' for d in dims[1:])}){name}"
 
 
+def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
+    """What the scheduled function does for one group, for its leading comment."""
+    what = [f"{k.name}: {k.rb}x{k.width} tiles of {k.statement} over ({k.r}, {k.v}), "
+            f"reduction {' x '.join(x for x in (k.kin, k.k2, k.k) if x)} in one "
+            f"{'depthwise ' if k.vec_a else ''}microkernel call"
+            + (" (border chunks with fewer taps)" if k.ranged else "")
+            for k in cs.kernels]
+    if cs.chain:
+        fns = ", ".join(scop.calls[c].function for c in cs.chain.calls)
+        what.append(f"fused pointwise chain {fns}"
+                    + (" as the epilogue of each row" if cs.kernels else "")
+                    + f"; contracted to scalars: {', '.join(cs.chain.contracted) or 'none'}"
+                    + (f"; to registers (the epilogue runs in the kernel): {epi.y}" if epi
+                       else f"; to one row: {', '.join(cs.rows)}" if cs.rows else ""))
+        return what
+    return [scop.calls[cs.call].function, *(what or ["original order"])]
+
+
 def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
           header: str) -> tuple[str, LoweringStats]:
     """The optimized C of the subgraph: `header` (the generated file's leading comment),
@@ -481,13 +521,20 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     params = [f"int {p}" for p in scop.params]
     epi_kernels = []
     for cs in schedules:
-        epi = regepi.plan(scop, cs)
-        ast_time = dict(cs.ast_time)
-        if epi:  # the kernels zero their accumulators and run the chain
-            del ast_time[epi.init], ast_time[epi.head]
-            epi_kernels.append(regepi.kernel_sources(epi, cs.kernels))
-            stats.register_epilogues.append(cs.call)
-        low = _CallLowering(scop, cs, deps, stats, epi)
+        band = isinstance(cs, BandGroup)
+        parts = cs.parts if band else [cs]
+        epis, ast_time = [], {}
+        for p in parts:
+            epi = regepi.plan(scop, p)
+            at = dict(cs.ast_time[p.call] if band else p.ast_time)
+            if epi:  # the kernels zero their accumulators and run the chain
+                del at[epi.init], at[epi.head]
+                epi_kernels.append(regepi.kernel_sources(epi, p.kernels))
+                stats.register_epilogues.append(p.call)
+            epis.append(epi)
+            ast_time.update(at)
+        low = _CallLowering(scop, parts, epis, cs.time, ast_time,
+                            cs.rows if band else {}, deps, stats)
         umap = None
         for m in ast_time.values():
             u = isl.UnionMap.from_map(m)
@@ -499,36 +546,26 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         low.emit(root)
         shapes |= low.kernel_shapes
         buffers, written = [], set()
+        local = low.contracted | set(low.rows) | {r for p in parts for r in p.rows}
         for s in cs.statements:
             for a in s.accesses:
-                if a.array not in buffers and a.array not in low.contracted \
-                        and a.array not in cs.rows:
+                if a.array not in buffers and a.array not in local:
                     buffers.append(a.array)
                 if a.write:
                     written.add(a.array)
         fname = f"sched_{cs.call}"
         decls = [_param_decl(scop, b, b in written) for b in buffers] + params
-        what = [f"{k.name}: {k.rb}x{k.width} tiles of {k.statement} over ({k.r}, {k.v}), "
-                f"reduction {' x '.join(x for x in (k.kin, k.k2, k.k) if x)} in one "
-                f"{'depthwise ' if k.vec_a else ''}microkernel call"
-                + (" (border chunks with fewer taps)" if k.ranged else "")
-                for k in cs.kernels]
-        attr = ""
-        if cs.chain:
-            fns = ", ".join(scop.calls[c].function for c in cs.chain.calls)
-            what.append(f"fused pointwise chain {fns}"
-                        + (" as the epilogue of each row" if cs.kernels else "")
-                        + f"; contracted to scalars: {', '.join(cs.chain.contracted) or 'none'}"
-                        + (f"; to registers (the epilogue runs in the kernel): {epi.y}" if epi
-                           else f"; to one row: {', '.join(cs.rows)}" if cs.rows else ""))
-            # No FMA across the fused statements: each keeps the rounding of its own op.
-            attr = '__attribute__((optimize("fp-contract=off")))\n'
-            for c in cs.chain.calls:
-                if c != cs.call:
-                    calls_text[c] = f"/* fused into {fname} */"
-        else:
-            what = what or ["original order"]
-            what.insert(0, scop.calls[cs.call].function)
+        what, attr = [], ""
+        for p, epi in zip(parts, epis):
+            what += _describe(scop, p, epi)
+            if p.chain:
+                # No FMA across the fused statements: each keeps the rounding of its op.
+                attr = '__attribute__((optimize("fp-contract=off")))\n'
+            for c in {p.call, *(p.chain.calls if p.chain else ())} - {cs.call}:
+                calls_text[c] = f"/* fused into {fname} */"
+        if band:
+            what.append(f"the groups fused row by row over time dimensions 1..{cs.m}; "
+                        f"contracted to one row: {', '.join(cs.rows)}")
         functions.append(
             f"/* {'; '.join(what)} */\n"
             f"{attr}static void {fname}({', '.join(decls)})\n{{\n" + "\n".join(low.lines)
@@ -558,7 +595,8 @@ def replan(scop: Scop, schedules: list[CallSchedule]) -> tuple[dict[str, int], i
 
     local = set()
     for cs in schedules:
-        local |= set(cs.rows) | set(cs.chain.contracted if cs.chain else ())
+        for p in [cs, *getattr(cs, "parts", [])]:  # a band: its rows, its parts' own
+            local |= set(p.rows) | set(p.chain.contracted if getattr(p, "chain", None) else ())
     live: dict[str, list[int]] = {}
     for step, cs in enumerate(schedules):
         for s in cs.statements:
