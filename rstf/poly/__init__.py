@@ -40,7 +40,7 @@ def optimize_source(source: str, entry: str, tile: bool = True,
 
     from ..cformat import format_c
     from .lower import lower
-    from .band import BandGroup, fuse_bands
+    from .band import BandGroup, fuse_bands, parts_of
     from .fuse import chain_time, find_chains, fuse_epilogue, fuse_reduction_epilogue
     from .schedule import CallSchedule, _pad, schedule_call
 
@@ -91,7 +91,7 @@ def optimize_source(source: str, entry: str, tile: bool = True,
                         "seconds": round(time.perf_counter() - t0, 3)}
     kernels = [k for cs in schedules for k in cs.kernels]
     bands = [g for g in schedules if isinstance(g, BandGroup)]
-    groups = [p for cs in schedules for p in getattr(cs, "parts", [cs])]
+    groups = [p for cs in schedules for p in parts_of(cs)]
     return format_c(new), {
         "optimizer": "poly", "statements": len(scop.statements), "calls": len(scop.calls),
         "tiled": [{"statement": k.statement, "node": scop.statement(k.statement).node,

@@ -16,8 +16,8 @@ A pair (A, B) of consecutive groups fuses when, for the largest m >= 1 that work
   iteration of the m outer time dimensions writes and reads its own rows of Y only;
 - the new times, A at (posA, t1..tm, 0, rest) and B at (posA, t1..tm, 1, rest), keep every
   dependence between the two groups' statements (checked against the exact dependences);
-- the outer loops run the whole band: dimension m has more than one iteration and one
-  row of Y fits the budget of a stack buffer.
+- the band's row loop (time dimension m, Y's dimension m-1) has at least MIN_ROWS
+  iterations and one row of Y fits the budget of a stack buffer.
 A 3x3 convolution after the pair's producer reads rows h-1..h+1, so the check refuses it:
 fusing it needs recomputed halo rows, which this pass does not do.
 Each group keeps its own kernels and register epilogue; the lowering runs them in one
@@ -32,6 +32,7 @@ import islpy as isl
 
 from . import regepi
 from .deps import Dependences
+from .fuse import array_users
 from .raise_c import Scop
 from .schedule import CallSchedule, _violations
 
@@ -65,6 +66,11 @@ class BandGroup:
         return [r for p in self.parts for r in p.refused]
 
 
+def parts_of(cs) -> list[CallSchedule]:
+    """The groups a scheduled entry runs: a band's parts, or the group itself."""
+    return cs.parts if isinstance(cs, BandGroup) else [cs]
+
+
 def _shift(m: isl.Map, pos: int, at: int, j: int) -> isl.Map:
     """The time map with dimension 0 set to `pos` and a new dimension `at` fixed to j."""
     out = isl.dim_type.out
@@ -82,25 +88,14 @@ def _rows_match(rel: isl.Map, time: isl.Map, m: int) -> bool:
     x = ", ".join(f"x{i}" for i in range(ny))
     cons = " and ".join(f"t{i + 1} = x{i}" for i in range(m))
     name = tr.get_tuple_name(isl.dim_type.out)
-    params = tr.get_space().params()
-    want = isl.Map(f"{{ [{t}] -> {name}[{x}] : {cons} }}").align_params(params)
-    return tr.reset_tuple_id(isl.dim_type.in_).is_subset(want.align_params(tr.get_space()))
+    want = isl.Map(f"{{ [{t}] -> {name}[{x}] : {cons} }}").align_params(tr.get_space())
+    return tr.reset_tuple_id(isl.dim_type.in_).is_subset(want)
 
 
-def _extent(time: dict[str, isl.Map], names, d: int) -> int:
-    lo, hi = None, None
-    for n in names:
-        r = time[n].range()
-        if r.dim(isl.dim_type.param) or r.is_empty():
-            return 0
-        a, b = int(r.dim_min_val(d).to_python()), int(r.dim_max_val(d).to_python())
-        lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
-    return 0 if lo is None else hi - lo + 1
-
-
-def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule,
-              b: CallSchedule) -> BandGroup | None:
-    """The band fusion of groups a and b (a runs first), or None (see the module doc)."""
+def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule, b: CallSchedule,
+              users: dict[str, set[str]]) -> BandGroup | None:
+    """The band fusion of groups a and b (a runs first), or None (see the module doc).
+    `users`: `fuse.array_users(scop)`."""
     if a.chain is None and not a.kernels:
         return None
     for p in (a, b):
@@ -108,10 +103,6 @@ def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule,
         # epilogue declares its rows by time dimension: neither survives the new dimension.
         if any(k.tile_outer for k in p.kernels) or (p.rows and regepi.plan(scop, p) is None):
             return None
-    users: dict[str, set[str]] = {}
-    for s in scop.statements:
-        for acc in s.accesses:
-            users.setdefault(acc.array, set()).add(s.name)
     an = {s.name for s in a.statements}
     bn = {s.name for s in b.statements}
     written = {acc.array for s in a.statements for acc in s.accesses if acc.write}
@@ -134,6 +125,8 @@ def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule,
                    for p in (a, b) for s in p.statements for acc in s.accesses
                    if acc.array == y):
             continue
+        if buf.shape[m - 1] < MIN_ROWS:  # the band's row loop: time dimension m = Y's m-1
+            return None
         time = {}
         for j, p in enumerate((a, b)):
             for s in p.statements:
@@ -142,8 +135,6 @@ def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule,
             return None
         ast_time = {p.call: {n: _shift(t, pos, m + 1, j) for n, t in p.ast_time.items()}
                     for j, p in enumerate((a, b))}
-        if _extent(time, list(time), m) < MIN_ROWS:
-            return None
         return BandGroup([a, b], m, time, ast_time, {y: m})
     return None
 
@@ -152,10 +143,11 @@ def fuse_bands(scop: Scop, deps: Dependences, schedules: list) -> list:
     """The schedules with each fusable consecutive pair replaced by its BandGroup (a group
     joins one band at most)."""
     out: list = []
+    users = array_users(scop)
     for cs in schedules:
         prev = out[-1] if out else None
         if isinstance(prev, CallSchedule) and isinstance(cs, CallSchedule):
-            group = fuse_pair(scop, deps, prev, cs)
+            group = fuse_pair(scop, deps, prev, cs, users)
             if group is not None:
                 out[-1] = group
                 continue

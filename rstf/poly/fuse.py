@@ -80,16 +80,22 @@ def _identity_reads(s: Statement, scop: Scop, array: str) -> bool:
     return bool(reads) and all(_row_major(s, scop, a) for a in reads)
 
 
+def array_users(scop: Scop) -> dict[str, set[str]]:
+    """Buffer -> the statements that read or write it."""
+    users: dict[str, set[str]] = {}
+    for s in scop.statements:
+        for a in s.accesses:
+            users.setdefault(a.array, set()).add(s.name)
+    return users
+
+
 def find_chains(scop: Scop, deps: Dependences, min_len: int = 2) -> list[Chain]:
     """Maximal chains of `min_len` or more consecutive pointwise calls (see the module
     doc)."""
     by_call: dict[int, list[Statement]] = {}
     for s in scop.statements:
         by_call.setdefault(s.call, []).append(s)
-    users: dict[str, set[str]] = {}
-    for s in scop.statements:
-        for a in s.accesses:
-            users.setdefault(a.array, set()).add(s.name)
+    users = array_users(scop)
     chains, current = [], []
     for call in scop.calls:
         stmts = by_call.get(call.index, [])

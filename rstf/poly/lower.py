@@ -27,7 +27,7 @@ from .deps import Dependences
 from . import regepi
 from .microkernel import PRELUDE, VLEN, Shape, dispatch_name, dispatch_source
 from .raise_c import Scop, Statement, _isl_name, _text
-from .band import BandGroup
+from .band import BandGroup, parts_of
 from .schedule import CallSchedule, Kernel, _addr, call_dependences, extents, parallel_dims
 
 MIN_WORK = 16384  # statement instances under a loop before a parallel region pays off
@@ -494,6 +494,15 @@ def _cast(scop: Scop, name: str, written: bool) -> str:
     return f"({q}{b.ctype} (*){''.join(f'[{d}]' for d in dims[1:])}){name}"
 
 
+def _local(cs) -> set[str]:
+    """The buffers a scheduled group keeps off the workspace: contracted to scalars, to
+    registers or to one row (a band's, or one of its parts')."""
+    out = set(cs.rows) if isinstance(cs, BandGroup) else set()
+    for p in parts_of(cs):
+        out |= set(p.rows) | set(p.chain.contracted if p.chain else ())
+    return out
+
+
 def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
     """What the scheduled function does for one group, for its leading comment."""
     what = [f"{k.name}: {k.rb}x{k.width} tiles of {k.statement} over ({k.r}, {k.v}), "
@@ -522,7 +531,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     epi_kernels = []
     for cs in schedules:
         band = isinstance(cs, BandGroup)
-        parts = cs.parts if band else [cs]
+        parts = parts_of(cs)
         epis, ast_time = [], {}
         for p in parts:
             epi = regepi.plan(scop, p)
@@ -546,7 +555,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         low.emit(root)
         shapes |= low.kernel_shapes
         buffers, written = [], set()
-        local = low.contracted | set(low.rows) | {r for p in parts for r in p.rows}
+        local = _local(cs)
         for s in cs.statements:
             for a in s.accesses:
                 if a.array not in buffers and a.array not in local:
@@ -593,10 +602,7 @@ def replan(scop: Scop, schedules: list[CallSchedule]) -> tuple[dict[str, int], i
     to scalars or to a row buffer need no workspace at all."""
     from ..memplan import Buffer, plan
 
-    local = set()
-    for cs in schedules:
-        for p in [cs, *getattr(cs, "parts", [])]:  # a band: its rows, its parts' own
-            local |= set(p.rows) | set(p.chain.contracted if getattr(p, "chain", None) else ())
+    local = set().union(*map(_local, schedules))
     live: dict[str, list[int]] = {}
     for step, cs in enumerate(schedules):
         for s in cs.statements:
