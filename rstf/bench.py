@@ -95,6 +95,16 @@ def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=No
             "engines": list(engines), "models": results}
 
 
+def rstf_problems(result: dict) -> list[str]:
+    """'model: engine status' for every rstf engine row of a `bench` result that is a
+    mismatch (error above rtol) or failed: what makes `rstf bench` exit with status 1.
+    Other engines' failures (a converter that rejects an op) and engines not installed
+    are reported in the table only."""
+    return [f"{m['name']}: {row['engine']} {row['status']}"
+            for m in result["models"] for row in m["engines"]
+            if row["engine"].startswith("rstf-") and row["status"] in ("mismatch", "failed")]
+
+
 def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol, log) -> dict:
     from .compare import _errors, graph_fetches, make_inputs, write_run_files
     from .graph import load_model

@@ -9,7 +9,8 @@
 `optimize` shows its stages (live bars with an ETA on a terminal, plain lines otherwise) and
 a summary; `-q` prints nothing but errors, `-v` also logs stage times and each subgraph's
 polyhedral result. Errors the user can cause print one line, `rstf: error: ...`, and exit with status 2 (bad
-usage or input) or 1 (`compare` found outputs outside the tolerance). Set RSTF_DEBUG=1 to see
+usage or input) or 1 (`compare` found outputs outside the tolerance; `bench` found an rstf
+engine that failed or whose outputs are outside the tolerance). Set RSTF_DEBUG=1 to see
 the traceback of an internal error (or pass --debug).
 """
 from __future__ import annotations
@@ -122,7 +123,7 @@ def _bench_parser(sub) -> None:
 
 
 def _bench(a) -> int:
-    from .bench import bench, parse_engines, plot, table
+    from .bench import bench, parse_engines, plot, rstf_problems, table
     from .graph import parse_input_shapes
 
     if a.plot and not a.plot.lower().endswith(".png"):
@@ -132,6 +133,10 @@ def _bench(a) -> int:
     if a.plot:
         plot(r, a.plot)
     print(json.dumps(r) if a.json else table(r))
+    problems = rstf_problems(r)
+    if problems:  # the table is printed either way; the status is for scripts and CI
+        print(f"rstf: error: {'; '.join(problems)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -108,3 +108,28 @@ def test_bad_engine_list(tmp_path, capsys):
     assert main(["bench", model, "--plot", str(tmp_path / "chart.svg")]) == 2
     assert "PNG" in capsys.readouterr().err
 
+
+
+def test_bench_exit_status_gates_on_rstf_engines(monkeypatch, capsys):
+    """`rstf bench` prints its table either way, and exits 1 when an rstf engine failed or
+    mismatched TF Eigen; another engine's failure or absence does not change the status."""
+    def row(engine, status):
+        return {"engine": engine, "status": status}
+
+    def fake(rows):
+        return lambda *a, **k: {"machine": {}, "reps": 1, "seed": 0, "rtol": 1e-4,
+                                "engines": [], "models": [{"name": "m", "engines": rows}]}
+
+    ok = [row("tf-eigen", "ok"), row("rstf-poly", "ok"), row("onnxruntime", "failed"),
+          row("openvino", "not installed"), row("rstf-polly", "not installed")]
+    monkeypatch.setattr(bench_mod, "bench", fake(ok))
+    assert main(["bench", "m.pb", "--json"]) == 0
+    assert bench_mod.rstf_problems(bench_mod.bench()) == []
+    assert json.loads(capsys.readouterr().out)["models"][0]["engines"] == ok
+    for status in ("mismatch", "failed"):
+        bad = ok + [row("rstf-none", status)]
+        monkeypatch.setattr(bench_mod, "bench", fake(bad))
+        assert main(["bench", "m.pb", "--json"]) == 1
+        out, err = capsys.readouterr()
+        assert json.loads(out)["models"][0]["engines"] == bad  # the result still prints
+        assert err.strip() == f"rstf: error: m: rstf-none {status}"
