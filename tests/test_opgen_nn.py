@@ -83,7 +83,7 @@ def test_depthwise_guards_only_where_needed(xs, k, s, padding, guards):
         assert f"if ({' && '.join(guards)})" in fn
     else:
         assert "if (" not in fn
-    assert "y[n][oh][ow][c] +=" in fn  # multiplier 1: the output channel is just c
+    assert "y[n][oh][ow][c] = fmaf(" in fn  # multiplier 1: the output channel is just c
 
 
 # --------------------------------------------------------------------------- grouped conv
@@ -113,7 +113,7 @@ def test_grouped_conv(xs, ws, s, padding, d):
     _, sg = check_against_tf(build, {"x": x})
     groups, ocg = xs[3] // ws[2], ws[3] // (xs[3] // ws[2])
     fn = op_function(sg.source, "Conv2D")
-    assert f"groups {groups}" in fn and f"[g * {ocg} + oc] +=" in fn
+    assert f"groups {groups}" in fn and f"[g * {ocg} + oc] = fmaf(" in fn
     parts = [tf.nn.conv2d(x[..., g * ws[2]:(g + 1) * ws[2]], w[..., g * ocg:(g + 1) * ocg],
                           strides=s, padding=padding, dilations=d).numpy()
              for g in range(groups)]

@@ -10,6 +10,7 @@ from harness import load_graph_def, make_graph_def, tf
 from rstf.codegen import generate_subgraph
 from rstf.poly import (NotRaisable, check_schedule_legal, compute_dependences, raise_subgraph,
                        violated)
+from rstf.poly.raise_c import _text, multiply_add
 
 rng = np.random.RandomState(0)
 
@@ -112,7 +113,7 @@ def test_access_relations(scop):
     for r in conv.reads:
         reads = reads.union(isl.UnionMap.from_map(r))
     expect = isl.UnionMap("{ }")
-    for m in (x, w, y):  # += reads its left-hand side
+    for m in (x, w, y):  # the step y = fmaf(x, w, y) reads its accumulator
         expect = expect.union(isl.UnionMap.from_map(m.intersect_domain(conv.domain)))
     assert reads.is_equal(expect)
     assert len(conv.writes) == 1 and conv.writes[0].is_equal(y.intersect_domain(conv.domain))
@@ -125,7 +126,11 @@ def test_access_relations(scop):
                                   "0 <= w < 3 and 0 <= c < 8 }")) for r in sub.reads)
     assert any(r.is_equal(isl.Map("{ S18[0, c] -> in4[c] : 0 <= c < 5 }")) for r in mul.reads)
     # The statement's AST and accesses are kept for re-emission.
-    assert conv.ast.op == "+=" and [a.param for a in conv.accesses] == ["x", "w", "y", "y"]
+    assert _text(conv.ast) == ("y[n][oh][ow][oc] = fmaf(x[n][oh * 2 + kh - 1][ow * 2 + kw - 1][ic], "
+                              "w[kh][kw][ic][oc], y[n][oh][ow][oc])")
+    assert [_text(f) for f in multiply_add(conv.ast)] == [
+        "x[n][oh * 2 + kh - 1][ow * 2 + kw - 1][ic]", "w[kh][kw][ic][oc]"]
+    assert [a.param for a in conv.accesses] == ["x", "w", "y", "y"]
 
 
 def test_buffers_views_and_workspace_offsets(scop):

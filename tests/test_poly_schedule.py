@@ -12,6 +12,7 @@ from harness import generate_subgraph, load_graph_def, make_graph_def
 from rstf.cexec import run_subgraph_c
 from rstf.poly import compute_dependences, optimize_source, raise_subgraph
 from rstf.poly.microkernel import choose_tile, fits_registers
+from rstf.poly.raise_c import is_accumulation
 from rstf.poly.schedule import call_dependences, find_contraction, schedule_call
 from rstf.tfutil import tf
 
@@ -232,10 +233,10 @@ def test_contraction_roles():
 
     _, sg = _subgraph(build)
     scop = raise_subgraph(sg.source, sg.entry)
-    upd = [s for s in scop.statements if s.ast.op == "+="][0]
+    upd = [s for s in scop.statements if is_accumulation(s.ast)][0]
     k = find_contraction(upd, scop)
     assert (k.r, k.k, k.v) == ("ow", "ic", "oc") and k.nv * 16 <= 32
-    init = [s for s in scop.statements if s.ast.op == "="][0]
+    init = [s for s in scop.statements if not is_accumulation(s.ast)][0]
     assert find_contraction(init, scop) is None
 
 

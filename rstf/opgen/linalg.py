@@ -35,7 +35,8 @@ class Conv2D(OpHandler):
         G = IC // ws[2]  # groups: input channels per group = the filter's in-channels
         body = render("ops/conv2d.c.j2", N=N, OH=OH, OW=OW, OC=OC, KH=KH, KW=KW, IC=ws[2],
                       G=G, OCG=OC // G, ih=win.ih, iw=win.iw, guards=win.guards, out="y",
-                      inp="x", filt="w", fs=self.literal_suffix(node))
+                      inp="x", filt="w", fs=self.literal_suffix(node),
+                      ms=self.math_suffix(node))
         return OpFunction(
             body, [ArrayParam("x", xs, ct), ArrayParam("w", ws, ct)],
             [ArrayParam("y", node.out_shapes[0], ct)],
@@ -70,7 +71,7 @@ class MatMul(OpHandler):
         ct = self.ctype(node)
         body = render("ops/matmul.c.j2", M=M, N=N, K=K, out="c",
                       a="a[k][i]" if ta else "a[i][k]", b="b[j][k]" if tb else "b[k][j]",
-                      fs=self.literal_suffix(node))
+                      fs=self.literal_suffix(node), ms=self.math_suffix(node))
         return OpFunction(body, [ArrayParam("a", a_shape, ct), ArrayParam("b", b_shape, ct)],
                           [ArrayParam("c", (M, N), ct)],
                           summary=f"MatMul {M}x{K}x{N} transpose_a={ta} transpose_b={tb}")

@@ -26,7 +26,7 @@ import dataclasses
 import islpy as isl
 
 from .deps import Dependences
-from .raise_c import Scop, Statement, _isl_name
+from .raise_c import Scop, Statement, _isl_name, is_accumulation
 from .microkernel import VLEN
 from .schedule import CallSchedule, _addr, _pad, _roles, _violations, extents, tile_order
 
@@ -211,7 +211,7 @@ def fuse_reduction_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, cha
     if cs.kernels or cs.chain is not None or len(cs.statements) != 2:
         return None
     init, upd = cs.statements
-    if not (_pointwise(init, scop) and upd.ast.op == "+=" and upd.iterators
+    if not (_pointwise(init, scop) and is_accumulation(upd.ast) and upd.iterators
             and not upd.domain.dim(isl.dim_type.param)):
         return None
     y = upd.accesses[-1]

@@ -19,7 +19,10 @@ with kw's), so a short reduction like the first conv's 27 or a depthwise conv's 
 runs whole in one call.
 
 GCC vector extensions rather than intrinsics: the code stays portable C (any -march
-compiles it; AVX-512 makes one vector one register).
+compiles it; AVX-512 makes one vector one register). The one exception is the step itself,
+`rstf_fma16`: a vector fused multiply-add, the intrinsic where the target has one, because
+the compiler's own contraction of `acc += a * b` is not guaranteed (with contraction off,
+as in every rstf build, it never happens) and the textbook C rounds once a step (fmaf).
 """
 from __future__ import annotations
 
@@ -40,6 +43,26 @@ PRELUDE = """\
    vector); unaligned, may alias. */
 typedef float rstf_v16 __attribute__((vector_size(64), aligned(4), may_alias));
 typedef float rstf_v8 __attribute__((vector_size(32), aligned(4), may_alias));
+/* A float in every lane (spelled out: gcc makes one broadcast of it, not of a loop). */
+static inline rstf_v16 rstf_splat16(float x)
+{ return (rstf_v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+static inline rstf_v8 rstf_splat8(float x) { return (rstf_v8){x, x, x, x, x, x, x, x}; }
+/* a * b + c rounded once in every lane: the templates' fmaf step, as vectors. The
+   intrinsics where the target has them; elsewhere lane by lane (exact, and slow). */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define rstf_fma16(a, b, c) ((rstf_v16)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#else
+static inline rstf_v16 rstf_fma16(rstf_v16 a, rstf_v16 b, rstf_v16 c)
+{ for (int i = 0; i < 16; ++i) c[i] = __builtin_fmaf(a[i], b[i], c[i]); return c; }
+#endif
+#if defined(__FMA__)
+#include <immintrin.h>
+#define rstf_fma8(a, b, c) ((rstf_v8)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#else
+static inline rstf_v8 rstf_fma8(rstf_v8 a, rstf_v8 b, rstf_v8 c)
+{ for (int i = 0; i < 8; ++i) c[i] = __builtin_fmaf(a[i], b[i], c[i]); return c; }
+#endif
 """
 
 HALF = VLEN // 2  # a tile's width is a multiple of this: full vectors, then maybe a half
@@ -67,6 +90,15 @@ class Shape:
 
     def rows(self, rb: int) -> "Shape":
         return dataclasses.replace(self, rb=rb)
+
+
+def splat(vt: str) -> str:
+    """The broadcast of a float to vector type `vt` (PRELUDE)."""
+    return "rstf_splat16" if vt == "rstf_v16" else "rstf_splat8"
+
+
+def _fma(vt: str) -> str:
+    return "rstf_fma16" if vt == "rstf_v16" else "rstf_fma8"
 
 
 def kernel_name(shape: Shape) -> str:
@@ -111,19 +143,21 @@ def kernel_text(name: str, shape: Shape, params: str, finish: list[str], comment
                       for v, (t, c) in enumerate(vecs))
     bload = "\n".join(f"        const {t} b{v} = *(const {t} *)(b + k * sbk + {c});"
                        for v, (t, c) in enumerate(vecs))
+    def fma(v: int, t: str, av: str) -> str:
+        return f"            acc{v}[r] = {_fma(t)}({av}, b{v}, acc{v}[r]);"
     if shape.vec_a:  # each row's own vector of a: one load per accumulator
-        fma = "\n".join(f"            acc{v}[r] += *(const {t} *)(a + r * sar + k * sak + {c})"
-                         f" * b{v};" for v, (t, c) in enumerate(vecs))
+        fmas = "\n".join(fma(v, t, f"*(const {t} *)(a + r * sar + k * sak + {c})")
+                          for v, (t, c) in enumerate(vecs))
         aload = ""
     else:
-        fma = "\n".join(f"            acc{v}[r] += av * b{v};" for v in range(len(vecs)))
+        fmas = "\n".join(fma(v, t, f"{splat(t)}(av)") for v, (t, _) in enumerate(vecs))
         aload = "            const float av = a[r * sar + k * sak];\n"
     body = "\n".join(f"        {ln}" for ln in finish)
     loop = f"""\
     for (int k = 0; k < K; ++k) {{
 {bload}
         for (int r = 0; r < {rb}; ++r) {{
-{aload}{fma}
+{aload}{fmas}
         }}
     }}"""
     if shape.two:

@@ -551,6 +551,32 @@ _PURE_FUNCTIONS = {
 _ASSIGN_OPS = {"=", "+=", "-=", "*=", "/="}
 
 
+def multiply_add(node) -> tuple[c_ast.Node, c_ast.Node] | None:
+    """The two factors of an accumulation step, `y += a * b` or `y = fmaf(a, b, y)` (`fma`
+    too), else None. The op templates spell convolution and matrix-product steps as fmaf:
+    one rounding a step, as TF's own kernels do, and the same in the textbook C and in the
+    microkernels that replace its loops, so both stay bit-identical."""
+    if not isinstance(node, c_ast.Assignment):
+        return None
+    if node.op == "+=":
+        r = node.rvalue
+        if isinstance(r, c_ast.BinaryOp) and r.op == "*":
+            return r.left, r.right
+        return None
+    r = node.rvalue
+    if (node.op == "=" and isinstance(r, c_ast.FuncCall) and isinstance(r.name, c_ast.ID)
+            and r.name.name in ("fmaf", "fma") and r.args and len(r.args.exprs) == 3
+            and _text(r.args.exprs[2]) == _text(node.lvalue)):
+        return r.args.exprs[0], r.args.exprs[1]
+    return None
+
+
+def is_accumulation(node) -> bool:
+    """`y += ...`, or `y = fmaf(a, b, y)`: a step of a reduction into y."""
+    return (isinstance(node, c_ast.Assignment) and node.op == "+=") or \
+        multiply_add(node) is not None
+
+
 class _Builder:
     """Walks inlined op-function bodies, making one Statement per assignment."""
 

@@ -30,7 +30,7 @@ import dataclasses
 import islpy as isl
 from pycparser import c_ast
 
-from .microkernel import kernel_text, reduction_args, reduction_params, vectors
+from .microkernel import kernel_text, reduction_args, reduction_params, splat, vectors
 from .raise_c import Scop, Statement, _isl_name
 from .schedule import CallSchedule, Kernel, _addr, _roles, extents
 
@@ -38,17 +38,13 @@ _ARITH = {"+", "-", "*", "/"}
 _COMPARE = {"<", ">", "<=", ">=", "==", "!="}
 
 PRELUDE = """\
-/* Epilogues in registers: comparison masks, select and broadcast for the vector types. */
+/* Epilogues in registers: comparison masks and select for the vector types. */
 typedef int rstf_m16 __attribute__((vector_size(64)));
 typedef int rstf_m8 __attribute__((vector_size(32)));
 static inline rstf_v16 rstf_sel16(rstf_m16 m, rstf_v16 a, rstf_v16 b)
 { return (rstf_v16)((m & (rstf_m16)a) | (~m & (rstf_m16)b)); }
 static inline rstf_v8 rstf_sel8(rstf_m8 m, rstf_v8 a, rstf_v8 b)
 { return (rstf_v8)((m & (rstf_m8)a) | (~m & (rstf_m8)b)); }
-static inline rstf_v16 rstf_splat16(float x)
-{ rstf_v16 v; for (int i = 0; i < 16; ++i) v[i] = x; return v; }
-static inline rstf_v8 rstf_splat8(float x)
-{ rstf_v8 v; for (int i = 0; i < 8; ++i) v[i] = x; return v; }
 """
 
 
@@ -198,7 +194,7 @@ def epilogue_lines(epi: RegisterEpilogue, k: Kernel) -> list[str]:
         out.append("{")
         for s in epi.statements:
             text, is_vec = _Vector(epi, vt, vi, c0, s).expr(s.ast.rvalue)
-            val = text if is_vec else f"{_splat(vt)}({text})"
+            val = text if is_vec else f"{splat(vt)}({text})"
             dst = s.accesses[-1].array
             out.append(f"    const {vt} {dst}_c = {val};")
             if dst not in epi.contracted:
@@ -214,10 +210,6 @@ def _offset(row: int, c0: int) -> str:
 
 def _op(epi: RegisterEpilogue, array: str) -> Operand:
     return next(o for o in epi.operands if o.array == array)
-
-
-def _splat(vt: str) -> str:
-    return "rstf_splat16" if vt == "rstf_v16" else "rstf_splat8"
 
 
 class _Vector:
@@ -272,7 +264,7 @@ class _Vector:
         return f"{sel}({mask}, {self._vec(a, va)}, {self._vec(b, vb)})", True
 
     def _vec(self, text: str, is_vec: bool) -> str:
-        return text if is_vec else f"{_splat(self.vt)}({text})"
+        return text if is_vec else f"{splat(self.vt)}({text})"
 
 
 def kernel_sources(epi: RegisterEpilogue, kernels: list[Kernel]) -> str:

@@ -50,7 +50,7 @@ from pycparser import c_ast
 
 from .deps import Dependences, check_schedule_legal
 from .microkernel import HALF, VLEN, Shape, choose_order, choose_tile
-from .raise_c import Scop, Statement, _isl_name
+from .raise_c import Scop, Statement, _isl_name, multiply_add
 
 
 @dataclasses.dataclass
@@ -139,18 +139,15 @@ def extents(s: Statement) -> list[tuple[int, int]]:
 
 def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
     """The kernel tiling of `s` if it is a contraction the microkernel fits, else None."""
-    node = s.ast
-    if not (isinstance(node, c_ast.Assignment) and node.op == "+="
-            and isinstance(node.rvalue, c_ast.BinaryOp) and node.rvalue.op == "*"
-            and isinstance(node.rvalue.left, c_ast.ArrayRef)
-            and isinstance(node.rvalue.right, c_ast.ArrayRef)):
+    factors = multiply_add(s.ast)
+    if factors is None or not all(isinstance(f, c_ast.ArrayRef) for f in factors):
         return None
     if s.domain.n_basic_set() != 1 or s.domain.dim(isl.dim_type.param) or not s.iterators:
         return None
     if scop.buffers[s.accesses[-1].array].ctype != "float":
         return None
     by_ref = {id(a.ref): a for a in s.accesses if not a.write}
-    x0, x1 = by_ref.get(id(node.rvalue.left)), by_ref.get(id(node.rvalue.right))
+    x0, x1 = (by_ref.get(id(f)) for f in factors)
     y = s.accesses[-1]
     if x0 is None or x1 is None or x0.array == y.array or x1.array == y.array:
         return None
