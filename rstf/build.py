@@ -15,6 +15,7 @@ import fcntl
 import functools
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -64,6 +65,9 @@ def c_toolchain(optimizer: str = "poly", march: str = "native", threads: int = 0
     Graphite code runs on `threads` threads, or as many as the machine has. Polly's parallel
     loops call libgomp and use the threads the op wrapper sets, like rstf's own `omp` loops.
     """
+    if march and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", march):
+        # It reaches gcc's argv and the serving package's BUILD file as it is.
+        raise RstfError(f"--march {march!r} is not a gcc architecture name")
     if optimizer in ("poly", "none"):
         return CToolchain(optimizer, "gcc", tuple(c_flags(march)))
     if optimizer == "graphite":

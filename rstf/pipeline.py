@@ -381,7 +381,7 @@ def _write_output(out_dir, graph_def, lib, c_sources, wrapper, report, signature
         write_saved_model(os.path.join(tmp, serving["saved_model"]), graph_def, signature,
                           lib_copy)
         write_serving_ops(os.path.join(tmp, serving["ops_package"]), c_sources, wrapper,
-                          headers, serving["model_name"])
+                          headers, serving["model_name"], report["options"]["march"])
         with open(os.path.join(tmp, "report.json"), "w") as f:
             json.dump(report, f, indent=2)
             f.write("\n")

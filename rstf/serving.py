@@ -59,9 +59,10 @@ def write_saved_model(export_dir: str, graph_def, signature: dict, lib_path: str
 
 
 def write_serving_ops(pkg_dir: str, c_sources: dict[str, str], wrapper: str,
-                      headers: dict[str, str], model_name: str) -> None:
+                      headers: dict[str, str], model_name: str, march: str = "") -> None:
     """A Bazel package for TF Serving's tree: the generated sources, the header they need,
-    and a BUILD with one `cc_library(alwayslink = 1)` named `rstf_ops`."""
+    and a BUILD with one `cc_library(alwayslink = 1)` named `rstf_ops`, its C built with
+    `-march=<march>` (none when empty; `build.c_toolchain` has checked it is a plain name)."""
     from .opgen.base import render
 
     os.makedirs(pkg_dir)
@@ -70,7 +71,7 @@ def write_serving_ops(pkg_dir: str, c_sources: dict[str, str], wrapper: str,
             f.write(text)
     with open(os.path.join(pkg_dir, "BUILD"), "w") as f:
         f.write(render(BUILD_TEMPLATE, c_sources=sorted(c_sources), headers=sorted(headers),
-                       model_name=model_name))
+                       model_name=model_name, march=march))
 
 
 class RstfModel:

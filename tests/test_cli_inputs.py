@@ -73,6 +73,15 @@ def test_bad_input_shape_flag(tiny_pb):
     assert_one_line_error(rstf("optimize", tiny_pb, "--input-shape", "x:a,b"), "integers")
 
 
+def test_march_must_be_an_architecture_name(tmp_path, tiny_pb):
+    # It reaches gcc's argv and the serving BUILD file: a quote or a space is refused.
+    out = tmp_path / "o"
+    for bad in ('native", "-fplugin=x', "x86-64 -O0", "-O0"):
+        assert_one_line_error(rstf("optimize", tiny_pb, "-o", str(out), f"--march={bad}"),
+                              "is not a gcc architecture name")
+        assert not out.exists()
+
+
 def test_compare_not_an_output_folder(tmp_path, tiny_pb):
     assert_one_line_error(rstf("compare", tiny_pb, str(tmp_path)), "report.json")
 

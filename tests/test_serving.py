@@ -90,6 +90,7 @@ def test_serving_ops_compile_to_static_library(built, tmp_path):
     pkg = d / "a.rstf" / "serving_ops"
     build = (pkg / "BUILD").read_text()
     assert "alwayslink = 1" in build and 'name = "rstf_ops"' in build
+    assert '"-march=native",' in build  # the target rstf optimize built for
     include = tf.sysconfig.get_include()
     objs = []
     for f in sorted(os.listdir(pkg)):
