@@ -187,6 +187,33 @@ def test_poly_equals_textbook_bitwise(case):
                                      for f in info["fused"])
 
 
+def test_kernels_round_like_the_statement_they_replace():
+    """The templates' `y = fmaf(a, b, y)` runs in kernels of vector FMA; a `y += a * b`
+    (two roundings a step) in kernels that multiply then add. Each is bit-identical to its
+    textbook C, and the two differ from each other."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [24, 96], name="x")
+        tf.identity(tf.matmul(x, _w(96, 64)), name="out")
+
+    g, sg = _subgraph(build)
+    step = "c[i][j] = fmaf(a[i][k], b[k][j], c[i][j]);"
+    assert step in sg.source
+    x = rng.randn(24, 96).astype(np.float32)
+    results = {}
+    for fused in (True, False):
+        if not fused:
+            sg.source = sg.source.replace(step, "c[i][j] += a[i][k] * b[k][j];")
+        ref, got, info, _ = _run_both(g, sg, {"x:0": x})
+        (out,) = got
+        np.testing.assert_array_equal(got[out], ref[out])
+        assert info["kernel_calls"] > 0, info
+        new, _ = optimize_source(sg.source, sg.entry)
+        kernels = new[new.index("static inline void rstf_mk"):]
+        assert ("rstf_fma16(" in kernels) == fused and ("rstf_mku_" in new) != fused
+        results[fused] = got[out]
+    assert not np.array_equal(results[True], results[False])
+
+
 def test_lowered_c_is_readable_and_marked():
     def build():
         x = tf.compat.v1.placeholder(tf.float32, [1, 17, 17, 32], name="x")

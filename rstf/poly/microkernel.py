@@ -78,15 +78,18 @@ def vectors(width: int) -> list[tuple[str, int]]:
 @dataclasses.dataclass(frozen=True, order=True)
 class Shape:
     """One microkernel family: RB rows of `width` columns; `vec_a`: the row operand is read
-    as vectors (depthwise); `two`: a second reduction loop K2 around k."""
+    as vectors (depthwise); `two`: a second reduction loop K2 around k; `fused`: each step
+    is one fused multiply-add (the templates' fmaf), else a product then a sum (`+=`)."""
     rb: int
     width: int
     vec_a: bool = False
     two: bool = False
+    fused: bool = True
 
     @property
     def tag(self) -> str:
-        return ("d" if self.vec_a else "") + ("2" if self.two else "")
+        return ("d" if self.vec_a else "") + ("2" if self.two else "") + \
+            ("" if self.fused else "u")
 
     def rows(self, rb: int) -> "Shape":
         return dataclasses.replace(self, rb=rb)
@@ -144,13 +147,16 @@ def kernel_text(name: str, shape: Shape, params: str, finish: list[str], comment
     bload = "\n".join(f"        const {t} b{v} = *(const {t} *)(b + k * sbk + {c});"
                        for v, (t, c) in enumerate(vecs))
     def fma(v: int, t: str, av: str) -> str:
+        if not shape.fused:
+            return f"            acc{v}[r] += {av} * b{v};"
         return f"            acc{v}[r] = {_fma(t)}({av}, b{v}, acc{v}[r]);"
     if shape.vec_a:  # each row's own vector of a: one load per accumulator
         fmas = "\n".join(fma(v, t, f"*(const {t} *)(a + r * sar + k * sak + {c})")
                           for v, (t, c) in enumerate(vecs))
         aload = ""
     else:
-        fmas = "\n".join(fma(v, t, f"{splat(t)}(av)") for v, (t, _) in enumerate(vecs))
+        fmas = "\n".join(fma(v, t, f"{splat(t)}(av)" if shape.fused else "av")
+                          for v, (t, _) in enumerate(vecs))
         aload = "            const float av = a[r * sar + k * sak];\n"
     body = "\n".join(f"        {ln}" for ln in finish)
     loop = f"""\

@@ -86,10 +86,11 @@ class Kernel:
     # The reduction loops whose range is the chunk's own (dims lo<i>, hi<i> of K): kin, then
     # k2 or k. Empty: every chunk runs the whole ranges.
     ranged: list[str] = dataclasses.field(default_factory=list)
+    fused: bool = True  # the step is `y = fmaf(a, b, y)`, not `y += a * b`: one rounding
 
     @property
     def shape(self) -> Shape:
-        return Shape(self.rb, self.width, self.vec_a, self.kin is not None)
+        return Shape(self.rb, self.width, self.vec_a, self.kin is not None, self.fused)
 
     @property
     def width(self) -> int:
@@ -183,7 +184,7 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
             rb = 1
         c_of = dict(zip(iv, s.iterators))
         kern = Kernel(f"K{s.name}", s.name, c_of.get(r), c_of[k], c_of[v], rb, nv, k_lo, k_hi,
-                      a, b, y, vec_a=vec_a)
+                      a, b, y, vec_a=vec_a, fused=s.ast.op == "=")
         # Merge the next reduction loop out into k when k's whole range and it walk both
         # operands contiguously: a convolution's (kw, ic) with few input channels (the
         # first layer's 3) makes one long reduction instead of KW short ones.
