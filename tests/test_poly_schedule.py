@@ -418,3 +418,60 @@ def test_band_fusion_across_ops(case, threads):
         assert info["parallel_loops"] == 1, info
         ws_textbook = sg.workspace_bytes
         assert info["workspace_bytes"] < ws_textbook
+
+
+def _expand_dw(x, stride, padding, cin=16, cmid=48, cout=24):
+    """MobileNet v2's block head: 1x1 expansion + BN + ReLU6, then a 3x3 depthwise conv
+    (+ BN + ReLU6) at `stride`, then the 1x1 projection."""
+    e = tf.nn.relu6(tf.nn.conv2d(x, _w(1, 1, cin, cmid), 1, "SAME") * _w(cmid) + _w(cmid))
+    d = tf.nn.relu6(tf.raw_ops.DepthwiseConv2dNative(
+        input=e, filter=_w(3, 3, cmid, 1), strides=[1, stride, stride, 1],
+        padding=padding) * _w(cmid) + _w(cmid))
+    return e, tf.nn.conv2d(d, _w(1, 1, cmid, cout), 1, "SAME") * _w(cout) + _w(cout)
+
+
+HALO_CASES = {  # (halo bands, the window's first row at band row h minus 2h, build)
+    # Stride 2 over 37 rows: SAME pads one row on top, so band row h reads 2h-1..2h+1.
+    "stride2_same": (1, -1, lambda x: _expand_dw(x, 2, "SAME")[1]),
+    "stride2_valid": (1, 0, lambda x: _expand_dw(x, 2, "VALID")[1]),
+    # Stride 1 would compute every expanded row three times: refused.
+    "stride1": (0, None, lambda x: _expand_dw(x, 1, "SAME")[1]),
+    # The expanded tensor is also read elsewhere: it cannot shrink to a window.
+    "fan_out": (0, None,
+                lambda x: (lambda e, y: y + tf.reduce_mean(e))(*_expand_dw(x, 2, "SAME"))),
+}
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("case", sorted(HALO_CASES))
+def test_halo_band_recomputes_the_window(case, threads, monkeypatch):
+    """A 1x1 expansion fused into the band of the stride-2 depthwise conv that reads it
+    (band.fuse_halo): each band row recomputes the 3 expanded rows it reads into its own
+    buffer, so the row loop stays parallel. Bit-identical to the textbook C on 2 and 3
+    threads, refused at stride 1 and with fan-out. The size floor is lowered so that a
+    small graph qualifies."""
+    from rstf.poly import band
+
+    monkeypatch.setattr(band, "HALO_MIN_BYTES", 0)
+    want, first, build_y = HALO_CASES[case]
+    shape = (1, 37, 13, 16)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, shape, name="x")
+        tf.identity(build_y(x), name="out")
+
+    g, sg = _subgraph(build)
+    x = rng.rand(*shape).astype(np.float32)
+    ref, got, info, new = _run_both(g, sg, {"x:0": x}, threads=threads)
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k])
+    halos = [b for b in info["bands"] if b["recomputed_window"]]
+    assert len(halos) == want, info["bands"]
+    if want:
+        band_info = halos[0]
+        assert len(band_info["nodes"]) == 3 and band_info["loops"] == 2, band_info
+        ((y, win),) = band_info["recomputed_window"].items()
+        assert win == {"stride": 2, "first": first, "rows": 3}
+        # the window is a buffer of each iteration of the parallel row loop: no workspace
+        assert f"float {y}_row[3][13][48]" in new and f"{y}[restrict" not in new
+        assert info["workspace_bytes"] < sg.workspace_bytes

@@ -32,7 +32,9 @@ def optimize_source(source: str, entry: str, tile: bool = True,
     allocate that many bytes) and `seconds`. Each `fused` entry also says whether the
     group's epilogue runs in its kernels' registers (`epilogue_in_registers`). `bands`:
     consecutive groups fused row by row (`band.py`), with the tensor between them
-    `contracted_to_row` and the number of outer time dimensions (`loops`) they share.
+    `contracted_to_row` and the number of outer time dimensions (`loops`) they share;
+    `recomputed_window`: a tensor its producer recomputes, for each band row, into a buffer
+    of the rows that row reads (a halo band, `band.fuse_halo`).
     """
     import time
 
@@ -40,7 +42,7 @@ def optimize_source(source: str, entry: str, tile: bool = True,
 
     from ..cformat import format_c
     from .lower import lower
-    from .band import BandGroup, fuse_bands, parts_of
+    from .band import BandGroup, fuse_bands, fuse_halos, parts_of
     from .fuse import chain_time, find_chains, fuse_epilogue, fuse_reduction_epilogue
     from .schedule import CallSchedule, _pad, schedule_call
 
@@ -80,7 +82,7 @@ def optimize_source(source: str, entry: str, tile: bool = True,
             if stmts:
                 schedules.append(schedule_call(scop, c, stmts, deps, depth, tile=tile))
         if fuse:
-            schedules = fuse_bands(scop, deps, schedules)
+            schedules = fuse_halos(scop, deps, fuse_bands(scop, deps, schedules))
         head = source.split("#include", 1)[0]
         new, stats = lower(scop, deps, schedules, head)
     except (isl.Error, ValueError, KeyError) as e:
@@ -107,7 +109,10 @@ def optimize_source(source: str, entry: str, tile: bool = True,
                    "epilogue_in_registers": cs.call in stats.register_epilogues}
                   for cs in groups if cs.chain],
         "bands": [{"nodes": [scop.calls[p.call].node for p in g.parts],
-                   "contracted_to_row": sorted(g.rows), "loops": g.m} for g in bands],
+                   "contracted_to_row": sorted(set(g.rows) - set(g.halo)), "loops": g.m,
+                   "recomputed_window": {y: {"stride": s, "first": lo, "rows": kh}
+                                         for y, (s, lo, kh) in g.halo.items()}}
+                  for g in bands],
         "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
         "kernel_calls": stats.kernel_calls, "packed": stats.packed,
         "workspace_bytes": stats.workspace_bytes,

@@ -18,8 +18,24 @@ A pair (A, B) of consecutive groups fuses when, for the largest m >= 1 that work
   dependence between the two groups' statements (checked against the exact dependences);
 - the band's row loop (time dimension m, Y's dimension m-1) has at least MIN_ROWS
   iterations and one row of Y fits the budget of a stack buffer.
-A 3x3 convolution after the pair's producer reads rows h-1..h+1, so the check refuses it:
-fusing it needs recomputed halo rows, which this pass does not do.
+A 3x3 convolution after the pair's producer reads rows h-1..h+1, so the check refuses it.
+
+Halo bands (`fuse_halo`, after the row bands). MobileNet v2's block 1 expands a
+112x112x16 tensor to 96 channels (4.8 MB, more than a core's L2) for a stride-2 3x3
+depthwise convolution: row h of the depthwise output reads expanded rows 2h..2h+2. Here
+the expansion group A runs inside the band of its consumer X (a group, or a row band that
+starts with it), computing into a buffer of the window's kh rows, for each band row h, the
+rows s*h+lo .. s*h+lo+kh-1 it needs. The kh - s rows two windows share are computed twice
+(overlapped tiling): that is what keeps every iteration, and so the band loop, parallel. A's
+schedule becomes a relation (one point per window holding the row), which isl's AST
+generator executes once per point. It is legal when
+- A writes nothing but Y (and what its own chain contracts), Y is read by X's first group
+  only, and X writes nothing A reads (a later iteration's A may then read any time);
+- A's own dependences stay inside one row (recomputing a row repeats A's work exactly);
+- every read of Y by X's first group at band row h falls in the window, and every write by
+  A is to the row of its own time.
+It is worth it only for a stride of 2 or more with kh <= s + 1 (at most half the rows
+computed twice) and a Y of HALO_MIN_BYTES or more: a smaller one stays in L2 anyway.
 Each group keeps its own kernels and register epilogue; the lowering runs them in one
 function whose outer parallel loop is the band's row loop.
 """
@@ -34,10 +50,12 @@ from . import regepi
 from .deps import Dependences
 from .fuse import array_users
 from .raise_c import Scop
-from .schedule import CallSchedule, _violations
+from .schedule import CallSchedule, _eq, _violations, call_dependences
 
 ROW_BYTES = 256 * 1024  # largest contracted row (a stack buffer per iteration)
 MIN_ROWS = 16  # fewer band rows: the groups' own finer parallel loops balance better
+HALO_MIN_BYTES = 2 << 20  # smaller: Y stays in a core's L2 (1-2 MB on current x86 cores)
+MAX_STRIDE = 4  # the largest band stride a halo window is looked for at
 
 
 @dataclasses.dataclass
@@ -48,6 +66,9 @@ class BandGroup:
     time: dict[str, isl.Map]  # every original statement's new time
     ast_time: dict[str, dict[str, isl.Map]]  # part's call -> its AST statements' new times
     rows: dict[str, int]  # band-contracted buffer -> its leading dimensions dropped (m)
+    # halo band: buffer -> (s, lo, kh); band row h keeps its rows s*h+lo .. s*h+lo+kh-1
+    # (dimension m-1, the ones before it dropped), computed by parts[0] in each iteration
+    halo: dict[str, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
 
     @property
     def call(self) -> int:
@@ -148,6 +169,151 @@ def fuse_bands(scop: Scop, deps: Dependences, schedules: list) -> list:
         prev = out[-1] if out else None
         if isinstance(prev, CallSchedule) and isinstance(cs, CallSchedule):
             group = fuse_pair(scop, deps, prev, cs, users)
+            if group is not None:
+                out[-1] = group
+                continue
+        out.append(cs)
+    return out
+
+
+def _window(rel: isl.Map, time: isl.Map, m: int, s: int) -> tuple[int, int] | None:
+    """(lo, hi) when every instance touches Y[t1]..[t(m-1)][x][...] with
+    s*tm + lo <= x <= s*tm + hi at its time (pos, t1, .., tm, ...); None otherwise."""
+    if not _rows_match(rel, time, m - 1):
+        return None
+    tr = time.reverse().apply_range(rel).reset_tuple_id(isl.dim_type.in_)
+    nt, ny = tr.dim(isl.dim_type.in_), tr.dim(isl.dim_type.out)
+    if tr.dim(isl.dim_type.param) or nt <= m:
+        return None
+    t = ", ".join(f"t{i}" for i in range(nt))
+    x = ", ".join(f"x{i}" for i in range(ny))
+    name = tr.get_tuple_name(isl.dim_type.out)
+    off = isl.Map(f"{{ [[{t}] -> {name}[{x}]] -> [x{m - 1} - {s} * t{m}] }}")
+    d = tr.wrap().apply(off)
+    if d.is_empty():
+        return None
+    lo, hi = d.dim_min_val(0), d.dim_max_val(0)
+    if not (lo.is_int() and hi.is_int()):
+        return None
+    return int(lo.to_python()), int(hi.to_python())
+
+
+def _reshape(m: isl.Map, text) -> isl.Map:
+    """The time map followed by `text(t)`, a map on its time vectors written over the
+    names t = [t0, t1, ...] (the map's T stands for the vector)."""
+    t = [f"t{i}" for i in range(m.dim(isl.dim_type.out))]
+    return m.apply_range(isl.Map(text(t).replace("T", f"[{', '.join(t)}]")))
+
+
+def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
+    """A's group run inside X's band with the tensor between them contracted to a
+    recomputed window of rows (see the module doc), or None. `a` is a CallSchedule, `x`
+    a CallSchedule or a BandGroup without a halo."""
+    if not isinstance(a, CallSchedule) or not a.kernels or isinstance(a, BandGroup):
+        return None
+    if isinstance(x, BandGroup) and x.halo:
+        return None
+    parts = parts_of(x)
+    for p in [a, *parts]:
+        if any(k.tile_outer for k in p.kernels) or (p.rows and regepi.plan(scop, p) is None):
+            return None
+    b = parts[0]
+    an = {s.name for s in a.statements}
+    bn = {s.name for s in b.statements}
+    local = set(a.rows) | set(a.chain.contracted if a.chain else ())
+    written = {acc.array for s in a.statements for acc in s.accesses if acc.write} - local
+    if len(written) != 1:
+        return None
+    y = written.pop()
+    buf = scop.buffers[y]
+    if (buf.role != "temp" or buf.size is None or buf.size * 4 < HALO_MIN_BYTES
+            or not all(isinstance(d, int) for d in buf.shape) or len(buf.shape) < 3
+            or not users[y] <= an | bn or not users[y] & bn):
+        return None
+    xs = [s for p in parts for s in p.statements]
+    x_written = {acc.array for s in xs for acc in s.accesses if acc.write}
+    a_read = {acc.array for s in a.statements for acc in s.accesses if not acc.write}
+    if x_written & (a_read | {y}):
+        return None
+    ms = [x.m] if isinstance(x, BandGroup) else range(len(buf.shape) - 1, 1, -1)
+    for m in ms:
+        if not all(_rows_match(acc.relation, a.time[s.name], m)
+                   for s in a.statements for acc in s.accesses if acc.array == y):
+            continue
+        reads = [(acc.relation, x.time[s.name]) for s in b.statements for acc in s.accesses
+                 if acc.array == y]
+        for st in range(2, MAX_STRIDE + 1):
+            win = [_window(rel, t, m, st) for rel, t in reads]
+            if all(win):
+                break
+        else:
+            continue
+        lo, hi = min(w[0] for w in win), max(w[1] for w in win)
+        kh = hi - lo + 1
+        rows = max(int(x.time[s.name].range().dim_max_val(m).to_python()) for s in xs) + 1
+        if (kh > st + 1 or rows < MIN_ROWS
+                or kh * math.prod(buf.shape[m:]) * 4 > ROW_BYTES):
+            return None
+        if not _halo_legal(deps, a, xs, m):
+            return None
+        pos = int(a.time[a.statements[0].name].range().dim_min_val(0).to_python())
+        # A: (pos, t1..t(m-1), h, 0, tm, ...) for every band row h whose window holds tm
+        a_map = (lambda t: f"{{ T -> [{pos}, {', '.join(t[1:m])}, h, 0, {', '.join(t[m:])}] : "
+                 f"{st} * h + {lo} <= t{m} <= {st} * h + {hi} and 0 <= h < {rows} }}")
+        if isinstance(x, BandGroup):  # X's parts 0, 1, .. become 1, 2, ..; one more dim
+            x_map = (lambda t: f"{{ T -> [{pos}, {', '.join(t[1:m + 1])}, t{m + 1} + 1, "
+                     f"{', '.join(t[m + 2:] + ['0'])}] }}")
+        else:  # X: part 1 of the band, at the same depth as A
+            x_map = (lambda t: f"{{ T -> [{pos}, {', '.join(t[1:m + 1])}, 1, "
+                     f"{', '.join(t[m + 1:] + ['0'])}] }}")
+        time = {s.name: _reshape(a.time[s.name], a_map) for s in a.statements}
+        time.update({s.name: _reshape(x.time[s.name], x_map) for s in xs})
+        ast_time = {a.call: {k: _reshape(v, a_map) for k, v in a.ast_time.items()}}
+        for p in parts:
+            at = x.ast_time[p.call] if isinstance(x, BandGroup) else p.ast_time
+            ast_time[p.call] = {k: _reshape(v, x_map) for k, v in at.items()}
+        band_rows = dict(x.rows) if isinstance(x, BandGroup) else {}
+        band_rows[y] = m - 1
+        return BandGroup([a, *parts], m, time, ast_time, band_rows, {y: (st, lo, kh)})
+    return None
+
+
+def _halo_legal(deps: Dependences, a: CallSchedule, xs: list, m: int) -> bool:
+    """No dependence from X back to A, and A's own ones within one row (the same time
+    dimensions 0..m): then running any of A's rows again, in any band iteration, after
+    any of X's, computes the same values (see the module doc)."""
+    valid = call_dependences(deps, a.statements + xs).validity
+    a_dom = _union_sets(s.domain for s in a.statements)
+    x_dom = _union_sets(s.domain for s in xs)
+    if not valid.intersect_domain(x_dom).intersect_range(a_dom).is_empty():
+        return False
+    own = valid.intersect_domain(a_dom).intersect_range(a_dom)
+    if own.is_empty():
+        return True
+    sched = None
+    for s in a.statements:
+        u = isl.UnionMap.from_map(a.time[s.name])
+        sched = u if sched is None else sched.union(u)
+    n = a.time[a.statements[0].name].dim(isl.dim_type.out)
+    pairs = own.apply_domain(sched).apply_range(sched)
+    return pairs.is_subset(isl.UnionMap.from_map(_eq(n, m + 1)))
+
+
+def _union_sets(sets) -> isl.UnionSet:
+    u = None
+    for s in sets:
+        u = isl.UnionSet.from_set(s) if u is None else u.union(isl.UnionSet.from_set(s))
+    return u
+
+
+def fuse_halos(scop: Scop, deps: Dependences, schedules: list) -> list:
+    """The schedules with each group fused, by `fuse_halo`, into the band of the next."""
+    out: list = []
+    users = array_users(scop)
+    for cs in schedules:
+        prev = out[-1] if out else None
+        if isinstance(prev, CallSchedule):
+            group = fuse_halo(scop, deps, prev, cs, users)
             if group is not None:
                 out[-1] = group
                 continue

@@ -106,7 +106,8 @@ class _CallLowering:
     def __init__(self, scop: Scop, parts: list[CallSchedule],
                  epis: list[regepi.RegisterEpilogue | None], time: dict[str, isl.Map],
                  ast_time: dict[str, isl.Map], band_rows: dict[str, int],
-                 deps: Dependences, stats: LoweringStats):
+                 deps: Dependences, stats: LoweringStats, band_m: int = 0,
+                 halo: dict[str, tuple[int, int, int]] | None = None):
         self.scop, self.stats = scop, stats
         self.time, self.ast_time = time, ast_time
         stmts = [s for p in parts for s in p.statements]
@@ -128,6 +129,17 @@ class _CallLowering:
                     self.rows[name], self.row_span[name] = m, m + 1
         for name, m in band_rows.items():
             self.rows[name], self.row_span[name] = m, m
+        # A halo band's window buffers (band.fuse_halo): declared in the band's row loop
+        # (time dimension band_m, iterator c<band_m>), their first kept dimension indexed
+        # from the window's first row. The producer's rows are recomputed per iteration
+        # into the iteration's own buffer, so its dependences do not cross band rows.
+        self.halo, self.band_m = dict(halo or {}), band_m
+        for name in self.halo:
+            self.row_span[name] = band_m
+        self.valid_band = self.valid
+        if self.halo:
+            first = _union_set(s.domain for s in parts[0].statements)
+            self.valid_band = self.valid.subtract_domain(first)
         self.row_dim: dict[str, int | None] = {}
         self.work = {s.name: _volume(s) for s in stmts}
         self.lines: list[str] = []
@@ -270,7 +282,8 @@ class _CallLowering:
     def _is_parallel(self, names: set[str], p: int) -> bool:
         key = (frozenset(names), p)
         if key not in self._parallel:
-            self._parallel[key] = parallel_dims(self.valid, self.time, names, [p])[p]
+            valid = self.valid_band if p == self.band_m else self.valid
+            self._parallel[key] = parallel_dims(valid, self.time, names, [p])[p]
         return self._parallel[key]
 
     def _user(self, e: isl.AstExpr) -> None:
@@ -370,8 +383,13 @@ class _CallLowering:
         m = self.rows.get(access.array)
         if m is None:
             return _ref(access, env)
-        return f"{access.array}_row" + "".join(f"[{_affine_text(i, env)}]"
-                                               for i in access.index[m:])
+        idx = [f"[{_affine_text(i, env)}]" for i in access.index[m:]]
+        if access.array in self.halo:  # the row within the window of band row c<band_m>
+            s, lo, _ = self.halo[access.array]
+            first = f"{s} * c{self.band_m}" + (f" + {lo}" if lo > 0 else
+                                                f" - {-lo}" if lo < 0 else "")
+            idx[0] = f"[{idx[0][1:-1]} - ({first})]"
+        return f"{access.array}_row" + "".join(idx)
 
     def plan_rows(self, root: isl.AstNode) -> None:
         """Where each row buffer is declared: in the deepest loop of the AST among the
@@ -399,7 +417,10 @@ class _CallLowering:
             if self.row_dim.get(name) == p:
                 m = self.rows[name]
                 b = self.scop.buffers[name]
-                dims = "".join(f"[{d}]" for d in b.shape[m:])
+                shape = list(b.shape[m:])
+                if name in self.halo:  # the window's rows
+                    shape[0] = self.halo[name][2]
+                dims = "".join(f"[{d}]" for d in shape)
                 self.lines.append(f"{b.ctype} {name}_row{dims} __attribute__((aligned(64)));")
 
 
@@ -438,6 +459,13 @@ def _packing(scop: Scop, k: Kernel) -> Packing | None:
     if len(k.b.index[-1]) != 1 or k.b.index[-1].get(v) != 1:
         return None
     return Packing(k.b.array, b.size // cols, cols, VLEN * k.nv)
+
+
+def _union_set(sets) -> isl.UnionSet:
+    u = None
+    for s in sets:
+        u = isl.UnionSet.from_set(s) if u is None else u.union(isl.UnionSet.from_set(s))
+    return u
 
 
 def _step(it: str, node: isl.AstNode) -> str:
@@ -543,7 +571,8 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             epis.append(epi)
             ast_time.update(at)
         low = _CallLowering(scop, parts, epis, cs.time, ast_time,
-                            cs.rows if band else {}, deps, stats)
+                            cs.rows if band else {}, deps, stats,
+                            cs.m if band else 0, cs.halo if band else None)
         umap = None
         for m in ast_time.values():
             u = isl.UnionMap.from_map(m)
@@ -573,8 +602,12 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             for c in {p.call, *(p.chain.calls if p.chain else ())} - {cs.call}:
                 calls_text[c] = f"/* fused into {fname} */"
         if band:
+            rows = [r for r in cs.rows if r not in cs.halo]
             what.append(f"the groups fused row by row over time dimensions 1..{cs.m}; "
-                        f"contracted to one row: {', '.join(cs.rows)}")
+                        f"contracted to one row: {', '.join(rows) or 'none'}")
+            what += [f"{y} contracted to the {kh} rows from {s} * c{cs.m} + {lo} that band "
+                     f"row c{cs.m} reads, recomputed in each iteration"
+                     for y, (s, lo, kh) in cs.halo.items()]
         functions.append(
             f"/* {'; '.join(what)} */\n"
             f"{attr}static void {fname}({', '.join(decls)})\n{{\n" + "\n".join(low.lines)
