@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -28,8 +29,10 @@ inline tensorflow::TensorShape Shape(const std::vector<int64_t>& dims) {
 }
 
 // False (with the context's status set) unless input `i` has exactly `dtype` and `dims`.
+// Every call checks every input (a subgraph op can have hundreds, most of them weights),
+// so the match allocates nothing; the shapes are built for the message only.
 inline bool CheckInput(tensorflow::OpKernelContext* ctx, int i, tensorflow::DataType dtype,
-                       const std::vector<int64_t>& dims, const char* tensor) {
+                       std::initializer_list<int64_t> dims, const char* tensor) {
   const tensorflow::Tensor& t = ctx->input(i);
   if (t.dtype() != dtype) {
     ctx->CtxFailure(tensorflow::errors::InvalidArgument(
@@ -38,11 +41,16 @@ inline bool CheckInput(tensorflow::OpKernelContext* ctx, int i, tensorflow::Data
         tensorflow::DataTypeString(dtype)));
     return false;
   }
-  const tensorflow::TensorShape expected = Shape(dims);
-  if (t.shape() != expected) {
+  bool same = t.dims() == static_cast<int>(dims.size());
+  int k = 0;
+  for (int64_t d : dims) {
+    if (!same) break;
+    same = t.dim_size(k++) == d;
+  }
+  if (!same) {
     ctx->CtxFailure(tensorflow::errors::InvalidArgument(
         "rstf op '", ctx->op_kernel().name(), "': input ", i, " ('", tensor, "') has shape ",
-        t.shape().DebugString(), ", expected ", expected.DebugString(),
+        t.shape().DebugString(), ", expected ", Shape(dims).DebugString(),
         " (the op was generated for these exact shapes)"));
     return false;
   }

@@ -118,6 +118,21 @@ def test_optimize_and_compare(small_model, tmp_path):
     with pytest.raises((tf.errors.InvalidArgumentError, ValueError)) as e:
         fn(*bad)
     assert "input 0" in str(e.value) or "Dimension" in str(e.value) or "shape" in str(e.value)
+    # With the placeholder's shape unknown, graph construction lets a wrong shape through:
+    # the op's own run-time check (CheckInput) names the input and both shapes.
+    for n in gd.node:
+        if n.op == "Placeholder":
+            n.attr["shape"].shape.Clear()
+            n.attr["shape"].shape.unknown_rank = True
+    g1 = tf.Graph()
+    with g1.as_default():
+        tf.graph_util.import_graph_def(gd, name="")
+    with tf.compat.v1.Session(graph=g1) as s:
+        for shape, got in (((1, 13, 12, 3), "[1,13,12,3]"), ((1, 12, 12), "[1,12,12]")):
+            with pytest.raises(tf.errors.InvalidArgumentError) as e:
+                s.run("probs:0", {"input:0": np.zeros(shape, np.float32)})
+            assert (f"input 0 ('input:0') has shape {got}, expected [1,12,12,3]"
+                    in str(e.value)), str(e.value)
 
     # A second run is a cache hit and replaces nothing without --force.
     again = optimize(small_model, str(tmp_path / "again"), log=lambda m: None)
