@@ -209,7 +209,7 @@ def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
     """A's group run inside X's band with the tensor between them contracted to a
     recomputed window of rows (see the module doc), or None. `a` is a CallSchedule, `x`
     a CallSchedule or a BandGroup without a halo."""
-    if not isinstance(a, CallSchedule) or not a.kernels or isinstance(a, BandGroup):
+    if not isinstance(a, CallSchedule) or not a.kernels:
         return None
     if isinstance(x, BandGroup) and x.halo:
         return None
@@ -242,16 +242,22 @@ def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
             continue
         reads = [(acc.relation, x.time[s.name]) for s in b.statements for acc in s.accesses
                  if acc.array == y]
+        # The band's stride: the one whose windows are narrowest (on a finite domain any
+        # stride gives bounded ones, a wrong stride wide ones).
+        best = None
         for st in range(2, MAX_STRIDE + 1):
             win = [_window(rel, t, m, st) for rel, t in reads]
             if all(win):
-                break
-        else:
+                lo, hi = min(w[0] for w in win), max(w[1] for w in win)
+                if best is None or hi - lo < best[2] - best[1]:
+                    best = (st, lo, hi)
+        if best is None:
             continue
-        lo, hi = min(w[0] for w in win), max(w[1] for w in win)
+        st, lo, hi = best
         kh = hi - lo + 1
-        rows = max(int(x.time[s.name].range().dim_max_val(m).to_python()) for s in xs) + 1
-        if (kh > st + 1 or rows < MIN_ROWS
+        h0 = min(int(x.time[s.name].range().dim_min_val(m).to_python()) for s in xs)
+        h1 = max(int(x.time[s.name].range().dim_max_val(m).to_python()) for s in xs)
+        if (kh > st + 1 or h1 - h0 + 1 < MIN_ROWS
                 or kh * math.prod(buf.shape[m:]) * 4 > ROW_BYTES):
             return None
         if not _halo_legal(deps, a, xs, m):
@@ -259,7 +265,7 @@ def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
         pos = int(a.time[a.statements[0].name].range().dim_min_val(0).to_python())
         # A: (pos, t1..t(m-1), h, 0, tm, ...) for every band row h whose window holds tm
         a_map = (lambda t: f"{{ T -> [{pos}, {', '.join(t[1:m])}, h, 0, {', '.join(t[m:])}] : "
-                 f"{st} * h + {lo} <= t{m} <= {st} * h + {hi} and 0 <= h < {rows} }}")
+                 f"{st} * h + {lo} <= t{m} <= {st} * h + {hi} and {h0} <= h <= {h1} }}")
         if isinstance(x, BandGroup):  # X's parts 0, 1, .. become 1, 2, ..; one more dim
             x_map = (lambda t: f"{{ T -> [{pos}, {', '.join(t[1:m + 1])}, t{m + 1} + 1, "
                      f"{', '.join(t[m + 2:] + ['0'])}] }}")
