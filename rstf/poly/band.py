@@ -50,7 +50,7 @@ from . import regepi
 from .deps import Dependences
 from .fuse import array_users
 from .raise_c import Scop
-from .schedule import CallSchedule, _eq, _violations, call_dependences
+from .schedule import CallSchedule, _eq, _union, _violations, call_dependences
 
 ROW_BYTES = 256 * 1024  # largest contracted row (a stack buffer per iteration)
 MIN_ROWS = 16  # fewer band rows: the groups' own finer parallel loops balance better
@@ -163,12 +163,18 @@ def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule, b: CallSchedule,
 def fuse_bands(scop: Scop, deps: Dependences, schedules: list) -> list:
     """The schedules with each fusable consecutive pair replaced by its BandGroup (a group
     joins one band at most)."""
+    return _fuse_consecutive(schedules, lambda a, b, users: fuse_pair(scop, deps, a, b, users)
+                             if isinstance(b, CallSchedule) else None, array_users(scop))
+
+
+def _fuse_consecutive(schedules: list, fuse, users) -> list:
+    """The schedules with each group and the entry after it replaced by `fuse(group,
+    entry, users)` where that is not None."""
     out: list = []
-    users = array_users(scop)
     for cs in schedules:
         prev = out[-1] if out else None
-        if isinstance(prev, CallSchedule) and isinstance(cs, CallSchedule):
-            group = fuse_pair(scop, deps, prev, cs, users)
+        if isinstance(prev, CallSchedule):
+            group = fuse(prev, cs, users)
             if group is not None:
                 out[-1] = group
                 continue
@@ -260,7 +266,7 @@ def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
         if (kh > st + 1 or h1 - h0 + 1 < MIN_ROWS
                 or kh * math.prod(buf.shape[m:]) * 4 > ROW_BYTES):
             return None
-        if not _halo_legal(deps, a, xs, m):
+        if not _halo_legal(scop, deps, a, xs, m):
             return None
         pos = int(a.time[a.statements[0].name].range().dim_min_val(0).to_python())
         # A: (pos, t1..t(m-1), h, 0, tm, ...) for every band row h whose window holds tm
@@ -284,44 +290,25 @@ def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
     return None
 
 
-def _halo_legal(deps: Dependences, a: CallSchedule, xs: list, m: int) -> bool:
+def _halo_legal(scop: Scop, deps: Dependences, a: CallSchedule, xs: list, m: int) -> bool:
     """No dependence from X back to A, and A's own ones within one row (the same time
     dimensions 0..m): then running any of A's rows again, in any band iteration, after
     any of X's, computes the same values (see the module doc)."""
     valid = call_dependences(deps, a.statements + xs).validity
-    a_dom = _union_sets(s.domain for s in a.statements)
-    x_dom = _union_sets(s.domain for s in xs)
+    a_dom = scop._union_set(s.domain for s in a.statements)
+    x_dom = scop._union_set(s.domain for s in xs)
     if not valid.intersect_domain(x_dom).intersect_range(a_dom).is_empty():
         return False
     own = valid.intersect_domain(a_dom).intersect_range(a_dom)
     if own.is_empty():
         return True
-    sched = None
-    for s in a.statements:
-        u = isl.UnionMap.from_map(a.time[s.name])
-        sched = u if sched is None else sched.union(u)
+    sched = _union(a.time[s.name] for s in a.statements)
     n = a.time[a.statements[0].name].dim(isl.dim_type.out)
     pairs = own.apply_domain(sched).apply_range(sched)
     return pairs.is_subset(isl.UnionMap.from_map(_eq(n, m + 1)))
 
 
-def _union_sets(sets) -> isl.UnionSet:
-    u = None
-    for s in sets:
-        u = isl.UnionSet.from_set(s) if u is None else u.union(isl.UnionSet.from_set(s))
-    return u
-
-
 def fuse_halos(scop: Scop, deps: Dependences, schedules: list) -> list:
     """The schedules with each group fused, by `fuse_halo`, into the band of the next."""
-    out: list = []
-    users = array_users(scop)
-    for cs in schedules:
-        prev = out[-1] if out else None
-        if isinstance(prev, CallSchedule):
-            group = fuse_halo(scop, deps, prev, cs, users)
-            if group is not None:
-                out[-1] = group
-                continue
-        out.append(cs)
-    return out
+    return _fuse_consecutive(schedules, lambda a, x, users: fuse_halo(scop, deps, a, x, users),
+                             array_users(scop))

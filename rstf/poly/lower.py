@@ -138,7 +138,7 @@ class _CallLowering:
             self.row_span[name] = band_m
         self.valid_band = self.valid
         if self.halo:
-            first = _union_set(s.domain for s in parts[0].statements)
+            first = scop._union_set(s.domain for s in parts[0].statements)
             self.valid_band = self.valid.subtract_domain(first)
         self.row_dim: dict[str, int | None] = {}
         self.work = {s.name: _volume(s) for s in stmts}
@@ -459,13 +459,6 @@ def _packing(scop: Scop, k: Kernel) -> Packing | None:
     if len(k.b.index[-1]) != 1 or k.b.index[-1].get(v) != 1:
         return None
     return Packing(k.b.array, b.size // cols, cols, VLEN * k.nv)
-
-
-def _union_set(sets) -> isl.UnionSet:
-    u = None
-    for s in sets:
-        u = isl.UnionSet.from_set(s) if u is None else u.union(isl.UnionSet.from_set(s))
-    return u
 
 
 def _step(it: str, node: isl.AstNode) -> str:
