@@ -42,11 +42,7 @@ inline bool CheckInput(tensorflow::OpKernelContext* ctx, int i, tensorflow::Data
     return false;
   }
   bool same = t.dims() == static_cast<int>(dims.size());
-  int k = 0;
-  for (int64_t d : dims) {
-    if (!same) break;
-    same = t.dim_size(k++) == d;
-  }
+  for (int k = 0; same && k < t.dims(); ++k) same = t.dim_size(k) == dims.begin()[k];
   if (!same) {
     ctx->CtxFailure(tensorflow::errors::InvalidArgument(
         "rstf op '", ctx->op_kernel().name(), "': input ", i, " ('", tensor, "') has shape ",

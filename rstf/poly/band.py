@@ -163,18 +163,19 @@ def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule, b: CallSchedule,
 def fuse_bands(scop: Scop, deps: Dependences, schedules: list) -> list:
     """The schedules with each fusable consecutive pair replaced by its BandGroup (a group
     joins one band at most)."""
-    return _fuse_consecutive(schedules, lambda a, b, users: fuse_pair(scop, deps, a, b, users)
-                             if isinstance(b, CallSchedule) else None, array_users(scop))
+    users = array_users(scop)
+    return _fuse_consecutive(schedules, lambda a, b: fuse_pair(scop, deps, a, b, users)
+                             if isinstance(b, CallSchedule) else None)
 
 
-def _fuse_consecutive(schedules: list, fuse, users) -> list:
+def _fuse_consecutive(schedules: list, fuse) -> list:
     """The schedules with each group and the entry after it replaced by `fuse(group,
-    entry, users)` where that is not None."""
+    entry)` where that is not None."""
     out: list = []
     for cs in schedules:
         prev = out[-1] if out else None
         if isinstance(prev, CallSchedule):
-            group = fuse(prev, cs, users)
+            group = fuse(prev, cs)
             if group is not None:
                 out[-1] = group
                 continue
@@ -183,10 +184,8 @@ def _fuse_consecutive(schedules: list, fuse, users) -> list:
 
 
 def _window(rel: isl.Map, time: isl.Map, m: int, s: int) -> tuple[int, int] | None:
-    """(lo, hi) when every instance touches Y[t1]..[t(m-1)][x][...] with
-    s*tm + lo <= x <= s*tm + hi at its time (pos, t1, .., tm, ...); None otherwise."""
-    if not _rows_match(rel, time, m - 1):
-        return None
+    """(lo, hi): the bounds of x - s*tm over the elements Y[..][x][...] (dimension m-1)
+    that the instances touch at their times (pos, t1, .., tm, ...); None if unbounded."""
     tr = time.reverse().apply_range(rel).reset_tuple_id(isl.dim_type.in_)
     nt, ny = tr.dim(isl.dim_type.in_), tr.dim(isl.dim_type.out)
     if tr.dim(isl.dim_type.param) or nt <= m:
@@ -248,6 +247,8 @@ def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
             continue
         reads = [(acc.relation, x.time[s.name]) for s in b.statements for acc in s.accesses
                  if acc.array == y]
+        if not all(_rows_match(rel, t, m - 1) for rel, t in reads):
+            continue
         # The band's stride: the one whose windows are narrowest (on a finite domain any
         # stride gives bounded ones, a wrong stride wide ones).
         best = None
@@ -310,5 +311,5 @@ def _halo_legal(scop: Scop, deps: Dependences, a: CallSchedule, xs: list, m: int
 
 def fuse_halos(scop: Scop, deps: Dependences, schedules: list) -> list:
     """The schedules with each group fused, by `fuse_halo`, into the band of the next."""
-    return _fuse_consecutive(schedules, lambda a, x, users: fuse_halo(scop, deps, a, x, users),
-                             array_users(scop))
+    users = array_users(scop)
+    return _fuse_consecutive(schedules, lambda a, x: fuse_halo(scop, deps, a, x, users))

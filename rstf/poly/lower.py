@@ -386,9 +386,7 @@ class _CallLowering:
         idx = [f"[{_affine_text(i, env)}]" for i in access.index[m:]]
         if access.array in self.halo:  # the row within the window of band row c<band_m>
             s, lo, _ = self.halo[access.array]
-            first = f"{s} * c{self.band_m}" + (f" + {lo}" if lo > 0 else
-                                                f" - {-lo}" if lo < 0 else "")
-            idx[0] = f"[{idx[0][1:-1]} - ({first})]"
+            idx[0] = f"[{idx[0][1:-1]} - ({_window_start(s, lo, self.band_m)})]"
         return f"{access.array}_row" + "".join(idx)
 
     def plan_rows(self, root: isl.AstNode) -> None:
@@ -459,6 +457,11 @@ def _packing(scop: Scop, k: Kernel) -> Packing | None:
     if len(k.b.index[-1]) != 1 or k.b.index[-1].get(v) != 1:
         return None
     return Packing(k.b.array, b.size // cols, cols, VLEN * k.nv)
+
+
+def _window_start(s: int, lo: int, m: int) -> str:
+    """A halo window's first row at band row c<m>: s * c<m> + lo, as C."""
+    return f"{s} * c{m}" + (f" + {lo}" if lo > 0 else f" - {-lo}" if lo < 0 else "")
 
 
 def _step(it: str, node: isl.AstNode) -> str:
@@ -598,8 +601,8 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             rows = [r for r in cs.rows if r not in cs.halo]
             what.append(f"the groups fused row by row over time dimensions 1..{cs.m}; "
                         f"contracted to one row: {', '.join(rows) or 'none'}")
-            what += [f"{y} contracted to the {kh} rows from {s} * c{cs.m} + {lo} that band "
-                     f"row c{cs.m} reads, recomputed in each iteration"
+            what += [f"{y} contracted to the {kh} rows from {_window_start(s, lo, cs.m)} "
+                     f"that band row c{cs.m} reads, recomputed in each iteration"
                      for y, (s, lo, kh) in cs.halo.items()]
         functions.append(
             f"/* {'; '.join(what)} */\n"
