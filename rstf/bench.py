@@ -7,12 +7,16 @@ Engines:
   stock TensorFlow with the op library loaded;
 - `tf-eigen`, `tf-onednn`: stock TensorFlow with TF_ENABLE_ONEDNN_OPTS=0 / 1 (a Session on the
   frozen graph, as `rstf compare` runs it); `tf-eigen` is the reference of every ratio and
-  error, and always runs;
+  error, and always runs. These and the rstf engines are called through TensorFlow's C API
+  (rstf.tfclient), as a C++ server calls them;
 - `tf-xla`: the frozen graph as a `tf.function(jit_compile=True)`: XLA must compile the whole
   graph (or the engine fails), and the runner reports the size of the HLO module it ran;
 - `onnxruntime`: the graph converted by tf2onnx, on ONNX Runtime's CPU provider;
 - `openvino`: the frozen graph read by OpenVINO's TensorFlow frontend, compiled for CPU with
   `INFERENCE_PRECISION_HINT=f32` (OpenVINO would otherwise use bf16 where the CPU has it).
+
+The other three are called from their Python APIs: ONNX Runtime's and OpenVINO's are thin
+bindings; `tf-xla`'s `tf.function` call costs more Python per call than the others.
 
 Every engine runs in its own process (`python -m rstf.runner --engine ...`): one warm-up
 call, then `reps` timed calls; the result keeps every time, the median, min/max and

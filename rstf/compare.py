@@ -4,7 +4,9 @@ Both graphs run on the same seeded random inputs (or the user's `--inputs FILE.n
 are measured against stock TensorFlow with Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0), per
 output: the max absolute error, and that error relative to the output's largest magnitude.
 Latency is the median of `--reps` runs after a warm-up, for the optimized graph and for stock
-TensorFlow with Eigen and with oneDNN kernels, each in its own process.
+TensorFlow with Eigen and with oneDNN kernels, each in its own process, each called through
+TensorFlow's C API as a C++ server calls it (rstf.tfclient): a Python Session would add its
+own per-call interpreter work to all three.
 """
 from __future__ import annotations
 
@@ -140,7 +142,7 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
         return {"passed": passed, "rtol": rtol, "outputs": outputs, "seed": seed}
     lat = {k: runs[k]["latency_ms"] for k in ("rstf", "tf_eigen", "tf_onednn")}
     return {"passed": passed, "rtol": rtol, "outputs": outputs, "latency_ms": lat,
-            "reps": reps, "seed": seed,
+            "reps": reps, "seed": seed, "timed_through": runs["rstf"].get("client"),
             "speedup_vs_eigen": lat["tf_eigen"] / lat["rstf"] if lat["rstf"] else None,
             "speedup_vs_onednn": lat["tf_onednn"] / lat["rstf"] if lat["rstf"] else None}
 

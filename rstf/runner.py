@@ -4,7 +4,9 @@
 TF_ENABLE_ONEDNN_OPTS once, at import: stock TF with Eigen kernels and stock TF with oneDNN
 cannot share a process. The runner loads optional op libraries, feeds the inputs from an
 .npz file, fetches the requested tensors, saves them to an .npz file and prints one JSON line
-with the latencies. `--engine` picks another runtime for the same frozen graph (`rstf bench`:
+with the latencies. TensorFlow graphs are called through TensorFlow's C API by default
+(rstf.tfclient: no Python interpreter work inside the timed calls), or from a Python Session
+with `--client python`. `--engine` picks another runtime for the same frozen graph (`rstf bench`:
 XLA, ONNX Runtime, OpenVINO; see rstf/bench.py).
 """
 from __future__ import annotations
@@ -17,12 +19,24 @@ import time
 
 
 def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
-        reps: int, save: str | None) -> dict:
+        reps: int, save: str | None, client: str = "c") -> dict:
+    """The frozen graph through TensorFlow: with `client="c"` through its C API
+    (rstf.tfclient, the way a C++ server calls Session::Run), with `client="python"` through
+    a Python Session, whose per-call interpreter work is then counted in every latency."""
     import numpy as np
 
-    from .tfutil import tf
+    feeds = dict(np.load(inputs_path))
+    if client == "c":
+        from .tfclient import run_graph
+
+        outs, times = run_graph(graph_path, libs, feeds, fetches, reps)
+        if save:
+            np.savez(save, **{f"out{i}": o for i, o in enumerate(outs)})
+        return {"latency_ms": statistics.median(times) if times else None, "times_ms": times,
+                "client": "TF C API"}
 
     from .serving import load_library
+    from .tfutil import tf
 
     for lib in libs:
         load_library(lib)
@@ -32,11 +46,10 @@ def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
     g = tf.Graph()
     with g.as_default():
         tf.graph_util.import_graph_def(gd, name="")
-    feeds = dict(np.load(inputs_path))
     with tf.compat.v1.Session(graph=g) as sess:
         feed = {g.get_tensor_by_name(k): v for k, v in feeds.items()}
         fetch = [g.get_tensor_by_name(t) for t in fetches]
-        return timed(lambda: sess.run(fetch, feed), reps, save)
+        return timed(lambda: sess.run(fetch, feed), reps, save, client="Python Session")
 
 
 def timed(call, reps: int, save: str | None, **extra) -> dict:
@@ -64,12 +77,14 @@ def main(argv=None) -> int:
     p.add_argument("--fetch", action="append", default=[])
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--save")
-    p.add_argument("--engine", default="tf", help="tf (a Session), or one of rstf.bench's "
-                   "other runtimes")
+    p.add_argument("--engine", default="tf", help="tf, or one of rstf.bench's other runtimes")
+    p.add_argument("--client", choices=["c", "python"], default="c",
+                   help="with --engine tf: call the Session through TensorFlow's C API (the "
+                   "default) or from Python")
     a = p.parse_args(argv)
     try:
         if a.engine == "tf":
-            result = run(a.graph, a.lib, a.inputs, a.fetch, a.reps, a.save)
+            result = run(a.graph, a.lib, a.inputs, a.fetch, a.reps, a.save, a.client)
         else:
             from .bench import RUNTIMES
 

@@ -1,0 +1,87 @@
+"""The TensorFlow C-API client that times graphs for `rstf compare` and `rstf bench`."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from rstf import runner
+from rstf.errors import RstfError
+from rstf.tfclient import run_graph
+from rstf.tfutil import tf
+
+
+def _graph(path):
+    """x (float32 [2,3]), k (int32 [3]) and a scalar c -> y = x * k * c (float32),
+    s = sum(k) (int64), b = x > 0 (bool)."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (2, 3), name="x")
+        k = tf.compat.v1.placeholder(tf.int32, (3,), name="k")
+        c = tf.compat.v1.placeholder(tf.float32, (), name="c")
+        tf.multiply(x * c, tf.cast(k, tf.float32), name="y")
+        tf.reduce_sum(tf.cast(k, tf.int64), name="s")
+        tf.greater(x, 0.0, name="b")
+        tf.identity(c, name="c_out")
+    with open(path, "wb") as f:
+        f.write(g.as_graph_def().SerializeToString())
+
+
+def _feeds():
+    return {"x:0": np.array([[1.5, -2, 3], [0, 4, -5]], np.float32),
+            "k:0": np.array([2, 3, 7], np.int32), "c:0": np.float32(0.5)}
+
+
+def test_client_runs_the_graph_and_times_every_call(tmp_path):
+    pb = str(tmp_path / "g.pb")
+    _graph(pb)
+    feeds = _feeds()
+    outs, times = run_graph(pb, [], feeds, ["y:0", "s:0", "b:0", "c_out:0"],
+                             reps=4)
+    x, k = feeds["x:0"], feeds["k:0"]
+    np.testing.assert_array_equal(outs[0], x * 0.5 * k.astype(np.float32))
+    assert outs[0].dtype == np.float32 and outs[0].shape == (2, 3)
+    assert outs[1].dtype == np.int64 and outs[1].shape == () and outs[1] == 12
+    np.testing.assert_array_equal(outs[2], x > 0)
+    assert outs[3].shape == () and outs[3] == np.float32(0.5)
+    assert len(times) == 4 and all(t > 0 for t in times)
+
+
+def test_client_errors_are_one_line(tmp_path):
+    pb = str(tmp_path / "g.pb")
+    _graph(pb)
+    with pytest.raises(RstfError, match="no such node in the graph: nope:0"):
+        run_graph(pb, [], _feeds(), ["nope:0"], reps=1)
+    with pytest.raises(RstfError, match="no such output of its node: y:3"):
+        run_graph(pb, [], _feeds(), ["y:3"], reps=1)
+    bad = {**_feeds(), "k:0": np.array([2.0, 3.0, 7.0], np.float32)}  # k is int32
+    with pytest.raises(RstfError, match="running the graph: .*(int32|float)"):
+        run_graph(pb, [], bad, ["y:0"], reps=1)
+    with pytest.raises(RstfError, match="line break"):
+        run_graph(pb, [], _feeds(), ["y:0\nlib /tmp/x.so"], reps=1)
+    (tmp_path / "junk.pb").write_bytes(b"not a graph")
+    with pytest.raises(RstfError, match="importing the graph"):
+        run_graph(str(tmp_path / "junk.pb"), [], _feeds(), ["y:0"], reps=1)
+
+
+def test_runner_clients_agree(tmp_path, capsys):
+    """`python -m rstf.runner` through the C client (the default) and through a Python
+    Session save the same outputs; the JSON line says which client timed the calls."""
+    pb = str(tmp_path / "g.pb")
+    _graph(pb)
+    inputs = str(tmp_path / "in.npz")
+    np.savez(inputs, **_feeds())
+    saved = {}
+    for client in ("c", "python"):
+        save = str(tmp_path / f"{client}.npz")
+        argv = ["--graph", pb, "--inputs", inputs, "--fetch", "y:0", "--fetch", "s:0",
+                "--reps", "3", "--save", save, "--client", client]
+        assert runner.main(argv) == 0
+        result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert len(result["times_ms"]) == 3 and result["latency_ms"] > 0
+        assert result["client"] == {"c": "TF C API", "python": "Python Session"}[client]
+        saved[client] = np.load(save)
+    for key in ("out0", "out1"):
+        np.testing.assert_array_equal(saved["c"][key], saved["python"][key])
+        assert saved["c"][key].dtype == saved["python"][key].dtype
+    assert os.path.exists(inputs)
