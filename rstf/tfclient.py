@@ -7,8 +7,8 @@ calling thread). A C++ server such as TensorFlow Serving pays only the latter, a
 constant would otherwise sit on both sides of every ratio we report.
 
 The client is compiled once by gcc against the installed TensorFlow's C API and cached by
-content (source, gcc version, TensorFlow's libraries) beside the op-library builds. Nothing
-here imports TensorFlow, so a timing process starts in well under a second.
+content (source, TensorFlow's libraries) beside the op-library builds. Nothing here imports
+TensorFlow, so a timing process starts in well under a second.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 
@@ -31,6 +32,10 @@ TF_DTYPES = {np.dtype(np.float32): 1, np.dtype(np.float64): 2, np.dtype(np.int32
              np.dtype(np.int64): 9, np.dtype(np.bool_): 10, np.dtype(np.uint16): 17,
              np.dtype(np.float16): 19, np.dtype(np.uint32): 22, np.dtype(np.uint64): 23}
 NP_DTYPES = {v: k for k, v in TF_DTYPES.items()}
+
+
+class ClientUnavailable(RstfError):
+    """The client is not built and cannot be: no gcc."""
 
 
 def tf_dir() -> str:
@@ -51,21 +56,23 @@ def _tf_libs(tfd: str) -> list[str]:
 
 
 def client_path() -> str:
-    """The compiled client, built on first use (an atomic rename into the build cache)."""
-    from .build import _compiler_version, _run, cache_dir
+    """The compiled client, built on first use (an atomic rename into the build cache).
+    Raises ClientUnavailable when it is not built yet and there is no gcc to build it."""
+    from .build import _run, cache_dir
 
     tfd = tf_dir()
     libs = _tf_libs(tfd)
     key = hashlib.sha256()
     with open(SOURCE, "rb") as f:
         key.update(f.read())
-    key.update(_compiler_version("gcc").encode())
     for lib in libs:
         st = os.stat(lib)
         key.update(f"{lib} {st.st_size} {st.st_mtime_ns}".encode())
     exe = os.path.join(cache_dir(), f"tf_client-{key.hexdigest()[:16]}")
     if os.path.exists(exe):
         return exe
+    if shutil.which("gcc") is None:
+        raise ClientUnavailable("gcc is not installed")
     os.makedirs(cache_dir(), exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tf_client.", dir=cache_dir())
     os.close(fd)
@@ -103,8 +110,12 @@ def run_graph(graph_path: str, libs: list[str], feeds: dict[str, np.ndarray],
               fetches: list[str], reps: int) -> tuple[list[np.ndarray], list[float]]:
     """One warm-up call of the frozen graph, whose outputs are returned, then `reps` timed
     calls (ms each). Feeds and fetches are "node:index" tensor names; `libs` are op
-    libraries to load first. Raises RstfError with TensorFlow's message on failure."""
+    libraries to load first. A fetch that is also fed returns the fed value, as a Python
+    Session does (TensorFlow's C API refuses it). Raises RstfError with TensorFlow's
+    message on failure."""
     exe = client_path()
+    asked = fetches
+    fetches = [t for t in dict.fromkeys(fetches) if t not in feeds]
     with tempfile.TemporaryDirectory(prefix="rstf-run-") as work:
         spec = [_line("dir", work), f"reps {int(reps)}\n"]
         spec += [_line("lib", os.path.abspath(x)) for x in _unique_by_content(libs)]
@@ -137,4 +148,6 @@ def run_graph(graph_path: str, libs: list[str], feeds: dict[str, np.ndarray],
                                 "supported")
             data = np.fromfile(os.path.join(work, f"out{i}.bin"), dtype=dtype)
             outputs.append(data.reshape(meta["shape"]))
-    return outputs, result["times_ms"]
+    got = dict(zip(fetches, outputs))
+    return [got[t] if t in got else np.asarray(feeds[t]).copy() for t in asked], \
+        result["times_ms"]

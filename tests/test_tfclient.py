@@ -36,14 +36,16 @@ def test_client_runs_the_graph_and_times_every_call(tmp_path):
     pb = str(tmp_path / "g.pb")
     _graph(pb)
     feeds = _feeds()
-    outs, times = run_graph(pb, [], feeds, ["y:0", "s:0", "b:0", "c_out:0"],
-                             reps=4)
+    outs, times = run_graph(pb, [], feeds, ["y:0", "s:0", "b:0", "c_out:0", "k:0", "y:0"],
+                            reps=4)
     x, k = feeds["x:0"], feeds["k:0"]
     np.testing.assert_array_equal(outs[0], x * 0.5 * k.astype(np.float32))
     assert outs[0].dtype == np.float32 and outs[0].shape == (2, 3)
     assert outs[1].dtype == np.int64 and outs[1].shape == () and outs[1] == 12
     np.testing.assert_array_equal(outs[2], x > 0)
     assert outs[3].shape == () and outs[3] == np.float32(0.5)
+    np.testing.assert_array_equal(outs[4], k)  # fed and fetched: the fed value
+    np.testing.assert_array_equal(outs[5], outs[0])  # fetched twice
     assert len(times) == 4 and all(t > 0 for t in times)
 
 
@@ -85,3 +87,17 @@ def test_runner_clients_agree(tmp_path, capsys):
         np.testing.assert_array_equal(saved["c"][key], saved["python"][key])
         assert saved["c"][key].dtype == saved["python"][key].dtype
     assert os.path.exists(inputs)
+
+
+def test_runner_falls_back_to_python_without_gcc(tmp_path, monkeypatch, capsys):
+    """No client built and no gcc to build it: the Python Session times the graph, and the
+    result says so instead of failing."""
+    pb = str(tmp_path / "g.pb")
+    _graph(pb)
+    inputs = str(tmp_path / "in.npz")
+    np.savez(inputs, **_feeds())
+    monkeypatch.setenv("RSTF_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert runner.main(["--graph", pb, "--inputs", inputs, "--fetch", "s:0", "--reps", "1"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["client"] == "Python Session (no TF C API client: gcc is not installed)"
