@@ -9,7 +9,8 @@ For each model: build it (models/build.py, full input size), `rstf optimize` it 
 runs, rstf, TF Eigen and TF oneDNN each in its own process). With --rounds N the two
 compares alternate N times (none, poly, none, poly, ...) and every figure is the median of
 its N round medians: this shared machine's load comes in bursts of minutes, and alternating
-spreads a burst over both sides of the ratio instead of one. The machine's fp32 peak is
+spreads a burst over both sides of the ratio instead of one; each round's own ratio is
+printed beside the median's, to show the spread. The machine's fp32 peak is
 measured first (benchmarks/peak_fma.c on every core), so the poly row also reads as a
 fraction of the peak. Prints a markdown table (and one JSON object with --json).
 """
@@ -79,12 +80,16 @@ def main(argv=None) -> int:
                 err = max(o["max_rel_err"] for o in res["outputs"])
                 row[f"max_rel_err_{opt}"] = max(err, row.get(f"max_rel_err_{opt}", 0.0))
                 row["passed"] = row.get("passed", True) and res["passed"]
+                row["timed_through"] = res.get("timed_through")
         for opt in ("none", "poly"):
             row[f"rstf_{opt}_rounds_ms"] = [round(x, 3) for x in row[f"rstf_{opt}_ms"]]
             row[f"rstf_{opt}_ms"] = statistics.median(row[f"rstf_{opt}_ms"])
         row["tf_eigen_ms"] = statistics.median(row["tf_eigen_ms"])
         row["tf_onednn_ms"] = statistics.median(row["tf_onednn_ms"])
         row["speedup_poly_vs_none"] = row["rstf_none_ms"] / row["rstf_poly_ms"]
+        # Each round's none and poly ran back to back: its own ratio shows the spread.
+        row["speedup_rounds"] = [round(n / p, 2) for n, p in
+                                 zip(row["rstf_none_rounds_ms"], row["rstf_poly_rounds_ms"])]
         row["poly_over_eigen"] = row["rstf_poly_ms"] / row["tf_eigen_ms"]
         row["poly_over_onednn"] = row["rstf_poly_ms"] / row["tf_onednn_ms"]
         row["poly_gflops"] = row["gflop"] / row["rstf_poly_ms"] * 1e3
@@ -93,15 +98,17 @@ def main(argv=None) -> int:
         print(json.dumps(row), file=sys.stderr)
     print(f"fp32 peak measured on {cores} cores: {peak:.0f} GFLOP/s; medians of {args.reps}, "
           f"{max(1, args.rounds)} alternating round(s) (median of the rounds); TF columns: "
-          "median over every compare run\n")
+          "median over every compare run; rstf timed through the "
+          f"{rows[0].get('timed_through', '?') if rows else '?'}\n")
     print("| model | rstf none ms | rstf poly ms | TF Eigen ms | TF oneDNN ms | poly vs none "
-          "| poly / Eigen | poly / oneDNN | poly GFLOP/s (% peak) | max rel err | optimize s "
+          "(each round) | poly / Eigen | poly / oneDNN | poly GFLOP/s (% peak) | max rel err | optimize s "
           "(none, poly) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['rstf_none_ms']:.1f} | {r['rstf_poly_ms']:.1f} | "
               f"{r['tf_eigen_ms']:.1f} | {r['tf_onednn_ms']:.1f} | "
-              f"{r['speedup_poly_vs_none']:.2f}x | {r['poly_over_eigen']:.2f}x | "
+              f"{r['speedup_poly_vs_none']:.2f}x "
+              f"({', '.join(f'{x:.2f}' for x in r['speedup_rounds'])}) | {r['poly_over_eigen']:.2f}x | "
               f"{r['poly_over_onednn']:.2f}x | {r['poly_gflops']:.0f} ({r['poly_pct_peak']:.0f}%) "
               f"| {max(r['max_rel_err_none'], r['max_rel_err_poly']):.2g} | "
               f"{r['optimize_s_none']}, {r['optimize_s_poly']} |")
