@@ -85,6 +85,7 @@ def test_optimize_and_compare(small_model, tmp_path):
     assert result["passed"], result
     assert result["outputs"][0]["max_rel_err"] < 1e-5
     assert set(result["latency_ms"]) == {"rstf", "tf_eigen", "tf_onednn"}
+    assert result["timed_through"] == "TF C API"  # the C client loaded the op library
 
     # Loading in TF directly: same result, and a wrong-shape input is a clean error.
     from rstf.serving import load_library
