@@ -129,7 +129,8 @@ def run_graph(graph_path: str, libs: list[str], feeds: dict[str, np.ndarray],
             spec.append(_line("feed", " ".join(str(w) for w in words)))
         spec += [_line("fetch", t) for t in fetches]
         spec_path = os.path.join(work, "spec")
-        with open(spec_path, "w") as f:
+        # surrogateescape: a path that is not UTF-8 goes back to its own bytes.
+        with open(spec_path, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.writelines(spec)
         proc = subprocess.run([exe, spec_path], capture_output=True, text=True,
                               errors="replace")
