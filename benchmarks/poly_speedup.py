@@ -101,14 +101,14 @@ def main(argv=None) -> int:
           "median over every compare run; rstf timed through the "
           f"{rows[0].get('timed_through', '?') if rows else '?'}\n")
     print("| model | rstf none ms | rstf poly ms | TF Eigen ms | TF oneDNN ms | poly vs none "
-          "(each round) | poly / Eigen | poly / oneDNN | poly GFLOP/s (% peak) | max rel err | optimize s "
-          "(none, poly) |")
+          "(each round) | poly / Eigen | poly / oneDNN | poly GFLOP/s (% peak) | max rel err "
+          "| optimize s (none, poly) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        rounds = ", ".join(f"{x:.2f}" for x in r["speedup_rounds"])
         print(f"| {r['model']} | {r['rstf_none_ms']:.1f} | {r['rstf_poly_ms']:.1f} | "
               f"{r['tf_eigen_ms']:.1f} | {r['tf_onednn_ms']:.1f} | "
-              f"{r['speedup_poly_vs_none']:.2f}x "
-              f"({', '.join(f'{x:.2f}' for x in r['speedup_rounds'])}) | {r['poly_over_eigen']:.2f}x | "
+              f"{r['speedup_poly_vs_none']:.2f}x ({rounds}) | {r['poly_over_eigen']:.2f}x | "
               f"{r['poly_over_onednn']:.2f}x | {r['poly_gflops']:.0f} ({r['poly_pct_peak']:.0f}%) "
               f"| {max(r['max_rel_err_none'], r['max_rel_err_poly']):.2g} | "
               f"{r['optimize_s_none']}, {r['optimize_s_poly']} |")

@@ -194,9 +194,10 @@ def _compare(a) -> int:
             print(f"{o['name']}: max_abs_err {o['max_abs_err']:.3g}  max_rel_err "
                   f"{o['max_rel_err']:.3g}  {'ok' if o['passed'] else 'FAIL'}")
         lat = r["latency_ms"]
-        print(f"latency (median of {r['reps']}, through the {r['timed_through']}): rstf {lat['rstf']:.2f} ms, TF Eigen "
-              f"{lat['tf_eigen']:.2f} ms, TF oneDNN {lat['tf_onednn']:.2f} ms  (rstf/Eigen "
-              f"{lat['rstf'] / lat['tf_eigen']:.2f}x, rstf/oneDNN "
+        print(f"latency (median of {r['reps']}, through the {r['timed_through']}): rstf "
+              f"{lat['rstf']:.2f} ms, TF Eigen {lat['tf_eigen']:.2f} ms, TF oneDNN "
+              f"{lat['tf_onednn']:.2f} ms  (rstf/Eigen {lat['rstf'] / lat['tf_eigen']:.2f}x, "
+              "rstf/oneDNN "
               f"{lat['rstf'] / lat['tf_onednn']:.2f}x time)")
         print("PASSED" if r["passed"] else f"FAILED: error above --rtol {a.rtol:g}")
     return 0 if r["passed"] else 1

@@ -31,11 +31,6 @@
 
 #define MAX_DIMS 16
 
-typedef struct {
-  TF_Output port;
-  TF_Tensor *value; /* feeds only */
-} Port;
-
 static void put_escaped(const char *text) {
   for (const unsigned char *p = (const unsigned char *)text; *p; ++p) {
     if (*p == '"' || *p == '\\') printf("\\%c", *p);
@@ -101,7 +96,10 @@ int main(int argc, char **argv) {
   TF_Graph *graph = TF_NewGraph();
   const char *dir = ".";
   long reps = 0;
-  Port *feeds = calloc(spec_size + 1, sizeof(Port)), *fetches = calloc(spec_size + 1, sizeof(Port));
+  /* At most one feed or fetch per spec line. */
+  TF_Output *in_ports = malloc((spec_size + 1) * sizeof(TF_Output));
+  TF_Tensor **in_values = malloc((spec_size + 1) * sizeof(TF_Tensor *));
+  TF_Output *out_ports = malloc((spec_size + 1) * sizeof(TF_Output));
   int n_feeds = 0, n_fetches = 0;
   char path[8192];
 
@@ -141,9 +139,10 @@ int main(int argc, char **argv) {
       if (!value || TF_TensorByteSize(value) != n) fail("bad feed size", tensor);
       memcpy(TF_TensorData(value), bytes, n);
       free(bytes);
-      feeds[n_feeds++] = (Port){lookup(graph, tensor), value};
+      in_ports[n_feeds] = lookup(graph, tensor);
+      in_values[n_feeds++] = value;
     } else if (!strcmp(line, "fetch")) {
-      fetches[n_fetches++] = (Port){lookup(graph, arg), NULL};
+      out_ports[n_fetches++] = lookup(graph, arg);
     } else {
       fail("unknown spec directive", line);
     }
@@ -153,12 +152,7 @@ int main(int argc, char **argv) {
   TF_Session *session = TF_NewSession(graph, opts, status);
   check(status, "creating the session");
 
-  TF_Output *in_ports = malloc((n_feeds + 1) * sizeof(TF_Output));
-  TF_Tensor **in_values = malloc((n_feeds + 1) * sizeof(TF_Tensor *));
-  TF_Output *out_ports = malloc((n_fetches + 1) * sizeof(TF_Output));
   TF_Tensor **out_values = calloc(n_fetches + 1, sizeof(TF_Tensor *));
-  for (int i = 0; i < n_feeds; ++i) in_ports[i] = feeds[i].port, in_values[i] = feeds[i].value;
-  for (int i = 0; i < n_fetches; ++i) out_ports[i] = fetches[i].port;
   double *times = malloc((reps + 1) * sizeof(double));
 
   /* Call 0 is the warm-up (graph optimisation, allocations); its outputs are saved. */

@@ -90,10 +90,11 @@ def client_path() -> str:
 def _unique_by_content(libs: list[str]) -> list[str]:
     """Each library once per content: the same library under two paths would register its
     kernels twice, and TensorFlow refuses to run them (see serving.load_library)."""
+    from .build import _file_sha256
+
     seen, out = set(), []
     for lib in libs:
-        with open(lib, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
+        digest = _file_sha256(lib)
         if digest not in seen:
             seen.add(digest)
             out.append(lib)
