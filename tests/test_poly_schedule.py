@@ -144,9 +144,9 @@ def test_poly_equals_textbook_bitwise(case):
         np.testing.assert_array_equal(got[k], ref[k])
     if case.startswith("conv") or case in ("matmul", "matmul_row"):
         assert info["tiled"] and info["kernel_calls"] > 0, info
-    if case == "conv_rgb_7x7_stride2":  # 21 steps x 7 rows of taps: kh stays outside
-        assert info["tiled"][0]["reduction"] == ["kw", "ic"], info["tiled"]
-    if case.startswith("conv_rgb_3x3"):  # 27 steps in all: kh runs in the kernel too
+    # 27 steps in all, or 21 (kw x ic) x 7 rows of taps in 21-step calls: kh runs in
+    # the kernel too
+    if case.startswith("conv_rgb_"):
         assert info["tiled"][0]["reduction"] == ["kh", "kw", "ic"], info["tiled"]
     if case in ("conv_deep_weights_packed", "matmul_row"):
         # The partial last column tile (176 or 40 columns, not a multiple of the tile
@@ -214,9 +214,11 @@ def test_kernels_round_like_the_statement_they_replace():
 
 
 def test_lowered_c_is_readable_and_marked():
+    # 40 input channels: the 40-step calls leave kh and kw outside, summing into a row
+    # buffer that the Relu reads (schedule.SHORT_CALL)
     def build():
-        x = tf.compat.v1.placeholder(tf.float32, [1, 17, 17, 32], name="x")
-        y = tf.nn.relu(tf.nn.conv2d(x, _w(3, 3, 32, 64), 1, "SAME"))
+        x = tf.compat.v1.placeholder(tf.float32, [1, 17, 17, 40], name="x")
+        y = tf.nn.relu(tf.nn.conv2d(x, _w(3, 3, 40, 64), 1, "SAME"))
         tf.identity(tf.reduce_mean(y, [1, 2]), name="out")
 
     g, sg = _subgraph(build)
@@ -264,6 +266,27 @@ def test_contraction_roles():
     assert (k.r, k.k, k.v) == ("ow", "ic", "oc") and k.nv * 16 <= 32
     init = [s for s in scop.statements if not is_accumulation(s.ast)][0]
     assert find_contraction(init, scop) is None
+
+
+@pytest.mark.parametrize("ic,padding,inside", [
+    (32, "SAME", "kw"),  # a 32-step call: kw joins it although the border cuts kw
+    (80, "VALID", "kw"),  # no border: kw joins the 80 input channels
+    (64, "SAME", None),  # border chunks would cost more than 64-step calls
+    (128, "VALID", None),  # 384 steps: beyond KIN_DEPTH_LONG
+])
+def test_which_reductions_a_conv_kernel_runs(ic, padding, inside):
+    """Which of a 3x3 conv's reduction loops one kernel call runs beside ic, and which
+    stay outside it and accumulate through memory (schedule.find_contraction)."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 12, 12, ic], name="x")
+        tf.identity(tf.nn.conv2d(x, _w(3, 3, ic, 64), 1, padding), name="out")
+
+    _, sg = _subgraph(build)
+    scop = raise_subgraph(sg.source, sg.entry)
+    upd = [s for s in scop.statements if is_accumulation(s.ast)][0]
+    k = find_contraction(upd, scop)
+    assert (k.k, k.kin) == ("ic", inside)
+    assert k.depth == ic * (3 if inside else 1)
 
 
 def test_tiling_that_breaks_a_dependence_is_refused():

@@ -32,7 +32,9 @@ in both operands) gets the same tiling around a kernel that loads A as vectors
 A short reduction (at most KIN_DEPTH steps in all: the first conv's 3x3x3, a depthwise
 conv's 3x3 taps) also runs its next outer reduction loop inside the kernel (`Kernel.kin`:
 kh, as the kernel's second reduction level), so one call computes an output's whole
-reduction and the fused epilogue can run in registers (`regepi`). Such a kernel's reduction
+reduction and the fused epilogue can run in registers (`regepi`). So does a longer one,
+up to KIN_DEPTH_LONG steps, whose own calls would be short (SHORT_CALL: a 3x3 conv over 32
+channels runs kw x ic, not ic alone) or whose next loop no padding border cuts. Such a kernel's reduction
 ranges are *per chunk* (`Kernel.ranged`): at a padding border the taps that fall outside
 the input are cut, so the rows are grouped by the ranges they have (isl's lexmin/lexmax of
 each reduction loop, per row) and a border row runs in a kernel with fewer taps instead of
@@ -198,7 +200,9 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
         # ranges become the chunk's own (borders cut taps).
         outer = reds[:-2] if kern.k2 else reds[:-1]
         kin = outer[-1] if outer else None
-        if kin and kern.depth * (box[kin][1] - box[kin][0] + 1) <= KIN_DEPTH:
+        steps = kern.depth * (box[kin][1] - box[kin][0] + 1) if kin else 0
+        if kin and (steps <= KIN_DEPTH or steps <= KIN_DEPTH_LONG and (
+                kern.depth <= SHORT_CALL or not _cut(s, iv.index(kin), box[kin]))):
             kern.kin = c_of[kin]
             kern.kin_lo, kern.kin_hi = box[kin]
         if kern.kin or vec_a:
@@ -208,6 +212,25 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
 
 
 KIN_DEPTH = 64  # reduction steps up to which a kernel call runs kh too (see the docstring)
+# Longer ones (a 3x3 conv's kw x ic) run kh inside too when a call of the kernel's own
+# depth is short, at most SHORT_CALL steps: each call loads and stores its accumulators,
+# which costs a 32-step call (ic = 32) a quarter of its time or so. Or when no padding
+# border cuts kh (a VALID conv): a cut splits each row into border chunks with fewer taps,
+# and their one-row kernels, loads rather than FMAs, cost more than the accumulators save
+# (measured on Inception v3: 147x147x32 3x3 convs 10-20% faster with kh inside, 35x35
+# SAME ones with 48 to 96 channels 10-15% slower).
+KIN_DEPTH_LONG = 300
+SHORT_CALL = 32
+
+
+def _cut(s: Statement, d: int, lo_hi: tuple[int, int]) -> bool:
+    """Whether the range of iterator d of `s` depends on the other iterators (a padding
+    border cuts it): the domain is not its projection times [lo, hi]."""
+    free = s.domain.eliminate(isl.dim_type.set, d, 1)
+    box = isl.Set.universe(s.domain.get_space())
+    box = box.lower_bound_val(isl.dim_type.set, d, lo_hi[0]).upper_bound_val(
+        isl.dim_type.set, d, lo_hi[1])
+    return not free.intersect(box).is_equal(s.domain)
 
 
 def _roles(s: Statement, kern: Kernel) -> tuple[list[str], list[str], str | None, str, str]:
