@@ -34,8 +34,8 @@ conv's 3x3 taps) also runs its next outer reduction loop inside the kernel (`Ker
 kh, as the kernel's second reduction level), so one call computes an output's whole
 reduction and the fused epilogue can run in registers (`regepi`). So does a longer one,
 up to KIN_DEPTH_LONG steps, whose own calls would be short (SHORT_CALL: a 3x3 conv over 32
-channels runs kw x ic, not ic alone) or whose next loop no padding border cuts. Such a kernel's reduction
-ranges are *per chunk* (`Kernel.ranged`): at a padding border the taps that fall outside
+channels runs kw x ic, not ic alone) or whose next loop no padding border cuts. Such a
+kernel's reduction ranges are *per chunk* (`Kernel.ranged`): at a padding border the taps that fall outside
 the input are cut, so the rows are grouped by the ranges they have (isl's lexmin/lexmax of
 each reduction loop, per row) and a border row runs in a kernel with fewer taps instead of
 the textbook loops. Grouping by ranges is checked, not assumed: every instance of the
@@ -212,13 +212,13 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
 
 
 KIN_DEPTH = 64  # reduction steps up to which a kernel call runs kh too (see the docstring)
-# Longer ones (a 3x3 conv's kw x ic) run kh inside too when a call of the kernel's own
-# depth is short, at most SHORT_CALL steps: each call loads and stores its accumulators,
-# which costs a 32-step call (ic = 32) a quarter of its time or so. Or when no padding
-# border cuts kh (a VALID conv): a cut splits each row into border chunks with fewer taps,
-# and their one-row kernels, loads rather than FMAs, cost more than the accumulators save
-# (measured on Inception v3: 147x147x32 3x3 convs 10-20% faster with kh inside, 35x35
-# SAME ones with 48 to 96 channels 10-15% slower).
+# Longer ones, up to KIN_DEPTH_LONG steps (a 3x3 conv's kw x ic), run that loop inside
+# too when a call of the kernel's own depth is short, at most SHORT_CALL steps: each call
+# loads and stores its accumulators, which costs a 32-step call (ic = 32) a quarter of its
+# time or so. Or when no padding border cuts the loop (a VALID conv): a cut splits each row
+# into border chunks with fewer taps, and their one-row kernels, loads rather than FMAs,
+# cost more than the accumulators save (measured on Inception v3: its 147x147x32 3x3 convs
+# 10-20% faster with kw inside, its 35x35 SAME ones with 48 to 96 channels 10-15% slower).
 KIN_DEPTH_LONG = 300
 SHORT_CALL = 32
 
