@@ -62,6 +62,8 @@ class SubgraphCode:
     flops: int
     op_functions: int  # distinct op functions after deduplication
     dynamic_batch: bool = False  # entry takes (long N, long P, ...): see rstf/batch.py
+    # constant inputs the C reads in panel layout: cname -> panel width (poly/prepack.py)
+    prepacked: dict = dataclasses.field(default_factory=dict)
 
     @property
     def digest(self) -> str:

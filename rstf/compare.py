@@ -189,6 +189,7 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
     from .cexec import run_subgraph_c
     from .codegen import generate_subgraph
     from .opgen import get_handler
+    from .poly.prepack import pack_panels
     from .tfutil import tf
 
     report = _read_report(out_dir)
@@ -233,9 +234,12 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
         with g.as_default():
             tf.graph_util.import_graph_def(_custom_op_graph_def(entry["op_type"], sg.inputs),
                                            name="")
+        # Weights the op reads in panel layout are fed as the splice stores them.
+        panels = entry.get("poly", {}).get("prepacked", {})
+        feed = {f"in{i}:0": pack_panels(value(s.tensor), panels[s.cname])
+                if s.cname in panels else value(s.tensor) for i, s in enumerate(sg.inputs)}
         with tf.compat.v1.Session(graph=g) as sess:
-            got = sess.run([f"op:{j}" for j in range(len(sg.outputs))],
-                           {f"in{i}:0": value(s.tensor) for i, s in enumerate(sg.inputs)})
+            got = sess.run([f"op:{j}" for j in range(len(sg.outputs))], feed)
         outs = []
         for s, v in zip(sg.outputs, got):
             abs_err, rel_err = _errors(ref[s.tensor].astype(np.float64), v.astype(np.float64))

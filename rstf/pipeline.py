@@ -240,8 +240,12 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
         with rep.stage("optimise", len(codes)) as st:
             from .poly import optimize_source
 
-            results = run_ordered(optimize_source, [(sg.source, sg.entry) for sg in codes],
-                                  jobs, st.advance, [len(sg.source) for sg in codes])
+            # Frozen weights may be re-laid out for the kernels (poly/prepack.py).
+            tasks = [(sg.source, sg.entry, True, True,
+                      frozenset(s.cname for s in sg.inputs if gen.is_const(s.tensor)))
+                     for sg in codes]
+            results = run_ordered(optimize_source, tasks, jobs, st.advance,
+                                  [len(sg.source) for sg in codes])
         poly = [_apply_poly(sg, r, log) for sg, r in zip(codes, results)]
     for sg, info in zip(codes, poly):
         if one is not None:
@@ -289,6 +293,7 @@ def _apply_poly(sg: SubgraphCode, result: tuple[str, dict], log) -> dict:
     sg.source, info = result
     if "workspace_bytes" in info:  # the pass re-plans the workspace for its schedule
         sg.workspace_bytes = info["workspace_bytes"]
+    sg.prepacked = dict(info.get("prepacked", {}))
     if info["optimizer"] != "poly":
         log(f"subgraph {sg.index} left unoptimized: {info['diagnostic']}")
     else:

@@ -4,6 +4,11 @@ Every selected subgraph is replaced by one node running its custom op. Every oth
 kept as it was, with inputs that read a replaced node rewired to the custom op's outputs.
 When a replaced node is one of the model's outputs, an Identity (IdentityN for several
 outputs) under its original name keeps it fetchable: users' names never change.
+
+A frozen weight the op's C reads in panel layout (`SubgraphCode.prepacked`, see
+rstf/poly/prepack.py) is fed from a new Const, `<custom node>/<input>_panels`, holding the
+re-laid-out value; the original Const (and the Identity nodes forwarding it) is dropped
+when nothing else reads it, so the graph does not carry the weight twice.
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ def splice(graph: Graph, subgraphs: list[SubgraphCode], op_types: list[str],
             return produced[f"{node}:{idx}"]
         return _tensor_ref(node, idx)
 
+    taken = set(graph.nodes) | set(node_names)
     out = tf.compat.v1.GraphDef()
     out.versions.CopyFrom(graph.graph_def.versions)
     out.library.CopyFrom(graph.graph_def.library)
@@ -61,10 +67,45 @@ def splice(graph: Graph, subgraphs: list[SubgraphCode], op_types: list[str],
         if i not in emitted:
             emitted.add(i)
             _add_custom_node(out, graph, subgraphs[i], op_types[i], node_names[i], owner,
-                             node_names, remap)
+                             node_names, remap, taken)
         if nd.name in graph.outputs:
             _add_output_alias(out, graph, nd.name, remap)
+    _drop_unread_weights(out, graph, [s.tensor for sg in subgraphs for s in sg.inputs
+                                      if s.cname in sg.prepacked])
     return out
+
+
+def _panels_const(out, graph: Graph, tensor: str, width: int, name: str) -> None:
+    """A Const `name` holding the constant `tensor` in panel layout of `width` columns."""
+    from .poly.prepack import pack_panels
+
+    value = pack_panels(graph.const_value(tensor), width)
+    node = out.node.add()
+    node.name = name
+    node.op = "Const"
+    node.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
+    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+
+
+def _drop_unread_weights(out, graph: Graph, tensors: list[str]) -> None:
+    """Remove the Const nodes behind `tensors`, and the forwarding nodes between, that no
+    node of `out` reads any more and that are not model outputs."""
+    candidates = set()
+    for t in tensors:
+        node = graph.node_of(t)
+        while node.name not in candidates:
+            candidates.add(node.name)
+            if node.op == "Const" or not node.inputs:
+                break
+            node = graph.node_of(node.inputs[0])
+    while True:
+        read = {split_tensor(r.lstrip("^"))[0] for nd in out.node for r in nd.input}
+        dead = [i for i, nd in enumerate(out.node) if nd.name in candidates
+                and nd.name not in read and nd.name not in graph.outputs]
+        if not dead:
+            return
+        for i in reversed(dead):
+            del out.node[i]
 
 
 def _dedup(refs):
@@ -77,11 +118,20 @@ def _dedup(refs):
 
 
 def _add_custom_node(out, graph: Graph, sg: SubgraphCode, op_type: str, name: str, owner,
-                     node_names, remap) -> None:
+                     node_names, remap, taken: set[str]) -> None:
     node = out.node.add()
     node.name = name
     node.op = op_type
-    node.input.extend(remap(s.tensor) for s in sg.inputs)
+    for s in sg.inputs:
+        if s.cname not in sg.prepacked:
+            node.input.append(remap(s.tensor))
+            continue
+        const, k = f"{name}/{s.cname}_panels", 1
+        while const in taken:
+            const, k = f"{name}/{s.cname}_panels_{k}", k + 1
+        taken.add(const)
+        _panels_const(out, graph, s.tensor, sg.prepacked[s.cname], const)
+        node.input.append(const)
     members = set(sg.nodes)
     controls = []
     for m in sg.nodes:

@@ -12,6 +12,7 @@ from harness import generate_subgraph, load_graph_def, make_graph_def
 from rstf.cexec import run_subgraph_c
 from rstf.poly import compute_dependences, optimize_source, raise_subgraph
 from rstf.poly.microkernel import choose_tile, fits_registers
+from rstf.poly.prepack import pack_panels
 from rstf.poly.raise_c import is_accumulation
 from rstf.poly.schedule import call_dependences, find_contraction, schedule_call
 from rstf.tfutil import tf
@@ -31,12 +32,17 @@ def _subgraph(build, out="out"):
 
 def _run_both(g, sg, feeds, threads=2):
     """(textbook outputs, optimized outputs, report entry), the optimized C run with
-    `threads` OpenMP threads."""
+    `threads` OpenMP threads. The graph's constants are passed as such, as the pipeline
+    does: those the new C reads in panel layout are fed packed (poly/prepack.py)."""
     inputs = {s.tensor: (feeds[s.tensor] if s.tensor in feeds else g.const_value(s.tensor))
               for s in sg.inputs}
     ref = run_subgraph_c(sg, inputs)
-    new, info = optimize_source(sg.source, sg.entry)
+    constants = frozenset(s.cname for s in sg.inputs if g.is_const(s.tensor))
+    new, info = optimize_source(sg.source, sg.entry, constants=constants)
     assert info["optimizer"] == "poly", info
+    assert set(info["prepacked"]) <= constants
+    inputs = {s.tensor: pack_panels(v, info["prepacked"][s.cname])
+              if s.cname in info["prepacked"] else v for s, v in zip(sg.inputs, inputs.values())}
     old, sg.source = sg.source, new
     old_ws, sg.workspace_bytes = sg.workspace_bytes, info["workspace_bytes"]
     prev = os.environ.get("OMP_NUM_THREADS")
@@ -156,9 +162,19 @@ def test_poly_equals_textbook_bitwise(case):
         whole, part = (t["tile"][1] for t in info["tiled"])
         assert len(info["tiled"]) == 2 and part == cols % whole and part % 8 == 0, info
     if case == "conv_deep_weights_packed":
-        assert info["packed"] == 1 and info["tiled"][0]["order"] == "column tiles outermost"
+        # The frozen weight is read in panel layout (fed packed above, bit-identical); were
+        # it not a constant, each column tile's panel would be packed per call instead.
+        assert info["tiled"][0]["order"] == "column tiles outermost"
+        assert info["prepacked"] == {"in1": 48} and info["packed"] == 0, info
+        assert optimize_source(sg.source, sg.entry)[1]["packed"] == 1
     elif "tiled" in info:
         assert info["packed"] == 0
+    if case in ("conv_same", "conv_valid_stride2", "matmul_row"):
+        assert list(info["prepacked"]) == ["in1"], info["prepacked"]
+    if case.startswith("depthwise") or case in ("matmul_transposed_b", "matmul"):
+        # read as vectors along v; no unit-stride column; 50 = 48 + 2 columns, the last
+        # two in the textbook loops, which read the weight as it is
+        assert not info["prepacked"], info["prepacked"]
     if case == "matmul_transposed_b":  # b[j][k]: no unit-stride column in b
         assert not info["tiled"]
     if case == "conv_bn_relu6_chain":

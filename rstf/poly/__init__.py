@@ -17,9 +17,14 @@ __all__ = ["Access", "ArrayInfo", "Call", "Dependences", "NotRaisable", "Scop", 
            "raise_subgraph", "violated"]
 
 
-def optimize_source(source: str, entry: str, tile: bool = True,
-                    fuse: bool = True) -> tuple[str, dict]:
+def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = True,
+                    constants: frozenset[str] = frozenset()) -> tuple[str, dict]:
     """Run the polyhedral pass on one subgraph's C. Returns (new source, report entry).
+
+    `constants` names the entry's input arrays whose values are fixed when the op is built
+    (frozen weights). The new C may read some of them in the microkernels' panel layout:
+    the report entry's `prepacked` maps each to its panel width, and the op must then be
+    fed `prepack.pack_panels(value, width)` instead of the value (the splice does).
 
     The report entry: `optimizer` ('poly', or 'none' with a `diagnostic`), `statements`,
     `calls`, `tiled` (contractions tiled around microkernels, with their tile sizes, the
@@ -28,7 +33,8 @@ def optimize_source(source: str, entry: str, tile: bool = True,
     `refused` (tilings the dependence check rejected), `fused` (pointwise chains run as one
     loop nest, with the temporaries contracted to scalars), `parallel_loops`, `simd_loops`,
     `kernel_calls`, `packed` (kernels that copy their weight panel contiguous per column
-    tile), `workspace_bytes` (the re-planned workspace the new C needs: the caller must
+    tile), `prepacked` (constant inputs read in panel layout: input -> panel width),
+    `workspace_bytes` (the re-planned workspace the new C needs: the caller must
     allocate that many bytes) and `seconds`. Each `fused` entry also says whether the
     group's epilogue runs in its kernels' registers (`epilogue_in_registers`). `bands`:
     consecutive groups fused row by row (`band.py`), with the tensor between them
@@ -84,7 +90,7 @@ def optimize_source(source: str, entry: str, tile: bool = True,
         if fuse:
             schedules = fuse_halos(scop, deps, fuse_bands(scop, deps, schedules))
         head = source.split("#include", 1)[0]
-        new, stats = lower(scop, deps, schedules, head)
+        new, stats = lower(scop, deps, schedules, head, frozenset(constants))
     except (isl.Error, ValueError, KeyError) as e:
         # A scheduling or lowering failure must never cost the user the subgraph: keep the
         # textbook C, which is correct, and say why.
@@ -115,5 +121,6 @@ def optimize_source(source: str, entry: str, tile: bool = True,
                   for g in bands],
         "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
         "kernel_calls": stats.kernel_calls, "packed": stats.packed,
+        "prepacked": stats.prepacked,
         "workspace_bytes": stats.workspace_bytes,
         "seconds": round(time.perf_counter() - t0, 3)}

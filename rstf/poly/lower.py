@@ -28,6 +28,8 @@ from . import regepi
 from .microkernel import PRELUDE, VLEN, Shape, dispatch_name, dispatch_source
 from .raise_c import Scop, Statement, _isl_name, _text
 from .band import BandGroup, parts_of
+from . import prepack
+from .prepack import Panels, column_operand
 from .schedule import CallSchedule, Kernel, _addr, call_dependences, extents, parallel_dims
 
 MIN_WORK = 16384  # statement instances under a loop before a parallel region pays off
@@ -57,6 +59,7 @@ class LoweringStats:
     packed: int = 0  # kernels reading a packed copy of their column operand
     register_epilogues: list = dataclasses.field(default_factory=list)  # their groups' calls
     workspace_bytes: int = 0  # of the re-planned workspace
+    prepacked: dict = dataclasses.field(default_factory=dict)  # input -> panel width
 
 
 class _Emitter(c_generator.CGenerator):
@@ -107,8 +110,10 @@ class _CallLowering:
                  epis: list[regepi.RegisterEpilogue | None], time: dict[str, isl.Map],
                  ast_time: dict[str, isl.Map], band_rows: dict[str, int],
                  deps: Dependences, stats: LoweringStats, band_m: int = 0,
-                 halo: dict[str, tuple[int, int, int]] | None = None):
+                 halo: dict[str, tuple[int, int, int]] | None = None,
+                 panels: dict[str, Panels] | None = None):
         self.scop, self.stats = scop, stats
+        self.panels = panels or {}  # constant column operands read in panel layout
         self.time, self.ast_time = time, ast_time
         stmts = [s for p in parts for s in p.statements]
         self.valid = call_dependences(deps, stmts).validity
@@ -145,7 +150,7 @@ class _CallLowering:
         self.lines: list[str] = []
         self.kernel_shapes: set[Shape] = set()
         self.packs = {k.name: pk for k in self.kernels.values()
-                      if (pk := _packing(scop, k)) is not None}
+                      if k.b.array not in self.panels and (pk := _packing(scop, k)) is not None}
         stats.packed += len(self.packs)
 
     # ---------------------------------------------------------------- the AST walk
@@ -345,21 +350,22 @@ class _CallLowering:
         self.stats.kernel_calls += 1
         rows = "1" if not k.r else f"{vals['e']} - {vals['s']} + 1"
         b, sbk = f"&{self._ref(k.b, env)}", str(ab.get(ki, 0))
-        pk = self.packs.get(k.name)
+        kin = _isl_name(k.kin) if k.kin else None
+        sbin = str(ab.get(kin, 0))
+        pk, pn = self.packs.get(k.name), self.panels.get(k.b.array)
         if pk is not None:  # the packed panel: row q of the operand is row q of the panel
-            terms = [f"{c // pk.cols} * {env[x]}" if c != pk.cols else env[x]
-                     for x, c in ab.items()
-                     if x not in (1, _isl_name(k.v)) and c and env[x] != "0"]
-            if ab.get(1, 0):
-                terms.append(str(ab[1] // pk.cols))
-            row = " + ".join(terms) or "0"
+            row = _operand_row(ab, env, k, pk.cols)
             b = f"({k.name}_pack ? {k.name}_pack + {pk.vb} * ({row}) : {b})"
             sbk = f"({k.name}_pack ? {pk.vb * ab.get(ki, 0) // pk.cols} : {sbk})"
+        elif pn is not None:  # the weight in panel layout: the tile's panel, in place
+            w = pn.width(k)
+            b = (f"(const float *){pn.array} + {pn.rows * pn.vb} * {vals['u']} + "
+                 f"{w} * ({_operand_row(ab, env, k, pn.cols)})")
+            sbk, sbin = str(w * ab.get(ki, 0) // pn.cols), str(w * ab.get(kin, 0) // pn.cols)
         head = (f"({rows}, {depth}, &{self._ref(k.a, env)}, {aa.get(ri, 0) if ri else 0}, "
                 f"{aa.get(ki, 0)}, {b}, {sbk}")
         if k.kin:  # the second reduction level: its trip count and strides
-            kin = _isl_name(k.kin)
-            head += f", {trip[k.kin]}, {aa.get(kin, 0)}, {ab.get(kin, 0)}"
+            head += f", {trip[k.kin]}, {aa.get(kin, 0)}, {sbin}"
         if epi:  # the chain's arrays at the tile's first row and column
             return f"{epi.name(k)}{head}{self._epilogue_args(epi, k, env)});"
         return (f"{dispatch_name(k.shape)}{head}, &{self._ref(k.y, env)}, "
@@ -446,17 +452,20 @@ def _packing(scop: Scop, k: Kernel) -> Packing | None:
     stepping over whole rows of it."""
     if not k.tile_outer or k.cols or k.kin:  # (a partial tile is not packed)
         return None
-    b = scop.buffers[k.b.array]
-    addr = _addr(k.b, scop)
-    if addr is None or b.ctype != "float" or not b.shape or b.size is None:
+    operand = column_operand(k, scop)
+    if operand is None:
         return None
-    cols = b.shape[-1]
-    v = _isl_name(k.v)
-    if addr.get(v) != 1 or any(c % cols for x, c in addr.items() if x != v):
-        return None
-    if len(k.b.index[-1]) != 1 or k.b.index[-1].get(v) != 1:
-        return None
-    return Packing(k.b.array, b.size // cols, cols, VLEN * k.nv)
+    return Packing(k.b.array, *operand, VLEN * k.nv)
+
+
+def _operand_row(ab: dict, env: dict[str, str], k: Kernel, cols: int) -> str:
+    """The row of the column operand (seen as rows of `cols` columns) that the kernel
+    call's first element lies in, as C: every term of its offset but the column's."""
+    terms = [f"{c // cols} * {env[x]}" if c != cols else env[x]
+             for x, c in ab.items() if x not in (1, _isl_name(k.v)) and c and env[x] != "0"]
+    if ab.get(1, 0):
+        terms.append(str(ab[1] // cols))
+    return " + ".join(terms) or "0"
 
 
 def _window_start(s: int, lo: int, m: int) -> str:
@@ -546,10 +555,18 @@ def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
 
 
 def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
-          header: str) -> tuple[str, LoweringStats]:
+          header: str, constants: frozenset[str] = frozenset()) -> tuple[str, LoweringStats]:
     """The optimized C of the subgraph: `header` (the generated file's leading comment),
-    macros, microkernels, one scheduled function per call and the entry function."""
+    macros, microkernels, one scheduled function per call and the entry function.
+
+    `constants`: input arrays whose values are fixed when the op is built (frozen weights).
+    Those that only kernels read as their column operand are read in panel layout
+    (`prepack`): `stats.prepacked` names them, and whoever feeds the op must give it
+    `prepack.pack_panels` of their values."""
     stats = LoweringStats()
+    panels = prepack.plan(scop, [k for cs in schedules for k in cs.kernels],
+                          _scalar_statements(schedules), set(constants))
+    stats.prepacked = {name: pn.vb for name, pn in panels.items()}
     functions, shapes, calls_text = [], set(), {}
     params = [f"int {p}" for p in scop.params]
     epi_kernels = []
@@ -568,7 +585,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             ast_time.update(at)
         low = _CallLowering(scop, parts, epis, cs.time, ast_time,
                             cs.rows if band else {}, deps, stats,
-                            cs.m if band else 0, cs.halo if band else None)
+                            cs.m if band else 0, cs.halo if band else None, panels)
         umap = None
         for m in ast_time.values():
             u = isl.UnionMap.from_map(m)
@@ -620,6 +637,18 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
            + (PRELUDE + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
            + entry)
     return src, stats
+
+
+def _scalar_statements(schedules: list[CallSchedule]) -> set[str]:
+    """Original statements with instances outside any kernel: in some group's AST
+    (a kernel's leftover rows or columns, a chain's head, an untiled statement)."""
+    out = set()
+    for cs in schedules:
+        for p in parts_of(cs):
+            at = cs.ast_time[p.call] if isinstance(cs, BandGroup) else p.ast_time
+            kernels = {k.name for k in p.kernels}
+            out |= {n for n, m in at.items() if n not in kernels and not m.is_empty()}
+    return out
 
 
 def replan(scop: Scop, schedules: list[CallSchedule]) -> tuple[dict[str, int], int]:

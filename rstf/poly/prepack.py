@@ -1,0 +1,108 @@
+"""Weights laid out as the microkernels read them, once, at optimize time.
+
+A tiled contraction's kernel reads its column operand B (a convolution's or a MatMul's
+weight, seen as `rows` rows of `cols` columns) one column tile at a time: VB consecutive
+columns of every row, rows `cols` floats apart. Read in place, that is a strided walk
+(power-of-two strides conflict in the cache's sets), and a weight-heavy layer (MobileNet's
+7x7 Conv_1, 1.6 MB; its classifier, 5.1 MB) pays for it on every call; the lowering's
+per-call packing (`lower.Packing`) copies each panel into a contiguous buffer first, which
+costs a read, a write and a serial phase before each tile's arithmetic.
+
+When B is a constant input of the custom op (a frozen weight), the copy can be made once
+instead: the splice gives the op a Const holding B's *panel layout*, and the kernels read
+each panel in place, contiguous. The panel layout of a rows x cols matrix with tile width
+VB: tile t (columns t*VB .. t*VB + w_t - 1, w_t = min(VB, cols - t*VB)) is stored at
+offset t * rows * VB, row-major with rows w_t floats apart. The tensor keeps its shape and
+its element count; only the order of its elements changes.
+
+`plan` decides which constant inputs may take the layout: every access to the array in
+the subgraph must be the column operand of a (non-depthwise) kernel of one tile width,
+with the kernel's columns as the array's whole last dimension, every other iterator and
+the constant stepping over whole rows, and a column-remainder kernel exactly covering the
+last partial tile. Any other reader (a leftover scalar instance, a second operand, a
+depthwise kernel) keeps the array as it is. `pack_panels` computes the layout (numpy),
+for the splice and for anything else that feeds the op its original weight.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .microkernel import VLEN
+from .raise_c import Scop, _isl_name
+from .schedule import Kernel, _addr
+
+
+@dataclasses.dataclass(frozen=True)
+class Panels:
+    """A constant column operand stored in panel layout (module docstring)."""
+    array: str
+    rows: int
+    cols: int
+    vb: int  # the tile width: columns of every whole panel
+
+    def width(self, k: Kernel) -> int:
+        """Columns of the panel kernel `k` reads (its row stride in the layout)."""
+        return k.cols or self.vb
+
+
+def column_operand(k: Kernel, scop: Scop) -> tuple[int, int] | None:
+    """(rows, cols) of B as the kernel walks it, when it may be read as panels: the
+    kernel's columns are B's whole last dimension, and every other iterator (and the
+    constant) steps over whole rows."""
+    b = scop.buffers[k.b.array]
+    addr = _addr(k.b, scop)
+    if addr is None or b.ctype != "float" or not b.shape or b.size is None:
+        return None
+    cols = b.shape[-1]
+    v = _isl_name(k.v)
+    if addr.get(v) != 1 or any(c % cols for x, c in addr.items() if x != v):
+        return None
+    if len(k.b.index[-1]) != 1 or k.b.index[-1].get(v) != 1:
+        return None
+    return b.size // cols, cols
+
+
+def plan(scop: Scop, kernels: list[Kernel], scalar_statements: set[str],
+         constants: set[str]) -> dict[str, Panels]:
+    """{array: Panels} for the arrays of `constants` (constant inputs of the op) that
+    every reader reads as a kernel's column operand (module docstring). `kernels`: every
+    kernel of the subgraph's schedule; `scalar_statements`: the original statements that
+    still run instances outside kernels (their leftovers)."""
+    by_array: dict[str, list[Kernel]] = {}
+    for k in kernels:
+        by_array.setdefault(k.b.array, []).append(k)
+    out = {}
+    for name in sorted(constants & set(by_array)):
+        ks = by_array[name]
+        operands = {column_operand(k, scop) for k in ks}
+        widths = {VLEN * k.nv for k in ks}
+        if None in operands or len(operands) != 1 or len(widths) != 1:
+            continue
+        (rows, cols), = operands
+        vb, = widths
+        if any(k.vec_a for k in ks) or vb > cols:
+            continue
+        # A remainder kernel must read exactly the last, partial panel.
+        if any(k.cols and (k.u_last * vb + k.cols != cols or k.u_last != cols // vb)
+               for k in ks):
+            continue
+        statements = {k.statement for k in ks}
+        readers = [(s, a) for s in scop.statements for a in s.accesses if a.array == name]
+        if any(s.name not in statements or s.name in scalar_statements or a.write
+               for s, a in readers):
+            continue
+        if any(sum(a.array == name for a in s.accesses) != 1 for s, _ in readers):
+            continue  # B read twice by one statement: only one read is the kernel's
+        out[name] = Panels(name, rows, cols, vb)
+    return out
+
+
+def pack_panels(value: np.ndarray, vb: int) -> np.ndarray:
+    """`value` (any shape, its last dimension the columns) in panel layout with tile width
+    `vb`, same shape and dtype (module docstring)."""
+    cols = value.shape[-1]
+    m = np.ascontiguousarray(value).reshape(-1, cols)
+    panels = [m[:, t:t + vb].reshape(-1) for t in range(0, cols, vb)]
+    return np.concatenate(panels).reshape(value.shape).astype(value.dtype, copy=False)
