@@ -70,8 +70,11 @@ def splice(graph: Graph, subgraphs: list[SubgraphCode], op_types: list[str],
                              node_names, remap, taken)
         if nd.name in graph.outputs:
             _add_output_alias(out, graph, nd.name, remap)
+    # The weights now read in panel layout, and the constants a covered node took as
+    # arguments (Pad's paddings, Mean's axes): the generated C has their values built in.
+    folded = [t for n in owner for t in graph.nodes[n].inputs if graph.is_const(t)]
     _drop_unread_weights(out, graph, [s.tensor for sg in subgraphs for s in sg.inputs
-                                      if s.cname in sg.prepacked])
+                                      if s.cname in sg.prepacked] + folded)
     return out
 
 
@@ -89,7 +92,8 @@ def _panels_const(out, graph: Graph, tensor: str, width: int, name: str) -> None
 
 def _drop_unread_weights(out, graph: Graph, tensors: list[str]) -> None:
     """Remove the Const nodes behind `tensors`, and the forwarding nodes between, that no
-    node of `out` reads any more and that are not model outputs."""
+    node of `out` reads any more and that are not model outputs. `tensors` must be
+    constants: the walk stops at the first Const."""
     candidates = set()
     for t in tensors:
         node = graph.node_of(t)

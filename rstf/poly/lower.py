@@ -355,12 +355,12 @@ class _CallLowering:
         pk, pn = self.packs.get(k.name), self.panels.get(k.b.array)
         if pk is not None:  # the packed panel: row q of the operand is row q of the panel
             row = _operand_row(ab, env, k, pk.cols)
-            b = f"({k.name}_pack ? {k.name}_pack + {pk.vb} * ({row}) : {b})"
+            b = f"({k.name}_pack ? {_plus(f'{k.name}_pack', pk.vb, row)} : {b})"
             sbk = f"({k.name}_pack ? {pk.vb * ab.get(ki, 0) // pk.cols} : {sbk})"
         elif pn is not None:  # the weight in panel layout: the tile's panel, in place
             w = pn.width(k)
-            b = (f"(const float *){pn.array} + {pn.rows * pn.vb} * {vals['u']} + "
-                 f"{w} * ({_operand_row(ab, env, k, pn.cols)})")
+            b = _plus(f"(const float *){pn.array} + {pn.rows * pn.vb} * {vals['u']}", w,
+                      _operand_row(ab, env, k, pn.cols))
             sbk, sbin = str(w * ab.get(ki, 0) // pn.cols), str(w * ab.get(kin, 0) // pn.cols)
         head = (f"({rows}, {depth}, &{self._ref(k.a, env)}, {aa.get(ri, 0) if ri else 0}, "
                 f"{aa.get(ki, 0)}, {b}, {sbk}")
@@ -466,6 +466,11 @@ def _operand_row(ab: dict, env: dict[str, str], k: Kernel, cols: int) -> str:
     if ab.get(1, 0):
         terms.append(str(ab[1] // cols))
     return " + ".join(terms) or "0"
+
+
+def _plus(base: str, scale: int, row: str) -> str:
+    """`base + scale * (row)` as C, without a term that adds nothing (row "0")."""
+    return base if row == "0" else f"{base} + {scale} * ({row})"
 
 
 def _window_start(s: int, lo: int, m: int) -> str:
