@@ -3,6 +3,7 @@ rstf/poly/lower.py, rstf/poly/microkernel.py): contraction tiling around microke
 legality against exact dependences, dependence-based pragmas, and the lowered C computing
 exactly what the textbook C computes."""
 import os
+import re
 
 import islpy as isl
 import numpy as np
@@ -485,8 +486,9 @@ HALO_CASES = {  # (halo bands, the window's first row at band row h minus 2h, bu
 @pytest.mark.parametrize("case", sorted(HALO_CASES))
 def test_halo_band_recomputes_the_window(case, threads, monkeypatch):
     """A 1x1 expansion fused into the band of the stride-2 depthwise conv that reads it
-    (band.fuse_halo): each band row recomputes the 3 expanded rows it reads into its own
-    buffer, so the row loop stays parallel. Bit-identical to the textbook C on 2 and 3
+    (band.fuse_halo): each band row computes the 3 expanded rows it reads into its
+    thread's window buffer, so the row loop stays parallel, and the row it shares with
+    the band row the thread ran before is moved up instead of recomputed. Bit-identical to the textbook C on 2 and 3
     threads, refused at stride 1 and with fan-out. The size floor is lowered so that a
     small graph qualifies."""
     from rstf.poly import band
@@ -510,7 +512,13 @@ def test_halo_band_recomputes_the_window(case, threads, monkeypatch):
         band_info = halos[0]
         assert len(band_info["nodes"]) == 3 and band_info["loops"] == 2, band_info
         ((y, win),) = band_info["recomputed_window"].items()
-        assert win == {"stride": 2, "first": first, "rows": 3}
-        # the window is a buffer of each iteration of the parallel row loop: no workspace
+        assert win == {"stride": 2, "first": first, "rows": 3, "carried": 1}
+        # the window is a buffer of each thread of the parallel row loop: no workspace
         assert f"float {y}_row[3][13][48]" in new and f"{y}[restrict" not in new
+        # a thread's next band row moves the shared row up and computes from the one after
+        assert f"if (rstf_carry) memmove(&{y}_row[0], &{y}_row[2], 1 * sizeof" in new
+        assert "#pragma omp for schedule(static)" in new
+        start = "2 * c2" + (f" + {first + 1}" if first + 1 else "")  # (2h + first) + 1
+        assert re.search(rf"for \(int c4 = \(rstf_carry \? rstf_max\(.*, {re.escape(start)}\) :",
+                         new)
         assert info["workspace_bytes"] < sg.workspace_bytes

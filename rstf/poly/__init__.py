@@ -40,7 +40,8 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
     consecutive groups fused row by row (`band.py`), with the tensor between them
     `contracted_to_row` and the number of outer time dimensions (`loops`) they share;
     `recomputed_window`: a tensor its producer recomputes, for each band row, into a buffer
-    of the rows that row reads (a halo band, `band.fuse_halo`).
+    of the rows that row reads (a halo band, `band.fuse_halo`), but the `carried` rows a
+    thread's previous band row computed, which move to the buffer's top.
     """
     import time
 
@@ -116,7 +117,8 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
                   for cs in groups if cs.chain],
         "bands": [{"nodes": [scop.calls[p.call].node for p in g.parts],
                    "contracted_to_row": sorted(set(g.rows) - set(g.halo)), "loops": g.m,
-                   "recomputed_window": {y: {"stride": s, "first": lo, "rows": kh}
+                   "recomputed_window": {y: {"stride": s, "first": lo, "rows": kh,
+                                             "carried": kh - s if y in stats.carried else 0}
                                          for y, (s, lo, kh) in g.halo.items()}}
                   for g in bands],
         "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,

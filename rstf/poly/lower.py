@@ -60,6 +60,7 @@ class LoweringStats:
     register_epilogues: list = dataclasses.field(default_factory=list)  # their groups' calls
     workspace_bytes: int = 0  # of the re-planned workspace
     prepacked: dict = dataclasses.field(default_factory=dict)  # input -> panel width
+    carried: set = dataclasses.field(default_factory=set)  # halo windows whose rows move
 
 
 class _Emitter(c_generator.CGenerator):
@@ -141,6 +142,12 @@ class _CallLowering:
         self.halo, self.band_m = dict(halo or {}), band_m
         for name in self.halo:
             self.row_span[name] = band_m
+        # Consecutive windows share their last kh - s rows (s: the band's stride). A thread
+        # that ran band row h - 1 just before h moves them to the window's top instead of
+        # recomputing them (`_carry_*`); the producer's AST names say which row loop to trim.
+        self.producer = ({s.name for s in parts[0].statements}
+                         | {k.name for k in parts[0].kernels}) if self.halo else set()
+        self.carrying: str | None = None  # C: the first row still to compute, when carrying
         self.valid_band = self.valid
         if self.halo:
             first = scop._union_set(s.domain for s in parts[0].statements)
@@ -189,6 +196,8 @@ class _CallLowering:
             self.lines.append("}")
             return
         p = int(it[1:])  # isl names iterators c<time dimension>
+        if self.carrying and p == self.band_m + 2 and _users(body) <= self.producer:
+            init = f"(rstf_carry ? rstf_max({init}, {self.carrying}) : {init})"
         names = _users(body)
         originals = self._originals(names)
         innermost = not _has_for(body)
@@ -212,20 +221,56 @@ class _CallLowering:
         if parallel and want_simd:
             pragma.append("simd")
             self.stats.simd_loops += 1
+        carry = self._carry_start(p, par, inner is not None, packing)
+        if carry and par:  # the region's threads each keep their window across rows
+            pragma[0] = "for schedule(static)"
         if pragma:
             self.lines.append(f"#pragma omp {' '.join(pragma)}")
         self.lines.append(f"for (int {it} = {init}; {_expr(node.for_get_cond())}; "
                           f"{_step(it, node)}) {{")
-        self._row_decls(p)
+        self._row_decls(p, skip=self.halo if carry else ())
         self._pack_tiles(p, it)
+        if carry:
+            self._carry_rows(it)
         if inner is not None:
             self._for(inner, True, bare=True)
         else:
             self.emit(body, in_parallel or par)
         self.lines.append("}")
+        if carry:
+            self.carrying = None
+            self.lines.append("}")
         if packing:
             self.lines.extend(f"free({name}_pack);" for name in self.packs)
             self.lines.append("}")
+
+    def _carry_start(self, p: int, par: bool, collapsed: bool, packing: bool) -> bool:
+        """Open the block of a halo band's row loop whose window rows are carried from one
+        band row to the next: the window, declared once per thread, and the row it holds.
+        Only for one window overlapping the next (kh > s) and a loop not collapsed."""
+        if (p != self.band_m or len(self.halo) != 1 or collapsed or packing
+                or self.row_dim.get(next(iter(self.halo))) != p):
+            return False
+        name, (st, lo, kh) = next(iter(self.halo.items()))
+        if kh <= st:
+            return False
+        self.lines.extend(["#pragma omp parallel", "{"] if par else ["{"])
+        self._row_decls(p, only=self.halo)
+        self.lines.append("int rstf_held = 0, rstf_has = 0;  /* the band row it holds */")
+        self.carrying = _window_start(st, lo + kh - st, p)
+        self.stats.carried.add(name)
+        return True
+
+    def _carry_rows(self, it: str) -> None:
+        """At the top of a carrying band row: when this thread's previous band row was the
+        one before, move the window's last kh - s rows (this row's first ones) to its top;
+        the producer's row loop then starts after them (`self.carrying`)."""
+        name, (st, lo, kh) = next(iter(self.halo.items()))
+        buf = f"{name}_row"
+        self.lines.append(f"const int rstf_carry = rstf_has && rstf_held == {it} - 1;")
+        self.lines.append(f"if (rstf_carry) memmove(&{buf}[0], &{buf}[{st}], "
+                          f"{kh - st} * sizeof {buf}[0]);")
+        self.lines.append(f"rstf_held = {it}, rstf_has = 1;")
 
     def _pack_tiles(self, p: int, it: str) -> None:
         """At the top of the column-tile loop: copy each packed kernel's panel (every row
@@ -414,11 +459,12 @@ class _CallLowering:
             dims = [d for d in present if 1 <= d <= self.row_span[name]]
             self.row_dim[name] = max(dims) if dims else None
 
-    def _row_decls(self, p: int | None) -> None:
+    def _row_decls(self, p: int | None, skip=(), only=None) -> None:
         """Declare the row buffers that belong at the top of the loop over dimension p
-        (None: the function's top)."""
+        (None: the function's top), but those in `skip`, or only those in `only`."""
         for name in self.rows:
-            if self.row_dim.get(name) == p:
+            if self.row_dim.get(name) == p and name not in skip and (only is None
+                                                                     or name in only):
                 m = self.rows[name]
                 b = self.scop.buffers[name]
                 shape = list(b.shape[m:])
@@ -624,7 +670,10 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             what.append(f"the groups fused row by row over time dimensions 1..{cs.m}; "
                         f"contracted to one row: {', '.join(rows) or 'none'}")
             what += [f"{y} contracted to the {kh} rows from {_window_start(s, lo, cs.m)} "
-                     f"that band row c{cs.m} reads, recomputed in each iteration"
+                     f"that band row c{cs.m} reads, the {kh - s} it shares with the "
+                     f"thread's previous band row moved, not recomputed" if kh > s else
+                     f"{y} contracted to the {kh} rows from {_window_start(s, lo, cs.m)} "
+                     f"that band row c{cs.m} reads, computed in each iteration"
                      for y, (s, lo, kh) in cs.halo.items()]
         functions.append(
             f"/* {'; '.join(what)} */\n"
@@ -635,7 +684,8 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     kernels = dispatch_source(sorted(shapes))
     offsets, stats.workspace_bytes = replan(scop, schedules)
     entry = _entry(scop, calls_text, offsets)
-    includes = "#include <math.h>\n#include <stddef.h>\n#include <stdlib.h>\n\n"
+    includes = ("#include <math.h>\n#include <stddef.h>\n#include <stdlib.h>\n"
+                "#include <string.h>\n\n")
     if epi_kernels:
         kernels += regepi.PRELUDE + "\n" + "".join(epi_kernels)
     src = (header + includes + MACROS + "\n"
