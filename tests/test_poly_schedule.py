@@ -482,6 +482,30 @@ HALO_CASES = {  # (halo bands, the window's first row at band row h minus 2h, bu
 }
 
 
+def test_halo_band_carries_rows_in_a_sequential_row_loop(monkeypatch):
+    """A halo band whose row loop does not go parallel (too little work for a region)
+    still carries the shared window row, in a plain block: every band row after the
+    first computes two expanded rows, bit-identical to the textbook C."""
+    from rstf.poly import band, lower
+
+    monkeypatch.setattr(band, "HALO_MIN_BYTES", 0)
+    monkeypatch.setattr(lower, "MIN_WORK", 10 ** 12)
+    shape = (1, 37, 13, 16)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, shape, name="x")
+        tf.identity(_expand_dw(x, 2, "SAME")[1], name="out")
+
+    g, sg = _subgraph(build)
+    x = rng.rand(*shape).astype(np.float32)
+    ref, got, info, new = _run_both(g, sg, {"x:0": x}, threads=2)
+    np.testing.assert_array_equal(got["out:0"], ref["out:0"])
+    assert info["parallel_loops"] == 0 and "#pragma omp parallel" not in new
+    assert "if (rstf_carry) memmove(" in new
+    (win,) = [b["recomputed_window"] for b in info["bands"] if b["recomputed_window"]]
+    assert list(win.values())[0]["carried"] == 1
+
+
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("case", sorted(HALO_CASES))
 def test_halo_band_recomputes_the_window(case, threads, monkeypatch):
