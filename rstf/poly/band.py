@@ -25,8 +25,11 @@ Halo bands (`fuse_halo`, after the row bands). MobileNet v2's block 1 expands a
 depthwise convolution: row h of the depthwise output reads expanded rows 2h..2h+2. Here
 the expansion group A runs inside the band of its consumer X (a group, or a row band that
 starts with it), computing into a buffer of the window's kh rows, for each band row h, the
-rows s*h+lo .. s*h+lo+kh-1 it needs. The kh - s rows two windows share are computed twice
-(overlapped tiling): that is what keeps every iteration, and so the band loop, parallel. A's
+rows s*h+lo .. s*h+lo+kh-1 it needs. The kh - s rows two windows share belong to both
+iterations (overlapped tiling): that is what keeps every iteration, and so the band loop,
+parallel. The lowering keeps one window per thread and, when the thread's previous band
+row was h-1, moves those rows up instead of computing them again (`lower._carry_rows`),
+so only the first band row of each thread's chunk recomputes them. A's
 schedule becomes a relation (one point per window holding the row), which isl's AST
 generator executes once per point. It is legal when
 - A writes nothing but Y (and what its own chain contracts), Y is read by X's first group
@@ -34,8 +37,9 @@ generator executes once per point. It is legal when
 - A's own dependences stay inside one row (recomputing a row repeats A's work exactly);
 - every read of Y by X's first group at band row h falls in the window, and every write by
   A is to the row of its own time.
-It is worth it only for a stride of 2 or more with kh <= s + 1 (at most half the rows
-computed twice) and a Y of HALO_MIN_BYTES or more: a smaller one stays in L2 anyway.
+It is worth it only for a stride of 2 or more with kh <= s + 1 (at most one row moved per
+band row; a stride of 1 would move two) and a Y of HALO_MIN_BYTES or more: a smaller one
+stays in L2 anyway.
 Each group keeps its own kernels and register epilogue; the lowering runs them in one
 function whose outer parallel loop is the band's row loop.
 """
