@@ -223,7 +223,8 @@ class _CallLowering:
             self.stats.simd_loops += 1
         carry = self._carry_start(p, par, inner is not None, packing)
         if carry and par:  # the region's threads each keep their window across rows
-            pragma[0] = "for schedule(static)"
+            pragma[0] = "for"
+            pragma.append("schedule(static)")
         if pragma:
             self.lines.append(f"#pragma omp {' '.join(pragma)}")
         self.lines.append(f"for (int {it} = {init}; {_expr(node.for_get_cond())}; "
