@@ -672,7 +672,8 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
                         f"contracted to one row: {', '.join(rows) or 'none'}")
             what += [f"{y} contracted to the {kh} rows from {_window_start(s, lo, cs.m)} "
                      f"that band row c{cs.m} reads, the {kh - s} it shares with the "
-                     f"thread's previous band row moved, not recomputed" if kh > s else
+                     f"thread's previous band row moved, not recomputed"
+                     if y in stats.carried else
                      f"{y} contracted to the {kh} rows from {_window_start(s, lo, cs.m)} "
                      f"that band row c{cs.m} reads, computed in each iteration"
                      for y, (s, lo, kh) in cs.halo.items()]
