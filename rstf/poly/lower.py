@@ -196,9 +196,9 @@ class _CallLowering:
             self.lines.append("}")
             return
         p = int(it[1:])  # isl names iterators c<time dimension>
-        if self.carrying and p == self.band_m + 2 and _users(body) <= self.producer:
-            init = f"(rstf_carry ? rstf_max({init}, {self.carrying}) : {init})"
         names = _users(body)
+        if self.carrying and p == self.band_m + 2 and names <= self.producer:
+            init = f"(rstf_carry ? rstf_max({init}, {self.carrying}) : {init})"
         originals = self._originals(names)
         innermost = not _has_for(body)
         want_par = not in_parallel and self._work_per_entry(names, originals, p) >= MIN_WORK
@@ -249,11 +249,10 @@ class _CallLowering:
         """Open the block of a halo band's row loop whose window rows are carried from one
         band row to the next: the window, declared once per thread, and the row it holds.
         Only for one window overlapping the next (kh > s) and a loop not collapsed."""
-        if (p != self.band_m or len(self.halo) != 1 or collapsed or packing
-                or self.row_dim.get(next(iter(self.halo))) != p):
+        if p != self.band_m or len(self.halo) != 1 or collapsed or packing:
             return False
         name, (st, lo, kh) = next(iter(self.halo.items()))
-        if kh <= st:
+        if kh <= st or self.row_dim.get(name) != p:
             return False
         self.lines.extend(["#pragma omp parallel", "{"] if par else ["{"])
         self._row_decls(p, only=self.halo)
@@ -671,11 +670,10 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             what.append(f"the groups fused row by row over time dimensions 1..{cs.m}; "
                         f"contracted to one row: {', '.join(rows) or 'none'}")
             what += [f"{y} contracted to the {kh} rows from {_window_start(s, lo, cs.m)} "
-                     f"that band row c{cs.m} reads, the {kh - s} it shares with the "
-                     f"thread's previous band row moved, not recomputed"
-                     if y in stats.carried else
-                     f"{y} contracted to the {kh} rows from {_window_start(s, lo, cs.m)} "
-                     f"that band row c{cs.m} reads, computed in each iteration"
+                     f"that band row c{cs.m} reads, "
+                     + (f"the {kh - s} it shares with the thread's previous band row "
+                        "moved, not recomputed" if y in stats.carried
+                        else "computed in each iteration")
                      for y, (s, lo, kh) in cs.halo.items()]
         functions.append(
             f"/* {'; '.join(what)} */\n"
