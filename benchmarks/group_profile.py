@@ -10,6 +10,10 @@ inputs (shapes from the file's tensor table, workspace size from report.json). I
 call's median time over --reps runs, its share of the entry's time, and the TF nodes it runs,
 so that a profile names groups rather than inlined symbols. No TensorFlow in the loop: the sum
 is the kernels' own time, without the op wrapper or the harness.
+
+Where the model the folder was optimized from is still at the path report.json names, each
+call's conv/matmul FLOPs come from it (`pipeline.node_flops`), and the listing gives each
+call's GFLOP/s: the figure to compare with the machine's peak (benchmarks/peak_fma.c).
 """
 from __future__ import annotations
 
@@ -136,6 +140,24 @@ int main(void) {{
 """
 
 
+def call_flops(outdir: str, calls: list[dict]) -> None:
+    """Set each call's "flops" (the conv/matmul FLOPs of its TF nodes) from the model named
+    in OUTDIR/report.json; leaves them unset when that model is gone or does not load."""
+    from rstf.errors import RstfError
+    from rstf.graph import load_model
+    from rstf.pipeline import node_flops
+    report = json.load(open(os.path.join(outdir, "report.json")))
+    shapes = {**(report.get("input_shapes") or {}), **(report.get("pinned_shapes") or {})}
+    try:
+        graph = load_model(report["model"], shapes or None, report.get("outputs") or None,
+                           fold=True)
+    except (RstfError, OSError, KeyError, ValueError):
+        return
+    for c in calls:
+        names = (n.split(" ", 1)[1] for n in c["nodes"] if " " in n)
+        c["flops"] = sum(node_flops(graph, n) for n in names if n in graph.nodes)
+
+
 def profile(outdir: str, subgraph: int = 0, reps: int = 20, threads: int = 0) -> dict:
     """Per-call median seconds of one subgraph of an rstf output folder."""
     src, shapes, sg = load_subgraph(outdir, subgraph, "group_profile")
@@ -179,10 +201,13 @@ def main(argv=None) -> int:
     for kind, s in sorted(by_type.items(), key=lambda kv: -kv[1]):
         print(f"  {kind:28s} {s * 1e3:8.3f} ms {100 * s / total:5.1f}%")
     print(f"top {args.top} calls:")
+    call_flops(args.outdir, res["calls"])
     for c in sorted(res["calls"], key=lambda c: -c["seconds"])[:args.top]:
         first = c["nodes"][0] if c["nodes"] else ""
+        rate = (f" {c['flops'] / c['seconds'] / 1e9:6.1f} GFLOP/s" if c.get("flops")
+                and c["seconds"] > 0 else " " * 14)
         print(f"  {c['call']:10s} {c['seconds'] * 1e3:8.3f} ms {100 * c['seconds'] / total:5.1f}%"
-              f"  {first[:90]} (+{max(0, len(c['nodes']) - 1)})")
+              f"{rate}  {first[:90]} (+{max(0, len(c['nodes']) - 1)})")
     return 0
 
 

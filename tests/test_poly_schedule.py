@@ -204,6 +204,43 @@ def test_poly_equals_textbook_bitwise(case):
                                      for f in info["fused"])
 
 
+def test_register_epilogue_clamps_with_max_min_bit_for_bit():
+    """ReLU6 and ReLU in a kernel's registers run as vector max/min instructions
+    (regepi._select), which must pick the same bits as the templates' selects: NaN stays
+    NaN, -0 stays -0 (ReLU6(-0 * 1) = -0), +-inf clamp, 6 and its neighbours stay put. The
+    1x1 convs' identity weights carry x to the accumulators exactly, so each special value
+    reaches the clamp; a negative scale turns the zero accumulators into -0."""
+    c = 16
+    eye = np.eye(c, dtype=np.float32).reshape(1, 1, c, c)
+    scale = np.where(np.arange(c) % 2, -1.0, 1.0).astype(np.float32)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 4, 5, c], name="x")
+        y6 = tf.nn.relu6(tf.nn.conv2d(x, eye, 1, "SAME") * scale)
+        y0 = tf.nn.relu(tf.nn.conv2d(x, eye * 2, 1, "SAME") * scale)
+        tf.identity(tf.concat([y6, y0], 3), name="out")
+
+    g, sg = _subgraph(build)
+    x = rng.uniform(-8, 8, (1, 4, 5, c)).astype(np.float32)
+    special = [0.0, -0.0, 6.0, -6.0, np.nextafter(np.float32(6), np.float32(7)),
+               np.nextafter(np.float32(6), np.float32(5)), 1e-39, -1e-39]
+    x[0, 0, 0] = 0.0  # all zeros: the scaled accumulators are +0 and -0
+    x[0, 0, 1, :len(special)] = special
+    x[0, 1, 0, :] = -np.float32(special[4])
+    x[0, 2, 3, 5] = np.nan  # this pixel's every channel is NaN (0 * NaN in the others)
+    x[0, 3, 4, 2] = np.inf
+    x[0, 3, 3, 7] = -np.inf
+    ref, got, info, new = _run_both(g, sg, {"x:0": x})
+    (out,) = got
+    np.testing.assert_array_equal(got[out].view(np.int32), ref[out].view(np.int32))
+    assert np.isnan(ref[out]).any() and (np.signbit(ref[out]) & (ref[out] == 0)).any()
+    assert [f["epilogue_in_registers"] for f in info["fused"]] == [True, True], info["fused"]
+    assert "rstf_max16(rstf_splat16(0.0f), rstf_min16(rstf_splat16(6.0f), " in new
+    assert re.search(r"rstf_max16\(rstf_splat16\(0\.0f\), \w+_c\)", new), new[-3000:]
+    kernels = new[new.index("static inline void rstf_mke"):]
+    assert "rstf_sel16(" not in kernels
+
+
 def test_kernels_round_like_the_statement_they_replace():
     """The templates' `y = fmaf(a, b, y)` runs in kernels of vector FMA; a `y += a * b`
     (two roundings a step) in kernels that multiply then add. Each is bit-identical to its
