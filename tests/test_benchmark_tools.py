@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from benchmarks.ab_kernels import ab
-from benchmarks.group_profile import profile
-from harness import generate_subgraph, load_graph_def, make_graph_def
+from benchmarks.group_profile import call_flops, profile
+from harness import generate_subgraph, load_graph_def, make_graph_def, save_graph_def
 from rstf.poly import optimize_source
 from rstf.tfutil import tf
 
@@ -56,6 +56,27 @@ def test_group_profile_names_every_timed_group(folders):
     assert all(c["seconds"] >= 0 for c in res["calls"])
     # Every call's time is part of the entry's.
     assert sum(c["seconds"] for c in res["calls"]) <= res["total_seconds"] * 1.5
+
+
+def test_group_profile_counts_each_groups_flops_from_the_model(folders, tmp_path):
+    """The model report.json names gives each timed group its conv FLOPs (the 1x1 conv:
+    12*12 pixels x 32 outputs x 16 inputs x 2); with the model gone, none are set."""
+    calls = profile(folders[1], reps=2, threads=1)["calls"]
+    report_path = os.path.join(folders[1], "report.json")
+    report = json.load(open(report_path))
+    report["model"] = save_graph_def(make_graph_def(_build), str(tmp_path))
+    with open(report_path, "w") as f:
+        json.dump(report, f)
+    call_flops(folders[1], calls)
+    conv = [c for c in calls if any(n.startswith("Conv2D ") for n in c["nodes"])]
+    assert [c["flops"] for c in conv] == [12 * 12 * 32 * 16 * 2], calls
+    assert sum(c["flops"] for c in calls) == 12 * 12 * 32 * 16 * 2
+    os.remove(report["model"])
+    fresh = [dict(c, flops=None) for c in calls]
+    for c in fresh:
+        del c["flops"]
+    call_flops(folders[1], fresh)
+    assert not any("flops" in c for c in fresh)
 
 
 def test_ab_interleaves_two_builds_of_one_subgraph(folders):
