@@ -201,7 +201,8 @@ def main(argv=None) -> int:
     for kind, s in sorted(by_type.items(), key=lambda kv: -kv[1]):
         print(f"  {kind:28s} {s * 1e3:8.3f} ms {100 * s / total:5.1f}%")
     print(f"top {args.top} calls:")
-    call_flops(args.outdir, res["calls"])
+    if args.top:  # loading the model takes seconds: only for a listing
+        call_flops(args.outdir, res["calls"])
     for c in sorted(res["calls"], key=lambda c: -c["seconds"])[:args.top]:
         first = c["nodes"][0] if c["nodes"] else ""
         rate = (f" {c['flops'] / c['seconds'] / 1e9:6.1f} GFLOP/s" if c.get("flops")

@@ -292,30 +292,23 @@ class _Vector:
             # symmetrically for >.
             fn = "max" if (c.op == "<") == (a == y) else "min"
             return f"rstf_{fn}{width}({a}, {b})", True
-        clamp = self._clamp(n, x, y, a, c.op)
-        if clamp:
-            return clamp, True
-        sel = f"rstf_sel{width}"
-        return f"{sel}(({x} {c.op} {y}), {a}, {b})", True
+        if c.op == "<" and a == y and self._clamps(n, x, b, width):
+            return f"rstf_max{width}({y}, {b})", True
+        return f"rstf_sel{width}(({x} {c.op} {y}), {a}, {b})", True
 
-    def _clamp(self, n: c_ast.TernaryOp, x: str, lo: str, a: str, op: str) -> str | None:
-        """`x < lo ? lo : (x > hi ? hi : x)` (ReLU6) as max(lo, min(hi, x)), for constants
-        lo <= hi; else None. Equal bits: min(hi, x) is below lo exactly when x is (lo <= hi,
-        and a NaN x stays NaN through both), and max(lo, m) = lo > m ? lo : m."""
-        inner, c = n.iffalse, n.cond
-        if not (op == "<" and a == lo and isinstance(c.right, c_ast.Constant)
-                and isinstance(inner, c_ast.TernaryOp) and isinstance(inner.cond, c_ast.BinaryOp)
-                and inner.cond.op == ">" and isinstance(inner.cond.right, c_ast.Constant)
-                and isinstance(inner.iftrue, c_ast.Constant)):
-            return None
-        ix = self._vec(*self.expr(inner.cond.left))
-        hi = self._vec(*self.expr(inner.cond.right))
-        if (ix != x or self._vec(*self.expr(inner.iffalse)) != x
-                or self._vec(*self.expr(inner.iftrue)) != hi
-                or not _number(c.right.value) <= _number(inner.cond.right.value)):
-            return None
-        width = "16" if self.vt == "rstf_v16" else "8"
-        return f"rstf_max{width}({lo}, rstf_min{width}({hi}, {x}))"
+    def _clamps(self, n: c_ast.TernaryOp, x: str, b: str, width: str) -> bool:
+        """Whether `x < lo ? lo : b` (n, ReLU6's outer select) is max(lo, b): true when lo
+        and hi are constants, lo <= hi, and b is min(hi, x), which is what the inner
+        `x > hi ? hi : x` became. Equal bits: min(hi, x) is below lo exactly when x is (a
+        NaN x stays NaN through both), and max(lo, m) = lo > m ? lo : m."""
+        lo, inner = n.cond.right, n.iffalse
+        if not (isinstance(lo, c_ast.Constant) and isinstance(inner, c_ast.TernaryOp)
+                and isinstance(inner.cond, c_ast.BinaryOp)
+                and isinstance(inner.cond.right, c_ast.Constant)):
+            return False
+        hi = inner.cond.right
+        return (b == f"rstf_min{width}({self._vec(*self.expr(hi))}, {x})"
+                and _number(lo.value) <= _number(hi.value))
 
     def _vec(self, text: str, is_vec: bool) -> str:
         return text if is_vec else f"{splat(self.vt)}({text})"
