@@ -1,8 +1,10 @@
 """The kernel-level benchmark tools (benchmarks/group_profile.py, benchmarks/ab_kernels.py)
 on a small conv + batch-norm + ReLU6 subgraph: an output folder is written by hand (the
-subgraph's C and a report.json), so no TensorFlow op library is built."""
+subgraph's C and a report.json), so no TensorFlow op library is built. Then the Winograd
+probe (benchmarks/winograd_probe.c): its numbers are right on small shapes."""
 import json
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -89,3 +91,34 @@ def test_ab_refuses_subgraphs_with_different_tensors(folders, tmp_path):
                                                      "float(1, 12, 12, 17)"), 0, 1)
     with pytest.raises(SystemExit, match="different tensor tables"):
         ab(folders[0], other, reps=2)
+
+
+PROBE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                     "benchmarks", "winograd_probe.c")
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    exe = str(tmp_path_factory.mktemp("probe") / "wp")
+    subprocess.run(["gcc", "-O3", "-std=c11", "-fno-math-errno", "-fopenmp", "-march=native",
+                    PROBE, "-o", exe, "-lm"], check=True)
+    return exe
+
+
+@pytest.mark.parametrize("shape", [
+    ("9", "7", "16", "64"),  # odd sizes: half tiles at the bottom and right; all of V at once
+    ("147", "147", "32", "64"),  # V over 4 MB: one tile row at a time per thread
+])
+def test_winograd_probe_agrees_with_the_direct_convolution(probe, shape):
+    """Both Winograd schedules (with and without the weight transform in the call) match
+    the direct convolution + scale, bias, ReLU to well within TF's 1e-4, odd sizes included."""
+    out = subprocess.run([probe, *shape, "1"], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "2"}).stdout
+    assert "direct" in out and "wino+wt" in out, out
+    errors = [float(e) for e in out.rsplit(":", 1)[1].split(",")]
+    assert len(errors) == 2 and all(0 <= e < 1e-5 for e in errors), out
+
+
+def test_winograd_probe_rejects_shapes_it_does_not_handle(probe):
+    r = subprocess.run([probe, "8", "8", "20", "64"], capture_output=True, text=True)
+    assert r.returncode == 2 and "multiple of 16" in r.stderr
