@@ -31,6 +31,8 @@ from .band import BandGroup, parts_of
 from . import prepack
 from .prepack import Panels, column_operand
 from .schedule import CallSchedule, Kernel, _addr, call_dependences, extents, parallel_dims
+from .winograd import helpers as winograd_helpers, plan as winograd_plan
+from .winograd import source as winograd_source
 
 MIN_WORK = 16384  # statement instances under a loop before a parallel region pays off
 
@@ -61,6 +63,7 @@ class LoweringStats:
     workspace_bytes: int = 0  # of the re-planned workspace
     prepacked: dict = dataclasses.field(default_factory=dict)  # input -> panel width
     carried: set = dataclasses.field(default_factory=set)  # halo windows whose rows move
+    winograd: list = dataclasses.field(default_factory=list)  # winograd.Plan of such groups
 
 
 class _Emitter(c_generator.CGenerator):
@@ -606,22 +609,42 @@ def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
 
 
 def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
-          header: str, constants: frozenset[str] = frozenset()) -> tuple[str, LoweringStats]:
+          header: str, constants: frozenset[str] = frozenset(),
+          winograd: bool = True) -> tuple[str, LoweringStats]:
     """The optimized C of the subgraph: `header` (the generated file's leading comment),
     macros, microkernels, one scheduled function per call and the entry function.
 
     `constants`: input arrays whose values are fixed when the op is built (frozen weights).
     Those that only kernels read as their column operand are read in panel layout
     (`prepack`): `stats.prepacked` names them, and whoever feeds the op must give it
-    `prepack.pack_panels` of their values."""
+    `prepack.pack_panels` of their values.
+
+    `winograd`: groups `winograd.plan` accepts (3x3 stride-1 convolutions and their fused
+    chains) run as Winograd F(2x2,3x3) instead of their kernels (`stats.winograd`)."""
     stats = LoweringStats()
-    panels = prepack.plan(scop, [k for cs in schedules for k in cs.kernels],
+    wino = {cs.call: wp for cs in schedules
+            if winograd and (wp := winograd_plan(scop, cs)) is not None}
+    panels = prepack.plan(scop, [k for cs in schedules if cs.call not in wino
+                                 for k in cs.kernels],
                           _scalar_statements(schedules), set(constants))
     stats.prepacked = {name: pn.vb for name, pn in panels.items()}
     functions, shapes, calls_text = [], set(), {}
     params = [f"int {p}" for p in scop.params]
     epi_kernels = []
+    wino_calls: dict[int, list[str]] = {}  # call -> its arguments, less the scratch
     for cs in schedules:
+        if cs.call in wino:
+            wp = wino[cs.call]
+            buffers, written = _group_buffers(cs)
+            fname = f"sched_{cs.call}"
+            functions.append(winograd_source(
+                wp, fname, [_param_decl(scop, b, b in written) for b in buffers] + params))
+            for c in {*(cs.chain.calls if cs.chain else ())} - {cs.call}:
+                calls_text[c] = f"/* fused into {fname} */"
+            wino_calls[cs.call] = [_cast(scop, b, b in written) for b in buffers] \
+                + list(scop.params)
+            stats.winograd.append(wp)
+            continue
         band = isinstance(cs, BandGroup)
         parts = parts_of(cs)
         epis, ast_time = [], {}
@@ -647,14 +670,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         low._row_decls(None)
         low.emit(root)
         shapes |= low.kernel_shapes
-        buffers, written = [], set()
-        local = _local(cs)
-        for s in cs.statements:
-            for a in s.accesses:
-                if a.array not in buffers and a.array not in local:
-                    buffers.append(a.array)
-                if a.write:
-                    written.add(a.array)
+        buffers, written = _group_buffers(cs)
         fname = f"sched_{cs.call}"
         decls = [_param_decl(scop, b, b in written) for b in buffers] + params
         what, attr = [], ""
@@ -682,16 +698,49 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         args = [_cast(scop, b, b in written) for b in buffers] + list(scop.params)
         calls_text[cs.call] = f"{fname}({', '.join(args)});"
     kernels = dispatch_source(sorted(shapes))
-    offsets, stats.workspace_bytes = replan(scop, schedules)
+    offsets, stats.workspace_bytes = replan(
+        scop, schedules, {_scratch(c): wp.scratch_bytes for c, wp in wino.items()})
+    ws = _workspace_param(scop)
+    for c, args in wino_calls.items():
+        scratch = f"(float *)((char *){ws} + {offsets[_scratch(c)]})"
+        calls_text[c] = f"sched_{c}({', '.join(args + [scratch])});"
     entry = _entry(scop, calls_text, offsets)
     includes = ("#include <math.h>\n#include <stddef.h>\n#include <stdlib.h>\n"
                 "#include <string.h>\n\n")
-    if epi_kernels:
+    if epi_kernels or any(wp.chain for wp in wino.values()):
         kernels += regepi.PRELUDE + "\n" + "".join(epi_kernels)
+    if wino:
+        kernels += winograd_helpers({wd for wp in wino.values() for wd in wp.widths})
     src = (header + includes + MACROS + "\n"
            + (PRELUDE + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
            + entry)
     return src, stats
+
+
+def _group_buffers(cs) -> tuple[list[str], set[str]]:
+    """(the arrays a scheduled group's function takes, in order of first access; those it
+    writes): every array its statements access, but those it keeps off the workspace."""
+    buffers, written = [], set()
+    local = _local(cs)
+    for s in cs.statements:
+        for a in s.accesses:
+            if a.array not in buffers and a.array not in local:
+                buffers.append(a.array)
+            if a.write:
+                written.add(a.array)
+    return buffers, written
+
+
+def _scratch(call: int) -> str:
+    """The workspace name of a Winograd group's scratch (U and V)."""
+    return f"rstf_wg{call}"
+
+
+def _workspace_param(scop: Scop) -> str:
+    """The entry function's workspace parameter (its last)."""
+    fdef = next(f for f in scop.ast.ext
+                if isinstance(f, c_ast.FuncDef) and f.decl.name == scop.entry)
+    return fdef.decl.type.args.params[-1].name
 
 
 def _scalar_statements(schedules: list[CallSchedule]) -> set[str]:
@@ -706,13 +755,15 @@ def _scalar_statements(schedules: list[CallSchedule]) -> set[str]:
     return out
 
 
-def replan(scop: Scop, schedules: list[CallSchedule]) -> tuple[dict[str, int], int]:
+def replan(scop: Scop, schedules: list[CallSchedule],
+           scratch: dict[str, int] | None = None) -> tuple[dict[str, int], int]:
     """The workspace plan of the scheduled program: ({temporary: byte offset}, bytes).
 
     The generated C's plan shares bytes between temporaries whose lifetimes, op by op, do
     not overlap; fusion runs several ops as one step, so the plan is redone with one step
     per scheduled group (buffers of one group never share bytes). Temporaries contracted
-    to scalars or to a row buffer need no workspace at all."""
+    to scalars or to a row buffer need no workspace at all. `scratch`: {name: bytes} of
+    buffers a group's own code needs while it runs (`_scratch(call)`), beside its arrays."""
     from ..memplan import Buffer, plan
 
     local = set().union(*map(_local, schedules))
@@ -722,7 +773,9 @@ def replan(scop: Scop, schedules: list[CallSchedule]) -> tuple[dict[str, int], i
             for a in s.accesses:
                 if scop.buffers[a.array].role == "temp" and a.array not in local:
                     live.setdefault(a.array, [step, step])[1] = step
-    buffers = []
+    steps = {_scratch(cs.call): step for step, cs in enumerate(schedules)}
+    buffers = [Buffer(name, size, steps[name], steps[name])
+               for name, size in (scratch or {}).items()]
     for name, (start, end) in live.items():
         b = scop.buffers[name]
         if b.size is None:

@@ -74,6 +74,9 @@ class _Refused(Exception):
     """The chain has something the vector translation does not cover."""
 
 
+Refused = _Refused  # for the other users of the translation (winograd.py)
+
+
 @dataclasses.dataclass
 class Operand:
     """An array the epilogue reads or writes (not the accumulator, not a contracted
@@ -211,8 +214,15 @@ def _row_counts(kdom: isl.Set) -> list[int]:
 
 def epilogue_lines(epi: RegisterEpilogue, k: Kernel) -> list[str]:
     """The chain on accumulator row r, one vector at a time (the body of `for r`)."""
+    return chain_lines(epi, k.width)
+
+
+def chain_lines(epi: RegisterEpilogue, width: int) -> list[str]:
+    """The chain on accumulators acc<v>[r] of `width` columns, one vector at a time; each
+    operand `a` through its pointer `a_p` (its element at row r, column 0 is
+    `a_p[r * row]`). Raises Refused for what the translation does not cover."""
     out = []
-    for vi, (vt, c0) in enumerate(vectors(k.width)):
+    for vi, (vt, c0) in enumerate(vectors(width)):
         out.append("{")
         for s in epi.statements:
             text, is_vec = _Vector(epi, vt, vi, c0, s).expr(s.ast.rvalue)

@@ -1,0 +1,483 @@
+"""Winograd F(2x2,3x3) for the 3x3 stride-1 convolutions (Lavin & Gray, "Fast Algorithms
+for Convolutional Neural Networks", 2016).
+
+A 3x3 convolution computes each output from 9 taps of C channels: 9C multiply-adds. F(2x2,3x3)
+computes a 2x2 block of outputs from the 4x4 input tile d that covers it:
+
+    Y = A^T [ (G g G^T) . (B^T d B) ] A        (. : elementwise, per channel pair)
+
+where g is the 3x3 filter of one (input, output) channel pair. The elementwise products,
+summed over the input channels, are 16 independent contractions M_e = V_e U_e (e = the 16
+positions of the 4x4 transformed tile) of [tiles x C] by [C x K]: 16C multiply-adds per
+2x2 block, 4C per output instead of 9C, 2.25x fewer. B, G and A hold only 0, +-1 and +-1/2,
+so the transforms are additions (and halvings, which are exact); the error they add is a few
+roundings per output, near the direct sum's own (1e-6 of the largest output on ResNet-50's
+and Inception v3's layers, against TF's 1e-4). The results are not bit-identical to the
+textbook C, so `--winograd off` keeps the direct kernels for a user who wants that.
+
+Measured with `benchmarks/winograd_probe.c` on Zen 4 (2 cores): the contractions run at the
+direct kernel's rate, so a layer runs in 1/1.55 to 1/1.77 of the direct kernel's time on
+28x28 to 147x147 images, but only 1.1-1.3x faster at 7x7 and 8x8 (too few tiles to
+amortise the transforms). U is computed in each call, from the op's own weight input (a
+prepacked U would need the op to take a tensor of another shape): 16C K floats written and
+read back, which costs a 14x14x256 layer most of its gain, so the pass takes layers of at
+least MIN_PIXELS outputs.
+
+Lowering (`source`): the group's function replaces the whole scheduled group (conv, its
+zeroing and its fused pointwise chain): a parallel weight transform into U, then either
+(small V) the whole input transform and then (tile row, 64-channel panel) pairs in
+parallel, or (large V) one tile row per parallel iteration, transformed and run through
+every panel while it is in L2. Per 6 tiles and one panel, the 16 contractions run in a
+6x64 register tile each and the output transform and the fused chain (`regepi`'s vector
+translation, one output pixel at a time) run on their results: the conv's output is never
+stored, like a register epilogue.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import islpy as isl
+
+from . import regepi
+from .microkernel import VLEN
+from .raise_c import Scop, Statement, _isl_name
+from .schedule import CallSchedule, _addr, extents
+
+PANEL = 64  # output channels of one panel: 4 vectors of the 6x4 register tile
+RB = 6  # tiles of one register tile
+MIN_PIXELS = 400  # outputs per image below which the transforms do not pay (docstring)
+WHOLE_V_BYTES = 4 << 20  # V up to this size is transformed whole first (probe: 56x56x64
+# 1.71x that way against 1.52x row by row; 147x147x32 0.85x against 1.37-1.50x)
+
+
+@dataclasses.dataclass
+class Operand:
+    """An array the chain reads or writes: element (oh, ow, channel c) at
+    `h * oh + w * ow + c * ch + const` (ch: 1, a vector, or 0, one scalar per pixel)."""
+    array: str
+    h: int
+    w: int
+    ch: int
+    const: int
+    write: bool
+
+
+@dataclasses.dataclass
+class Plan:
+    """One 3x3 stride-1 conv group run as Winograd F(2x2,3x3)."""
+    call: int
+    node: str
+    x: str  # input [1][IH][IW][C]
+    w: str  # weight [3][3][C][K]
+    y: str  # the conv's output (never stored when a chain follows)
+    ih: int
+    iw: int
+    oh: int
+    ow: int
+    c: int
+    k: int
+    ph: int  # input row of output row 0's first tap is -ph (SAME: 1, VALID: 0)
+    pw: int
+    statements: list[str]  # every statement of the group, run by this plan
+    chain: list[Statement]  # the fused pointwise chain after the conv (may be empty)
+    epi: regepi.RegisterEpilogue | None
+    operands: list[Operand]
+
+    @property
+    def th(self) -> int:
+        return (self.oh + 1) // 2
+
+    @property
+    def tw(self) -> int:
+        return (self.ow + 1) // 2
+
+    @property
+    def panels(self) -> list[tuple[int, int]]:
+        """(first channel, width) of each output-channel panel."""
+        return [(p, min(PANEL, self.k - p)) for p in range(0, self.k, PANEL)]
+
+    @property
+    def widths(self) -> set[int]:
+        return {wd for _, wd in self.panels}
+
+    @property
+    def u_floats(self) -> int:
+        return 16 * self.c * self.k
+
+    @property
+    def v_floats(self) -> int:
+        return self.th * 16 * self.tw * self.c
+
+    @property
+    def scratch_bytes(self) -> int:
+        return 4 * (self.u_floats + self.v_floats)
+
+    @property
+    def whole_v(self) -> bool:
+        return 4 * self.v_floats <= WHOLE_V_BYTES
+
+
+def plan(scop: Scop, cs: CallSchedule) -> Plan | None:
+    """The Winograd plan of a scheduled group, or None when the group is not a batch-1
+    3x3 stride-1 convolution with C and K multiples of 16 and at least MIN_PIXELS outputs
+    (zeroed first, then accumulated; maybe followed by a pointwise chain `regepi` can
+    translate, reading the output at the same element)."""
+    from .band import BandGroup
+    if isinstance(cs, BandGroup) or not cs.kernels:
+        return None
+    upd = scop.statement(cs.kernels[0].statement)
+    if upd.op != "Conv2D" or any(k.statement != upd.name for k in cs.kernels):
+        return None
+    if upd.domain.dim(isl.dim_type.param) or len(upd.iterators) != 7:
+        return None
+    n, h, w, kh, kw, ic, oc = iv = [_isl_name(v) for v in upd.iterators]
+    ya = upd.accesses[-1]
+    reads = [a for a in upd.accesses if not a.write and a.array != ya.array]
+    if not ya.write or len(reads) != 2:
+        return None
+    wa = next((a for a in reads if a.index == [{kh: 1}, {kw: 1}, {ic: 1}, {oc: 1}]), None)
+    xa = next((a for a in reads if a is not wa), None)
+    if wa is None or len(xa.index) != 4:
+        return None
+    ph, pw = -xa.index[1].get(1, 0), -xa.index[2].get(1, 0)
+    if xa.index[0] != {n: 1} or xa.index[3] != {ic: 1} \
+            or {k: v for k, v in xa.index[1].items() if k != 1} != {h: 1, kh: 1} \
+            or {k: v for k, v in xa.index[2].items() if k != 1} != {w: 1, kw: 1}:
+        return None  # not stride 1, dilation 1
+    bufs = scop.buffers
+    xs, ws_ = bufs[xa.array].shape, bufs[wa.array].shape
+    if any(bufs[a].ctype != "float" for a in (xa.array, wa.array, ya.array)):
+        return None
+    if len(xs) != 4 or tuple(ws_[:2]) != (3, 3) or xs[0] != 1 or len(ws_) != 4:
+        return None
+    _, ih, iwid, c = xs
+    k = ws_[3]
+    oh, ow = (hi + 1 for _, hi in extents(upd)[1:3])
+    # The output, in any view (an op after the conv may read it flat): NHWC, batch 1.
+    ay = _addr(ya, scop)
+    if ay is None or {v: cf for v, cf in ay.items() if v != n} != {h: ow * k, w: k, oc: 1} \
+            or bufs[ya.array].size != oh * ow * k:
+        return None
+    if ws_[2] != c or c % VLEN or k % VLEN or oh * ow < MIN_PIXELS:
+        return None
+    # The domain: the whole box, less the taps that fall in the zero padding, which the
+    # input transform reads as zeros.
+    box = dict(zip(iv, extents(upd)))
+    if box != {n: (0, 0), h: (0, oh - 1), w: (0, ow - 1), kh: (0, 2), kw: (0, 2),
+               ic: (0, c - 1), oc: (0, k - 1)}:
+        return None
+    space = upd.domain.get_space()
+    want = isl.Set.universe(space)
+    for d, (lo, hi) in enumerate(box[x] for x in iv):
+        want = want.lower_bound_val(isl.dim_type.set, d, lo).upper_bound_val(
+            isl.dim_type.set, d, hi)
+    names = ", ".join(iv)
+    want = want.intersect(isl.Set(
+        f"{{ {upd.domain.get_tuple_name()}[{names}] : 0 <= {h} + {kh} - {ph} < {ih} and "
+        f"0 <= {w} + {kw} - {pw} < {iwid} }}"))
+    if not want.is_equal(upd.domain):
+        return None
+    # The conv's output starts at zero everywhere (its zeroing statement).
+    init = [s for s in cs.statements if s is not upd and s.accesses[-1].array == ya.array]
+    if len(init) != 1 or not regepi._is_zero(init[0].ast.rvalue) \
+            or not init[0].accesses[-1].relation.range().is_equal(ya.relation.range()):
+        return None
+    others = {s.name for s in cs.statements} - {upd.name, init[0].name}
+    chain = list(cs.chain.statements) if cs.chain else []
+    if others != {s.name for s in chain}:
+        return None
+    contracted = set(cs.chain.contracted) if cs.chain else set()
+    if chain and ya.array not in cs.rows and ya.array not in contracted:
+        return None  # the output is read after the group: keep the kernels that store it
+    operands = _operands(scop, chain, ya.array, contracted, (oh, ow, k)) if chain else []
+    if operands is None:
+        return None
+    epi = None
+    if chain:
+        epi = regepi.RegisterEpilogue(
+            cs.call, ya.array, init[0].name, chain[0].name, {},
+            [regepi.Operand(o.array, 0, o.ch, o.write) for o in operands], chain, contracted)
+        try:
+            epi.lines = {f"{wd}": regepi.chain_lines(epi, wd) for wd in {wd for _, wd in _panels(k)}}
+        except regepi.Refused:
+            return None
+    return Plan(cs.call, upd.node, xa.array, wa.array, ya.array, ih, iwid, oh, ow, c, k,
+                ph, pw, [s.name for s in cs.statements], chain, epi, operands)
+
+
+def _panels(k: int) -> list[tuple[int, int]]:
+    return [(p, min(PANEL, k - p)) for p in range(0, k, PANEL)]
+
+
+def _operands(scop: Scop, chain: list[Statement], y: str, contracted: set[str],
+              shape: tuple[int, int, int]) -> list[Operand] | None:
+    """The chain's arrays other than y and its contracted scalars, as Operands; None when a
+    statement does not run over y's whole index space at the identity index, or an array is
+    read or written other than along the channels (unit stride) or per pixel (a scalar)."""
+    oh, ow, k = shape
+    written = {s.accesses[-1].array for s in chain}
+    out: dict[str, Operand] = {}
+    for s in chain:
+        iv = [_isl_name(x) for x in s.iterators]
+        if len(iv) != 4 or extents(s) != [(0, 0), (0, oh - 1), (0, ow - 1), (0, k - 1)] \
+                or s.domain.n_basic_set() != 1 or s.domain.dim(isl.dim_type.param):
+            return None
+        ident = [{v: 1} for v in iv]
+        for a in s.accesses:
+            if scop.buffers[a.array].ctype != "float":
+                return None
+            if a.array == y or a.array in contracted:
+                if a.index != ident:
+                    return None
+                continue
+            addr = _addr(a, scop)
+            if addr is None or set(addr) - set(iv) - {1}:
+                return None  # (n, iv[0], is 0: its coefficient does not matter)
+            op = Operand(a.array, addr.get(iv[1], 0), addr.get(iv[2], 0),
+                         addr.get(iv[3], 0), addr.get(1, 0), a.write)
+            if op.ch not in (0, 1) or (a.write and op.ch != 1):
+                return None
+            if not a.write and a.array in written:
+                # A chain output read back: the vector just computed, at the written element.
+                if a.array not in out or dataclasses.replace(out[a.array], write=False) != op:
+                    return None
+                continue
+            if a.array in out and out[a.array] != op:
+                return None
+            out[a.array] = op
+    return list(out.values())
+
+
+# --------------------------------------------------------------------------- C text
+
+PRELUDE = """\
+/* Winograd F(2x2,3x3) (rstf/poly/winograd.py). */
+#define RSTF_WG_RB 6
+"""
+
+
+def _gemm(width: int) -> str:
+    """acc[r][0..nv) += sum_c a[r*sar + c] * b[c*width + 0..width) for r < m (m <= 6)."""
+    nv = width // VLEN
+    loads = " ".join(f"const rstf_v16 b{j} = *(const rstf_v16 *)(b + c * {width} + {j * VLEN});"
+                     for j in range(nv))
+    fmas = " ".join(f"acc[r][{j}] = rstf_fma16(s, b{j}, acc[r][{j}]);" for j in range(nv))
+    body = f"""\
+        for (int c = 0; c < n; ++c) {{
+            {loads}
+            for (int r = 0; r < ROWS; ++r) {{
+                const rstf_v16 s = rstf_splat16(a[r * sar + c]);
+                {fmas}
+            }}
+        }}"""
+    return f"""\
+/* Tiles r < m (m <= 6) of one {width}-channel panel: acc[r] = sum over c < n of a[r * sar + c]
+   * b[c][0..{width}), the 6 x {nv} accumulators in registers. */
+static inline void rstf_wg_gemm{width}(int m, int n, const float *restrict a, long sar,
+                                      const float *restrict b, rstf_v16 acc[RSTF_WG_RB][{nv}])
+{{
+    for (int r = 0; r < RSTF_WG_RB; ++r)
+        for (int j = 0; j < {nv}; ++j) acc[r][j] = rstf_splat16(0.0f);
+    if (m == RSTF_WG_RB) {{  /* the full tile: a constant trip count keeps it in registers */
+#define ROWS RSTF_WG_RB
+{body}
+#undef ROWS
+    }} else {{
+#define ROWS m
+{body}
+#undef ROWS
+    }}
+}}
+"""
+
+
+def helpers(widths: set[int]) -> str:
+    """The shared C: one contraction kernel per panel width in use."""
+    return PRELUDE + "".join(_gemm(wd) for wd in sorted(widths))
+
+
+def source(p: Plan, fname: str, params: list[str]) -> str:
+    """The group's scheduled function `fname`: `params` are its array parameters (the
+    group's buffers as `lower` declares them) and `float *restrict rstf_wg` its scratch
+    (p.scratch_bytes, 64-byte aligned)."""
+    C, K, TH, TW = p.c, p.k, p.th, p.tw
+    lines = [
+        f"/* {p.node}: 3x3 stride-1 convolution as Winograd F(2x2,3x3) (winograd.py): "
+        f"{TH}x{TW} tiles of 2x2 outputs, 16 contractions of [tiles x {C}] x [{C} x {K}]"
+        + (", then the fused chain " + ", ".join(s.function for s in p.chain) if p.chain else "")
+        + ". Not bit-identical to the textbook C: 1e-6 of the largest output. */",
+        '__attribute__((optimize("fp-contract=off")))',
+        f"static void {fname}({', '.join(params + ['float *restrict rstf_wg'])})",
+        "{",
+        f"    const float *restrict x = (const float *){p.x};",
+        f"    const float *restrict w = (const float *){p.w};",
+        f"    float *restrict U = rstf_wg;  /* U[panel][16][{C}][panel width] */",
+        f"    float *restrict V = rstf_wg + {p.u_floats};  /* V[tile row][16][{TW}][{C}] */",
+    ]
+    lines += _weight_transform(p)
+    if p.whole_v:
+        lines += ["    #pragma omp parallel for collapse(2)",
+                  f"    for (int th = 0; th < {TH}; ++th)",
+                  f"        for (int tw = 0; tw < {TW}; ++tw)",
+                  "            rstf_wg_in_%d(x, V + (long)th * %d, th, tw);" % (p.call, 16 * TW * C),
+                  "    #pragma omp parallel for collapse(2)",
+                  f"    for (int th = 0; th < {TH}; ++th)",
+                  f"        for (int p = 0; p < {len(p.panels)}; ++p)",
+                  f"            rstf_wg_row_{p.call}(V + (long)th * {16 * TW * C}, U, th, p"
+                  f"{_operand_args(p)});"]
+    else:
+        lines += ["    #pragma omp parallel for",
+                  f"    for (int th = 0; th < {TH}; ++th) {{",
+                  f"        float *restrict v = V + (long)th * {16 * TW * C};",
+                  f"        for (int tw = 0; tw < {TW}; ++tw) rstf_wg_in_{p.call}(x, v, th, tw);",
+                  f"        for (int p = 0; p < {len(p.panels)}; ++p)",
+                  f"            rstf_wg_row_{p.call}(v, U, th, p{_operand_args(p)});",
+                  "    }"]
+    lines.append("}")
+    return "\n".join(_input_transform(p) + [""] + _tile_row(p) + [""] + lines) + "\n"
+
+
+def _operand_args(p: Plan) -> str:
+    return "".join(f", (float *){o.array}" for o in p.operands) if p.chain \
+        else f", (float *){p.y}"
+
+
+def _operand_params(p: Plan) -> str:
+    if not p.chain:
+        return ", float *restrict y"
+    return "".join(f", {'' if o.write else 'const '}float *restrict {o.array}"
+                   for o in p.operands)
+
+
+def _weight_transform(p: Plan) -> list[str]:
+    """U = G g G^T for every (input channel, output vector), into the panel layout."""
+    C, K = p.c, p.k
+    return [
+        "    /* U = G g G^T, G = [[1,0,0],[1/2,1/2,1/2],[1/2,-1/2,1/2],[0,0,1]] */",
+        "    #pragma omp parallel for collapse(2)",
+        f"    for (int c = 0; c < {C}; ++c)",
+        f"        for (int kv = 0; kv < {K // VLEN}; ++kv) {{",
+        "            rstf_v16 g[3][3], t[4][3];",
+        "            for (int i = 0; i < 3; ++i)",
+        "                for (int j = 0; j < 3; ++j)",
+        f"                    g[i][j] = *(const rstf_v16 *)(w + ((long)(i * 3 + j) * {C} + c) * {K}"
+        " + kv * 16);",
+        "            for (int j = 0; j < 3; ++j) {",
+        "                t[0][j] = g[0][j];",
+        "                t[1][j] = (g[0][j] + g[1][j] + g[2][j]) * 0.5f;",
+        "                t[2][j] = (g[0][j] - g[1][j] + g[2][j]) * 0.5f;",
+        "                t[3][j] = g[2][j];",
+        "            }",
+        f"            const int p0 = kv * 16 / {PANEL} * {PANEL};  /* the panel's first channel */",
+        f"            const int pw = rstf_min({PANEL}, {K} - p0), col = kv * 16 - p0;",
+        f"            float *restrict u = U + (long)p0 * 16 * {C};",
+        "            for (int i = 0; i < 4; ++i) {",
+        "                const rstf_v16 e[4] = {t[i][0], (t[i][0] + t[i][1] + t[i][2]) * 0.5f,",
+        "                                       (t[i][0] - t[i][1] + t[i][2]) * 0.5f, t[i][2]};",
+        "                for (int j = 0; j < 4; ++j)",
+        f"                    *(rstf_v16 *)(u + ((long)(i * 4 + j) * {C} + c) * pw + col) = e[j];",
+        "            }",
+        "        }",
+    ]
+
+
+def _input_transform(p: Plan) -> list[str]:
+    """rstf_wg_in_<call>(x, v, th, tw): V[e][tw][0..C) of the 4x4 input tile at output
+    (2 th, 2 tw); B^T = [[1,0,-1,0],[0,1,1,0],[0,-1,1,0],[0,1,0,-1]]. Padding is zeros."""
+    C, TW = p.c, p.tw
+    return [
+        f"/* {p.node}: V = B^T d B of the 4x4 input tile of output tile (th, tw), every channel. */",
+        f"static inline void rstf_wg_in_{p.call}(const float *restrict x, float *restrict v, "
+        "int th, int tw)",
+        "{",
+        f"    const int r0 = 2 * th - {p.ph}, s0 = 2 * tw - {p.pw};",
+        f"    for (int cv = 0; cv < {C}; cv += 16) {{",
+        "        rstf_v16 d[4][4], t[4][4];",
+        "        for (int i = 0; i < 4; ++i)",
+        "            for (int j = 0; j < 4; ++j) {",
+        "                const int r = r0 + i, s = s0 + j;",
+        f"                d[i][j] = (r >= 0 && r < {p.ih} && s >= 0 && s < {p.iw})",
+        f"                    ? *(const rstf_v16 *)(x + ((long)r * {p.iw} + s) * {C} + cv)",
+        "                    : rstf_splat16(0.0f);",
+        "            }",
+        "        for (int j = 0; j < 4; ++j) {",
+        "            t[0][j] = d[0][j] - d[2][j];",
+        "            t[1][j] = d[1][j] + d[2][j];",
+        "            t[2][j] = d[2][j] - d[1][j];",
+        "            t[3][j] = d[1][j] - d[3][j];",
+        "        }",
+        "        for (int i = 0; i < 4; ++i) {",
+        "            const rstf_v16 e[4] = {t[i][0] - t[i][2], t[i][1] + t[i][2],",
+        "                                   t[i][2] - t[i][1], t[i][1] - t[i][3]};",
+        "            for (int j = 0; j < 4; ++j)",
+        f"                *(rstf_v16 *)(v + ((long)(i * 4 + j) * {TW} + tw) * {C} + cv) = e[j];",
+        "        }",
+        "    }",
+        "}",
+    ]
+
+
+def _tile_row(p: Plan) -> list[str]:
+    """rstf_wg_row_<call>(v, U, th, panel, operands...): the 16 contractions of tile row th
+    for one panel, 6 tiles at a time, then Y = A^T M A (A^T = [[1,1,1,0],[0,1,-1,-1]]) and
+    the chain (or the store) for each output pixel."""
+    C, TW = p.c, p.tw
+    out = [f"/* {p.node}: tile row th, output-channel panel `panel`: contractions, output "
+           "transform, epilogue. */",
+           '__attribute__((optimize("fp-contract=off")))',
+           f"static void rstf_wg_row_{p.call}(const float *restrict v, const float *restrict U, "
+           f"int th, int panel{_operand_params(p)})",
+           "{",
+           "    switch (panel) {"]
+    for i, (p0, wd) in enumerate(p.panels):
+        nv = wd // VLEN
+        out += [f"    case {i}:",
+                f"        for (int tw0 = 0; tw0 < {TW}; tw0 += RSTF_WG_RB) {{",
+                f"            const int m = rstf_min(RSTF_WG_RB, {TW} - tw0);",
+                f"            rstf_v16 M[16][RSTF_WG_RB][{nv}];",
+                "            for (int e = 0; e < 16; ++e)",
+                f"                rstf_wg_gemm{wd}(m, {C}, v + ((long)e * {TW} + tw0) * {C}, {C}, "
+                f"U + (long){p0 * 16 * C} + (long)e * {C * wd}, M[e]);",
+                "            for (int r = 0; r < m; ++r) {",
+                f"                rstf_v16 o[4][{nv}];",
+                f"                for (int j = 0; j < {nv}; ++j) {{",
+                "                    rstf_v16 s0[4], s1[4];",
+                "                    for (int q = 0; q < 4; ++q) {",
+                "                        s0[q] = M[q][r][j] + M[4 + q][r][j] + M[8 + q][r][j];",
+                "                        s1[q] = M[4 + q][r][j] - M[8 + q][r][j] - M[12 + q][r][j];",
+                "                    }",
+                "                    o[0][j] = s0[0] + s0[1] + s0[2];",
+                "                    o[1][j] = s0[1] - s0[2] - s0[3];",
+                "                    o[2][j] = s1[0] + s1[1] + s1[2];",
+                "                    o[3][j] = s1[1] - s1[2] - s1[3];",
+                "                }",
+                "                for (int q = 0; q < 4; ++q) {",
+                "                    const int oh = 2 * th + q / 2, ow = 2 * (tw0 + r) + q % 2;",
+                f"                    if (oh >= {p.oh} || ow >= {p.ow}) continue;",
+                ]
+        out += ["                    " + ln for ln in _pixel(p, p0, wd)]
+        out += ["                }",
+                "            }",
+                "        }",
+                "        break;"]
+    out += ["    }", "}"]
+    return out
+
+
+def _pixel(p: Plan, p0: int, wd: int) -> list[str]:
+    """Output pixel (oh, ow), channels p0 .. p0 + wd, from o[q][*]: the chain, or the store."""
+    nv = wd // VLEN
+    if not p.chain:
+        return ["{",
+                f"    float *restrict y_p = y + ((long)oh * {p.ow} + ow) * {p.k} + {p0};"]\
+            + [f"    *(rstf_v16 *)(y_p + {j * VLEN}) = o[q][{j}];" for j in range(nv)] + ["}"]
+    out = ["{", "    const int r = 0;  /* the epilogue's row: this pixel's pointers */"]
+    out += [f"    rstf_v16 acc{j}[1] = {{o[q][{j}]}};" for j in range(nv)]
+    for o in p.operands:
+        off = " + ".join(t for t in (f"{o.h} * oh" if o.h else "", f"{o.w} * ow" if o.w else "",
+                                       f"{p0 * o.ch + o.const}") if t)
+        out.append(f"    {'' if o.write else 'const '}float *restrict {o.array}_p = "
+                   f"{o.array} + (long)({off});")
+    out += ["    " + ln for ln in p.epi.lines[f"{wd}"]]
+    out += ["    (void)r;", "}"]
+    return out
