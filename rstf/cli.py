@@ -46,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--threads", type=int, default=0,
                    help="threads of the parallel loops (default 0: what TensorFlow gives "
                    "the op)")
+    o.add_argument("--winograd", default="on", choices=["on", "off"],
+                   help="poly: run 3x3 stride-1 convolutions as Winograd F(2x2,3x3) (on, the "
+                   "default: 2.25x fewer multiply-adds, about 1e-6 of the largest output "
+                   "away from the direct sum); off keeps the direct kernels, bit-identical "
+                   "to the textbook C")
     o.add_argument("--occupancy", type=float, default=1.0,
                    help="versioned placement under a dynamic batch: distribute the batch loop "
                    "when N >= OCCUPANCY * threads (default 1)")
@@ -149,7 +154,8 @@ def _optimize(a) -> int:
                       _max_ops(a), a.march, a.force,
                       model_name=a.model_name, model_version=a.model_version,
                       optimizer=a.optimizer, threads=a.threads, occupancy=a.occupancy,
-                      jobs=a.jobs, verbosity=verbosity, progress=True)
+                      jobs=a.jobs, verbosity=verbosity, progress=True,
+                      winograd=a.winograd == "on")
     if a.quiet:
         return 0
     pct = lambda x, y: f"{100.0 * x / y:.1f}%" if y else "n/a"  # noqa: E731

@@ -159,7 +159,8 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
              max_ops: int = DEFAULT_MAX_OPS, march: str = "native", force: bool = False,
              log=None, model_name: str | None = None, model_version: int = 1,
              optimizer: str = "poly", threads: int = 0, occupancy: float = 1.0, *,
-             jobs: int | None = None, verbosity: int = 1, progress: bool = False) -> dict:
+             jobs: int | None = None, verbosity: int = 1, progress: bool = False,
+             winograd: bool = True) -> dict:
     """Optimize `model` into `out_dir`; returns the report (also written as report.json).
 
     An input whose dimension 0 alone is unknown (and not pinned) keeps a dynamic batch: see
@@ -168,7 +169,9 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     count); the output does not depend on it. `verbosity` 0 prints nothing, 1 the run's
     messages, 2 also logs stage times and per-subgraph results (rstf.progress); `progress`
     shows the stages (live bars on a terminal, plain lines otherwise). `log`, if given,
-    receives the messages instead of stderr.
+    receives the messages instead of stderr. `winograd` (poly only): 3x3 stride-1 convs as
+    Winograd F(2x2,3x3) (rstf/poly/winograd.py); False keeps every conv bit-identical to
+    the textbook C.
     """
     if max_ops < 1:
         raise RstfError("--max-ops must be at least 1")
@@ -200,7 +203,7 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     with Reporter(verbosity, progress, log) as rep:
         return _optimize(rep, model, out_dir, input_shapes, outputs, max_ops, march,
                          model_name, model_version, optimizer, threads, occupancy, jobs,
-                         toolchain)
+                         toolchain, winograd)
 
 
 def default_jobs() -> int:
@@ -208,7 +211,8 @@ def default_jobs() -> int:
 
 
 def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, march,
-              model_name, model_version, optimizer, threads, occupancy, jobs, toolchain) -> dict:
+              model_name, model_version, optimizer, threads, occupancy, jobs, toolchain,
+              winograd) -> dict:
     log = rep.message
     t0 = time.perf_counter()
     with rep.stage("load"):
@@ -242,7 +246,8 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
 
             # Frozen weights may be re-laid out for the kernels (poly/prepack.py).
             tasks = [(sg.source, sg.entry, True, True,
-                      frozenset(s.cname for s in sg.inputs if gen.is_const(s.tensor)))
+                      frozenset(s.cname for s in sg.inputs if gen.is_const(s.tensor)),
+                      winograd)
                      for sg in codes]
             results = run_ordered(optimize_source, tasks, jobs, st.advance,
                                   [len(sg.source) for sg in codes])
@@ -267,7 +272,8 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
     report = _report(gen, graph.placeholders, codes, op_types, node_names, reasons,
                      input_shapes, model, march, max_ops)
     report["dynamic_batch"] = sorted(dynamic)
-    report["options"].update(optimizer=optimizer, threads=threads, occupancy=occupancy)
+    report["options"].update(optimizer=optimizer, threads=threads, occupancy=occupancy,
+                             winograd=winograd if optimizer == "poly" else False)
     report["compiler"] = toolchain.describe()
     for entry, info in zip(report["subgraphs"], poly):
         entry["optimizer"] = info["optimizer"]

@@ -18,7 +18,8 @@ __all__ = ["Access", "ArrayInfo", "Call", "Dependences", "NotRaisable", "Scop", 
 
 
 def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = True,
-                    constants: frozenset[str] = frozenset()) -> tuple[str, dict]:
+                    constants: frozenset[str] = frozenset(),
+                    winograd: bool = True) -> tuple[str, dict]:
     """Run the polyhedral pass on one subgraph's C. Returns (new source, report entry).
 
     `constants` names the entry's input arrays whose values are fixed when the op is built
@@ -41,7 +42,10 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
     `contracted_to_row` and the number of outer time dimensions (`loops`) they share;
     `recomputed_window`: a tensor its producer recomputes, for each band row, into a buffer
     of the rows that row reads (a halo band, `band.fuse_halo`), but the `carried` rows a
-    thread's previous band row computed, which move to the buffer's top.
+    thread's previous band row computed, which move to the buffer's top. `winograd`: the
+    3x3 stride-1 convolutions `winograd.plan` accepts run as Winograd F(2x2,3x3) (not
+    bit-identical to the textbook C; off: every conv keeps its direct kernels), listed in
+    `winograd` (node, tiles, channels, scratch bytes).
     """
     import time
 
@@ -91,7 +95,8 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
         if fuse:
             schedules = fuse_halos(scop, deps, fuse_bands(scop, deps, schedules))
         head = source.split("#include", 1)[0]
-        new, stats = lower(scop, deps, schedules, head, frozenset(constants))
+        new, stats = lower(scop, deps, schedules, head, frozenset(constants),
+                           winograd=winograd)
     except (isl.Error, ValueError, KeyError) as e:
         # A scheduling or lowering failure must never cost the user the subgraph: keep the
         # textbook C, which is correct, and say why.
@@ -124,5 +129,9 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
         "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
         "kernel_calls": stats.kernel_calls, "packed": stats.packed,
         "prepacked": stats.prepacked,
+        "winograd": [{"node": wp.node, "output": [wp.oh, wp.ow], "channels": [wp.c, wp.k],
+                      "tiles": [wp.th, wp.tw], "scratch_bytes": wp.scratch_bytes,
+                      "fused_chain": [s.node for s in wp.chain]}
+                     for wp in stats.winograd],
         "workspace_bytes": stats.workspace_bytes,
         "seconds": round(time.perf_counter() - t0, 3)}

@@ -45,7 +45,7 @@ from .schedule import CallSchedule, _addr, extents
 
 PANEL = 64  # output channels of one panel: 4 vectors of the 6x4 register tile
 RB = 6  # tiles of one register tile
-MIN_PIXELS = 400  # outputs per image below which the transforms do not pay (docstring)
+MIN_PIXELS = 196  # outputs per image below which the transforms do not pay (docstring)
 WHOLE_V_BYTES = 4 << 20  # V up to this size is transformed whole first (probe: 56x56x64
 # 1.71x that way against 1.52x row by row; 147x147x32 0.85x against 1.37-1.50x)
 
