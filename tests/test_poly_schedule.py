@@ -31,15 +31,16 @@ def _subgraph(build, out="out"):
     return g, generate_subgraph(g, nodes, 0)
 
 
-def _run_both(g, sg, feeds, threads=2):
+def _run_both(g, sg, feeds, threads=2, winograd=False):
     """(textbook outputs, optimized outputs, report entry), the optimized C run with
     `threads` OpenMP threads. The graph's constants are passed as such, as the pipeline
-    does: those the new C reads in panel layout are fed packed (poly/prepack.py)."""
+    does: those the new C reads in panel layout are fed packed (poly/prepack.py).
+    `winograd` off by default: every conv keeps its direct kernels, bit-identical."""
     inputs = {s.tensor: (feeds[s.tensor] if s.tensor in feeds else g.const_value(s.tensor))
               for s in sg.inputs}
     ref = run_subgraph_c(sg, inputs)
     constants = frozenset(s.cname for s in sg.inputs if g.is_const(s.tensor))
-    new, info = optimize_source(sg.source, sg.entry, constants=constants)
+    new, info = optimize_source(sg.source, sg.entry, constants=constants, winograd=winograd)
     assert info["optimizer"] == "poly", info
     assert set(info["prepacked"]) <= constants
     inputs = {s.tensor: pack_panels(v, info["prepacked"][s.cname])
@@ -137,7 +138,8 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_poly_equals_textbook_bitwise(case):
     """Every op family, 2 OpenMP threads: the tiled, microkernel, parallel and simd C gives
-    bit-identical results (each output element's reduction runs in the original order)."""
+    bit-identical results (each output element's reduction runs in the original order).
+    With Winograd off: on, the 3x3 stride-1 convs agree to 1e-6 instead (test below)."""
     shape, body = CASES[case]
 
     def build():
@@ -583,3 +585,68 @@ def test_halo_band_recomputes_the_window(case, threads, monkeypatch):
         trimmed = rf"for \(int c4 = \(rstf_carry \? rstf_max\(.*, {re.escape(start)}\) :"
         assert re.search(trimmed, new)
         assert info["workspace_bytes"] < sg.workspace_bytes
+
+
+WINOGRAD = {
+    # name: (input shape, graph on x, (tile rows, tile columns) of the Winograd group)
+    # SAME, an odd width (a half tile at the right), 96 channels: a 64-wide panel and a
+    # 32-wide one; BN and ReLU6 run on the output transform's registers.
+    "same_bn_relu6_two_panels": ((1, 20, 21, 32), lambda x: tf.nn.relu6(
+        tf.nn.conv2d(x, _w(3, 3, 32, 96), 1, "SAME") * _w(96) + _w(96)), (10, 11)),
+    # VALID, odd height and width, no chain: the conv's output is stored, and read flat.
+    "valid_stored_read_flat": ((1, 17, 19, 16), lambda x: tf.reshape(
+        tf.nn.conv2d(x, _w(3, 3, 16, 48), 1, "VALID"), [-1]) * 2.0, (8, 9)),
+    # A residual add reads the conv's input in the epilogue.
+    "same_bias_residual_relu": ((1, 15, 14, 48), lambda x: tf.nn.relu(
+        tf.nn.conv2d(x, _w(3, 3, 48, 48), 1, "SAME") + _w(48) + x), (8, 7)),
+    # V over 4 MB: each parallel iteration transforms its own tile row.
+    "large_image_row_by_row": ((1, 150, 150, 32), lambda x: tf.nn.relu(
+        tf.nn.conv2d(x, _w(3, 3, 32, 64), 1, "VALID") * _w(64) + _w(64)), (74, 74)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WINOGRAD))
+def test_winograd_conv_agrees_with_textbook(case):
+    """3x3 stride-1 convs run as Winograd F(2x2,3x3) (rstf/poly/winograd.py) with their
+    chain: within 1e-5 of the largest output of the textbook C, on 2 threads, with padding,
+    half tiles, a partial panel, a residual operand, a stored output and both schedules."""
+    shape, body, tiles = WINOGRAD[case]
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, shape, name="x")
+        tf.identity(body(x), name="out")
+
+    g, sg = _subgraph(build)
+    x = rng.randn(*shape).astype(np.float32)
+    ref, got, info, new = _run_both(g, sg, {"x:0": x}, winograd=True)
+    assert [w["tiles"] for w in info["winograd"]] == [list(tiles)], info["winograd"]
+    assert "Winograd F(2x2,3x3)" in new and "rstf_mkv" not in new
+    assert "in1" not in info["prepacked"]  # the weight is read as it is, to compute U
+    for k in ref:
+        err = np.abs(got[k].astype(np.float64) - ref[k]).max() / np.abs(ref[k]).max()
+        assert err < 1e-5, (k, err)
+        assert not np.array_equal(got[k], ref[k])  # another summation order, for real
+    chain = info["winograd"][0]["fused_chain"]
+    assert (len(chain) > 0) == (case != "valid_stored_read_flat"), chain
+
+
+@pytest.mark.parametrize("shape,conv", [
+    ((1, 15, 15, 32), lambda x: tf.nn.conv2d(x, _w(3, 3, 32, 64), 2, "SAME")),  # stride 2
+    ((1, 16, 16, 32), lambda x: tf.nn.conv2d(x, _w(3, 3, 32, 64), 1, "SAME",
+                                            dilations=[1, 2, 2, 1])),  # dilated
+    ((1, 9, 9, 64), lambda x: tf.nn.conv2d(x, _w(3, 3, 64, 64), 1, "SAME")),  # 81 outputs
+    ((2, 16, 16, 32), lambda x: tf.nn.conv2d(x, _w(3, 3, 32, 64), 1, "SAME")),  # batch 2
+    ((1, 16, 16, 24), lambda x: tf.nn.conv2d(x, _w(3, 3, 24, 64), 1, "SAME")),  # C % 16
+    ((1, 16, 16, 32), lambda x: tf.nn.conv2d(x, _w(5, 5, 32, 64), 1, "SAME")),  # 5x5
+])
+def test_winograd_leaves_other_convs_to_the_direct_kernels(shape, conv):
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, shape, name="x")
+        tf.identity(conv(x), name="out")
+
+    g, sg = _subgraph(build)
+    ref, got, info, new = _run_both(g, sg, {"x:0": rng.randn(*shape).astype(np.float32)},
+                                    winograd=True)
+    assert info["winograd"] == [] and "Winograd" not in new and info["tiled"]
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k])
