@@ -30,8 +30,9 @@
    transforms add no more than a few roundings per output (its points are 0, +-1), so the
    error stays near the direct sum's own.
 
-   Winograd is not in rstf yet; this probe is the measurement behind that plan (see the
-   README's "Performance" notes). */
+   rstf's poly pass lowers these convolutions this way (rstf/poly/winograd.py, computing U
+   in the call, like wino+wt); this probe is the measurement behind its choices (which
+   image sizes, which schedule), to redo on another machine. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>

@@ -15,13 +15,16 @@ roundings per output, near the direct sum's own (1e-6 of the largest output on R
 and Inception v3's layers, against TF's 1e-4). The results are not bit-identical to the
 textbook C, so `--winograd off` keeps the direct kernels for a user who wants that.
 
-Measured with `benchmarks/winograd_probe.c` on Zen 4 (2 cores): the contractions run at the
-direct kernel's rate, so a layer runs in 1/1.55 to 1/1.77 of the direct kernel's time on
-28x28 to 147x147 images, but only 1.1-1.3x faster at 7x7 and 8x8 (too few tiles to
-amortise the transforms). U is computed in each call, from the op's own weight input (a
-prepacked U would need the op to take a tensor of another shape): 16C K floats written and
-read back, which costs a 14x14x256 layer most of its gain, so the pass takes layers of at
-least MIN_PIXELS outputs.
+Measured with `benchmarks/winograd_probe.c` on Zen 4 (2 cores, U precomputed): the
+contractions run at the direct kernel's rate, so a layer runs in 1/1.55 to 1/1.77 of the
+direct kernel's time on 28x28 to 147x147 images, 1/1.4-1/1.65 at 14x14, but only 1.1-1.3x
+faster at 7x7 and 8x8. U is computed in each call, from the op's own weight input (a
+prepacked U would need the op to take a tensor of another shape): 16 C K floats written
+and read back, which costs the 14x14x256 layers a third of their gain (probe: 1.30x) and
+makes the 7x7 and 8x8 ones slower than direct (0.7-0.8x), so the pass takes layers of at
+least MIN_PIXELS outputs. On whole models (`benchmarks/ab_kernels.py`, interleaved):
+ResNet-50's kernels 0.928x the time with its 28x28 and 56x56 layers, times 0.945 more with
+its 14x14 ones; Inception v3's first subgraph (its ten 3x3 stride-1 convs) 0.804x.
 
 Lowering (`source`): the group's function replaces the whole scheduled group (conv, its
 zeroing and its fused pointwise chain): a parallel weight transform into U, then either
@@ -189,6 +192,8 @@ def plan(scop: Scop, cs: CallSchedule) -> Plan | None:
     contracted = set(cs.chain.contracted) if cs.chain else set()
     if chain and ya.array not in cs.rows and ya.array not in contracted:
         return None  # the output is read after the group: keep the kernels that store it
+    if set(cs.rows) - {ya.array}:
+        return None  # another row buffer: the chain's arrays must all be stored or scalars
     operands = _operands(scop, chain, ya.array, contracted, (oh, ow, k)) if chain else []
     if operands is None:
         return None
