@@ -10,6 +10,7 @@ own per-call interpreter work to all three.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -189,7 +190,7 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
     from .cexec import run_subgraph_c
     from .codegen import generate_subgraph
     from .opgen import get_handler
-    from .poly.prepack import pack_panels
+    from .poly.prepack import pack, packed_shape
     from .tfutil import tf
 
     report = _read_report(out_dir)
@@ -230,13 +231,16 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
         load_library(lib_path)
     results, first_failure = [], None
     for sg, entry in zip(codes, report["subgraphs"]):
+        # Weights the op reads in panel layout (or as Winograd's U, another shape) are fed
+        # as the splice stores them.
+        panels = entry.get("poly", {}).get("prepacked", {})
+        slots = [dataclasses.replace(s, shape=packed_shape(s.shape, panels[s.cname]))
+                 if s.cname in panels else s for s in sg.inputs]
         g = tf.Graph()
         with g.as_default():
-            tf.graph_util.import_graph_def(_custom_op_graph_def(entry["op_type"], sg.inputs),
+            tf.graph_util.import_graph_def(_custom_op_graph_def(entry["op_type"], slots),
                                            name="")
-        # Weights the op reads in panel layout are fed as the splice stores them.
-        panels = entry.get("poly", {}).get("prepacked", {})
-        feed = {f"in{i}:0": pack_panels(value(s.tensor), panels[s.cname])
+        feed = {f"in{i}:0": pack(value(s.tensor), panels[s.cname])
                 if s.cname in panels else value(s.tensor) for i, s in enumerate(sg.inputs)}
         with tf.compat.v1.Session(graph=g) as sess:
             got = sess.run([f"op:{j}" for j in range(len(sg.outputs))], feed)

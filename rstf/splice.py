@@ -6,8 +6,8 @@ When a replaced node is one of the model's outputs, an Identity (IdentityN for s
 outputs) under its original name keeps it fetchable: users' names never change.
 
 A frozen weight the op's C reads in panel layout (`SubgraphCode.prepacked`, see
-rstf/poly/prepack.py) is fed from a new Const, `<custom node>/<input>_panels`, holding the
-re-laid-out value; the original Const (and the Identity nodes forwarding it) is dropped
+rstf/poly/prepack.py), or as Winograd's transformed weights, is fed from a new Const,
+`<custom node>/<input>_panels`, holding the re-laid-out value (`prepack.pack`); the original Const (and the Identity nodes forwarding it) is dropped
 when nothing else reads it, so the graph does not carry the weight twice.
 """
 from __future__ import annotations
@@ -78,11 +78,12 @@ def splice(graph: Graph, subgraphs: list[SubgraphCode], op_types: list[str],
     return out
 
 
-def _panels_const(out, graph: Graph, tensor: str, width: int, name: str) -> None:
-    """A Const `name` holding the constant `tensor` in panel layout of `width` columns."""
-    from .poly.prepack import pack_panels
+def _panels_const(out, graph: Graph, tensor: str, spec, name: str) -> None:
+    """A Const `name` holding the constant `tensor` as the op reads it (`spec`: a panel
+    width, or prepack.WINOGRAD)."""
+    from .poly.prepack import pack
 
-    value = pack_panels(graph.const_value(tensor), width)
+    value = pack(graph.const_value(tensor), spec)
     node = out.node.add()
     node.name = name
     node.op = "Const"

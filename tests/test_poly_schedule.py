@@ -2,6 +2,7 @@
 rstf/poly/lower.py, rstf/poly/microkernel.py): contraction tiling around microkernels,
 legality against exact dependences, dependence-based pragmas, and the lowered C computing
 exactly what the textbook C computes."""
+import dataclasses
 import os
 import re
 
@@ -13,7 +14,7 @@ from harness import generate_subgraph, load_graph_def, make_graph_def
 from rstf.cexec import run_subgraph_c
 from rstf.poly import compute_dependences, optimize_source, raise_subgraph
 from rstf.poly.microkernel import choose_tile, fits_registers
-from rstf.poly.prepack import pack_panels
+from rstf.poly.prepack import pack, packed_shape
 from rstf.poly.raise_c import is_accumulation
 from rstf.poly.schedule import call_dependences, find_contraction, schedule_call
 from rstf.tfutil import tf
@@ -43,16 +44,20 @@ def _run_both(g, sg, feeds, threads=2, winograd=False):
     new, info = optimize_source(sg.source, sg.entry, constants=constants, winograd=winograd)
     assert info["optimizer"] == "poly", info
     assert set(info["prepacked"]) <= constants
-    inputs = {s.tensor: pack_panels(v, info["prepacked"][s.cname])
-              if s.cname in info["prepacked"] else v for s, v in zip(sg.inputs, inputs.values())}
+    spec = info["prepacked"]
+    inputs = {s.tensor: pack(v, spec[s.cname]) if s.cname in spec else v
+              for s, v in zip(sg.inputs, inputs.values())}
     old, sg.source = sg.source, new
     old_ws, sg.workspace_bytes = sg.workspace_bytes, info["workspace_bytes"]
+    old_in = sg.inputs
+    sg.inputs = [dataclasses.replace(s, shape=packed_shape(s.shape, spec[s.cname]))
+                 if s.cname in spec else s for s in sg.inputs]
     prev = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
         got = run_subgraph_c(sg, inputs)
     finally:
-        sg.source, sg.workspace_bytes = old, old_ws
+        sg.source, sg.workspace_bytes, sg.inputs = old, old_ws, old_in
         if prev is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
@@ -621,7 +626,10 @@ def test_winograd_conv_agrees_with_textbook(case):
     ref, got, info, new = _run_both(g, sg, {"x:0": x}, winograd=True)
     assert [w["tiles"] for w in info["winograd"]] == [list(tiles)], info["winograd"]
     assert "Winograd F(2x2,3x3)" in new and "rstf_mkv" not in new
-    assert "in1" not in info["prepacked"]  # the weight is read as it is, to compute U
+    # The frozen weight is fed as U, computed once (fed packed above): no transform per call.
+    assert info["prepacked"] == {"in1": "winograd"}, info["prepacked"]
+    assert info["winograd"][0]["weights"] == "fed transformed"
+    assert "U = G g G^T" not in new and "in1: input float(16, " in new
     for k in ref:
         err = np.abs(got[k].astype(np.float64) - ref[k]).max() / np.abs(ref[k]).max()
         assert err < 1e-5, (k, err)
@@ -634,7 +642,7 @@ def test_winograd_conv_agrees_with_textbook(case):
     ((1, 15, 15, 32), lambda x: tf.nn.conv2d(x, _w(3, 3, 32, 64), 2, "SAME")),  # stride 2
     ((1, 16, 16, 32), lambda x: tf.nn.conv2d(x, _w(3, 3, 32, 64), 1, "SAME",
                                             dilations=[1, 2, 2, 1])),  # dilated
-    ((1, 9, 9, 64), lambda x: tf.nn.conv2d(x, _w(3, 3, 64, 64), 1, "SAME")),  # 81 outputs
+    ((1, 7, 7, 64), lambda x: tf.nn.conv2d(x, _w(3, 3, 64, 64), 1, "SAME")),  # 49 outputs
     ((2, 16, 16, 32), lambda x: tf.nn.conv2d(x, _w(3, 3, 32, 64), 1, "SAME")),  # batch 2
     ((1, 16, 16, 24), lambda x: tf.nn.conv2d(x, _w(3, 3, 24, 64), 1, "SAME")),  # C % 16
     ((1, 16, 16, 32), lambda x: tf.nn.conv2d(x, _w(5, 5, 32, 64), 1, "SAME")),  # 5x5
@@ -650,3 +658,43 @@ def test_winograd_leaves_other_convs_to_the_direct_kernels(shape, conv):
     assert info["winograd"] == [] and "Winograd" not in new and info["tiled"]
     for k in ref:
         np.testing.assert_array_equal(got[k], ref[k])
+
+
+def test_winograd_computes_u_in_the_call_when_the_weight_is_an_input():
+    """A filter that is not a frozen constant (here: an input of the graph) is transformed
+    in every call, into the workspace; images under 14x14 then keep the direct kernels."""
+    def build(hw):
+        x = tf.compat.v1.placeholder(tf.float32, (1, hw, hw, 32), name="x")
+        w = tf.compat.v1.placeholder(tf.float32, (3, 3, 32, 48), name="w")
+        tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"), name="out")
+
+    for hw, used in ((15, True), (13, False)):
+        g, sg = _subgraph(lambda: build(hw))
+        feeds = {"x:0": rng.randn(1, hw, hw, 32).astype(np.float32),
+                 "w:0": rng.randn(3, 3, 32, 48).astype(np.float32)}
+        ref, got, info, new = _run_both(g, sg, feeds, winograd=True)
+        assert not info["prepacked"], info["prepacked"]
+        if not used:
+            assert info["winograd"] == [] and "Winograd" not in new
+            continue
+        assert [w["weights"] for w in info["winograd"]] == ["transformed per call"]
+        assert "U = G g G^T" in new
+        for k in ref:
+            err = np.abs(got[k].astype(np.float64) - ref[k]).max() / np.abs(ref[k]).max()
+            assert err < 1e-5, (k, err)
+
+
+def test_winograd_weights_match_the_transform_in_c():
+    """prepack.pack(w, WINOGRAD) is G g G^T in the kernels' panel order: checked against
+    the definition, element by element, for a last panel narrower than 64."""
+    from rstf.poly.prepack import WINOGRAD
+    w = _w(3, 3, 16, 80)
+    u = pack(w, WINOGRAD)
+    assert u.shape == packed_shape(w.shape, WINOGRAD) == (16, 16, 80) and u.dtype == np.float32
+    G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
+    want = np.einsum("ai,ijck,bj->abck", G, w.astype(np.float64), G).reshape(16, 16, 80)
+    flat = u.reshape(-1)
+    first = flat[:16 * 16 * 64].reshape(16, 16, 64)  # panel 0: channels 0..63
+    last = flat[16 * 16 * 64:].reshape(16, 16, 16)  # panel 1: channels 64..79
+    np.testing.assert_allclose(first, want[:, :, :64], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(last, want[:, :, 64:], rtol=1e-6, atol=1e-6)

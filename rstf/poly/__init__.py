@@ -24,8 +24,9 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
 
     `constants` names the entry's input arrays whose values are fixed when the op is built
     (frozen weights). The new C may read some of them in the microkernels' panel layout:
-    the report entry's `prepacked` maps each to its panel width, and the op must then be
-    fed `prepack.pack_panels(value, width)` instead of the value (the splice does).
+    the report entry's `prepacked` maps each to its panel width (or `prepack.WINOGRAD`: a
+    Winograd conv's weight, fed as its transformed U, of another shape), and the op must
+    then be fed `prepack.pack(value, spec)` instead of the value (the splice does).
 
     The report entry: `optimizer` ('poly', or 'none' with a `diagnostic`), `statements`,
     `calls`, `tiled` (contractions tiled around microkernels, with their tile sizes, the
@@ -131,6 +132,7 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
         "prepacked": stats.prepacked,
         "winograd": [{"node": wp.node, "output": [wp.oh, wp.ow], "channels": [wp.c, wp.k],
                       "tiles": [wp.th, wp.tw], "scratch_bytes": wp.scratch_bytes,
+                      "weights": "fed transformed" if wp.u_given else "transformed per call",
                       "fused_chain": [s.node for s in wp.chain]}
                      for wp in stats.winograd],
         "workspace_bytes": stats.workspace_bytes,

@@ -623,11 +623,15 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     chains) run as Winograd F(2x2,3x3) instead of their kernels (`stats.winograd`)."""
     stats = LoweringStats()
     wino = {cs.call: wp for cs in schedules
-            if winograd and (wp := winograd_plan(scop, cs)) is not None}
+            if winograd and (wp := winograd_plan(scop, cs, constants)) is not None}
     panels = prepack.plan(scop, [k for cs in schedules if cs.call not in wino
                                  for k in cs.kernels],
                           _scalar_statements(schedules), set(constants))
     stats.prepacked = {name: pn.vb for name, pn in panels.items()}
+    # A Winograd conv's frozen weight is fed as U (its tensor of another shape).
+    given = {wp.w: wp for wp in wino.values() if wp.u_given}
+    stats.prepacked.update({w: prepack.WINOGRAD for w in given})
+    header = _retable(header, given)
     functions, shapes, calls_text = [], set(), {}
     params = [f"int {p}" for p in scop.params]
     epi_kernels = []
@@ -638,10 +642,12 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             buffers, written = _group_buffers(cs)
             fname = f"sched_{cs.call}"
             functions.append(winograd_source(
-                wp, fname, [_param_decl(scop, b, b in written) for b in buffers] + params))
+                wp, fname, [f"const float *restrict {b}" if b in given else
+                            _param_decl(scop, b, b in written) for b in buffers] + params))
             for c in {*(cs.chain.calls if cs.chain else ())} - {cs.call}:
                 calls_text[c] = f"/* fused into {fname} */"
-            wino_calls[cs.call] = [_cast(scop, b, b in written) for b in buffers] \
+            wino_calls[cs.call] = [f"(const float *){b}" if b in given else
+                                   _cast(scop, b, b in written) for b in buffers] \
                 + list(scop.params)
             stats.winograd.append(wp)
             continue
@@ -729,6 +735,16 @@ def _group_buffers(cs) -> tuple[list[str], set[str]]:
             if a.write:
                 written.add(a.array)
     return buffers, written
+
+
+def _retable(header: str, given: dict) -> str:
+    """The generated file's tensor table with each weight fed as Winograd's U at its new
+    shape (whoever runs the C allocates the inputs from this table: benchmarks/)."""
+    for w, wp in given.items():
+        header = re.sub(rf"^(\s*\*\s+{w}: input float)\([\d, ]*\)(.*)$",
+                        lambda m, wp=wp: f"{m.group(1)}(16, {wp.c}, {wp.k}){m.group(2)} "
+                        "[fed as Winograd's U: prepack.WINOGRAD]", header, flags=re.M)
+    return header
 
 
 def _scratch(call: int) -> str:

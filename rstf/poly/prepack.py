@@ -99,6 +99,24 @@ def plan(scop: Scop, kernels: list[Kernel], scalar_statements: set[str],
     return out
 
 
+WINOGRAD = "winograd"  # the layout spec of a 3x3 conv weight read as Winograd's U
+
+
+def pack(value: np.ndarray, spec) -> np.ndarray:
+    """`value` as the op reads it under `spec` (a `prepacked` entry of the pass's report):
+    a panel width (`pack_panels`), or WINOGRAD: a [3][3][C][K] weight as F(2x2,3x3)'s
+    transformed weights ([16][C][K] floats, `winograd.transform_weights`)."""
+    if spec == WINOGRAD:
+        from .winograd import transform_weights
+        return transform_weights(value)
+    return pack_panels(value, spec)
+
+
+def packed_shape(shape: tuple, spec) -> tuple:
+    """The shape of `pack(value, spec)` for a value of `shape`: the same but for WINOGRAD."""
+    return (16, shape[2], shape[3]) if spec == WINOGRAD else tuple(shape)
+
+
 def pack_panels(value: np.ndarray, vb: int) -> np.ndarray:
     """`value` (any shape, its last dimension the columns) in panel layout with tile width
     `vb`, same shape and dtype (module docstring)."""

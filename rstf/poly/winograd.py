@@ -15,20 +15,25 @@ roundings per output, near the direct sum's own (1e-6 of the largest output on R
 and Inception v3's layers, against TF's 1e-4). The results are not bit-identical to the
 textbook C, so `--winograd off` keeps the direct kernels for a user who wants that.
 
-Measured with `benchmarks/winograd_probe.c` on Zen 4 (2 cores, U precomputed): the
+Measured with `benchmarks/winograd_probe.c` on Zen 4 (2 cores, U precomputed and hot): the
 contractions run at the direct kernel's rate, so a layer runs in 1/1.55 to 1/1.77 of the
 direct kernel's time on 28x28 to 147x147 images, 1/1.4-1/1.65 at 14x14, but only 1.1-1.3x
-faster at 7x7 and 8x8. U is computed in each call, from the op's own weight input (a
-prepacked U would need the op to take a tensor of another shape): 16 C K floats written
-and read back, which costs the 14x14x256 layers a third of their gain (probe: 1.30x) and
-makes the 7x7 and 8x8 ones slower than direct (0.7-0.8x), so the pass takes layers of at
-least MIN_PIXELS outputs. On whole models (`benchmarks/ab_kernels.py`, interleaved):
-ResNet-50's kernels 0.928x the time with its 28x28 and 56x56 layers, times 0.945 more with
-its 14x14 ones; Inception v3's first subgraph (its ten 3x3 stride-1 convs) 0.804x.
+faster at 7x7 and 8x8. Where the weight is a frozen constant read by this conv alone (every
+model's case), U is computed once at optimize time (`transform_weights`) and the op is fed
+it instead of the weight (`prepack.WINOGRAD`: a tensor of 16/9 the weight's size); else it
+is computed in each call into the workspace, which costs the 14x14x256 layers a third of
+their gain (probe: 1.30x) and makes 7x7 and 8x8 ones slower than direct (0.7-0.8x). In a
+whole model the weights come from memory, not cache, and U's 16/9 the bytes then cost the
+small images what they gain: Inception v3's two 8x8x448->384 layers with U fed made its
+second subgraph 1.055x slower. So the pass takes layers of at least MIN_PIXELS (14x14)
+outputs. On whole models (`benchmarks/ab_kernels.py`, interleaved, U per call): ResNet-50's
+kernels 0.928x the time with its 28x28 and 56x56 layers, times 0.945 more with its 14x14
+ones, and 0.982 more with U fed; Inception v3's first subgraph (its ten 3x3 stride-1 convs)
+0.804x.
 
 Lowering (`source`): the group's function replaces the whole scheduled group (conv, its
-zeroing and its fused pointwise chain): a parallel weight transform into U, then either
-(small V) the whole input transform and then (tile row, 64-channel panel) pairs in
+zeroing and its fused pointwise chain): the weight transform into U unless U is fed, then
+either (small V) the whole input transform and then (tile row, 64-channel panel) pairs in
 parallel, or (large V) one tile row per parallel iteration, transformed and run through
 every panel while it is in L2. Per 6 tiles and one panel, the 16 contractions run in a
 6x64 register tile each and the output transform and the fused chain (`regepi`'s vector
@@ -40,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 
 import islpy as isl
+import numpy as np
 
 from . import regepi
 from .microkernel import VLEN
@@ -48,7 +54,7 @@ from .schedule import CallSchedule, _addr, extents
 
 PANEL = 64  # output channels of one panel: 4 vectors of the 6x4 register tile
 RB = 6  # tiles of one register tile
-MIN_PIXELS = 196  # outputs per image below which the transforms do not pay (docstring)
+MIN_PIXELS = 196  # outputs per image below which Winograd does not pay (docstring)
 WHOLE_V_BYTES = 4 << 20  # V up to this size is transformed whole first (probe: 56x56x64
 # 1.71x that way against 1.52x row by row; 147x147x32 0.85x against 1.37-1.50x)
 
@@ -85,6 +91,9 @@ class Plan:
     chain: list[Statement]  # the fused pointwise chain after the conv (may be empty)
     epi: regepi.RegisterEpilogue | None
     operands: list[Operand]
+    # The weight is a frozen constant only this conv reads: the op is fed U itself
+    # (`transform_weights`, prepack.WINOGRAD) instead of computing it in every call.
+    u_given: bool = False
 
     @property
     def th(self) -> int:
@@ -113,18 +122,19 @@ class Plan:
 
     @property
     def scratch_bytes(self) -> int:
-        return 4 * (self.u_floats + self.v_floats)
+        return 4 * ((0 if self.u_given else self.u_floats) + self.v_floats)
 
     @property
     def whole_v(self) -> bool:
         return 4 * self.v_floats <= WHOLE_V_BYTES
 
 
-def plan(scop: Scop, cs: CallSchedule) -> Plan | None:
+def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) -> Plan | None:
     """The Winograd plan of a scheduled group, or None when the group is not a batch-1
-    3x3 stride-1 convolution with C and K multiples of 16 and at least MIN_PIXELS outputs
-    (zeroed first, then accumulated; maybe followed by a pointwise chain `regepi` can
-    translate, reading the output at the same element)."""
+    3x3 stride-1 convolution with C and K multiples of 16 and at least MIN_PIXELS outputs,
+    zeroed first, then accumulated, maybe followed by a pointwise chain `regepi` can
+    translate, reading the output at the same element. When its weight is one of
+    `constants` (the op's frozen inputs) and nothing else reads it, the op is fed U."""
     from .band import BandGroup
     if isinstance(cs, BandGroup) or not cs.kernels:
         return None
@@ -161,6 +171,8 @@ def plan(scop: Scop, cs: CallSchedule) -> Plan | None:
     if ay is None or {v: cf for v, cf in ay.items() if v != n} != {h: ow * k, w: k, oc: 1} \
             or bufs[ya.array].size != oh * ow * k:
         return None
+    u_given = wa.array in constants and all(
+        s is upd for s in scop.statements for a in s.accesses if a.array == wa.array)
     if ws_[2] != c or c % VLEN or k % VLEN or oh * ow < MIN_PIXELS:
         return None
     # The domain: the whole box, less the taps that fall in the zero padding, which the
@@ -207,7 +219,20 @@ def plan(scop: Scop, cs: CallSchedule) -> Plan | None:
         except regepi.Refused:
             return None
     return Plan(cs.call, upd.node, xa.array, wa.array, ya.array, ih, iwid, oh, ow, c, k,
-                ph, pw, [s.name for s in cs.statements], chain, epi, operands)
+                ph, pw, [s.name for s in cs.statements], chain, epi, operands, u_given)
+
+
+def transform_weights(w: np.ndarray) -> np.ndarray:
+    """U = G g G^T of a [3][3][C][K] float32 weight, as the Winograd code reads it: for
+    each 64-channel panel (the last maybe narrower), [16][C][panel width], panel after
+    panel; shape (16, C, K). Computed in float64 and rounded once."""
+    g = np.asarray(w, dtype=np.float64)
+    if g.ndim != 4 or g.shape[:2] != (3, 3):
+        raise ValueError(f"a Winograd F(2x2,3x3) weight is [3][3][C][K], not {g.shape}")
+    G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    u = np.einsum("ai,ijck,bj->abck", G, g, G).reshape(16, g.shape[2], g.shape[3])
+    blocks = [u[:, :, p:p + PANEL].reshape(-1) for p in range(0, g.shape[3], PANEL)]
+    return np.concatenate(blocks).reshape(u.shape).astype(np.float32)
 
 
 def _panels(k: int) -> list[tuple[int, int]]:
@@ -315,11 +340,16 @@ def source(p: Plan, fname: str, params: list[str]) -> str:
         f"static void {fname}({', '.join(params + ['float *restrict rstf_wg'])})",
         "{",
         f"    const float *restrict x = (const float *){p.x};",
-        f"    const float *restrict w = (const float *){p.w};",
-        f"    float *restrict U = rstf_wg;  /* U[panel][16][{C}][panel width] */",
-        f"    float *restrict V = rstf_wg + {p.u_floats};  /* V[tile row][16][{TW}][{C}] */",
     ]
-    lines += _weight_transform(p)
+    if p.u_given:
+        lines += [f"    const float *restrict U = {p.w};  /* U[panel][16][{C}][panel width], "
+                  "fed to the op (prepack.WINOGRAD) */",
+                  f"    float *restrict V = rstf_wg;  /* V[tile row][16][{TW}][{C}] */"]
+    else:
+        lines += [f"    const float *restrict w = (const float *){p.w};",
+                  f"    float *restrict U = rstf_wg;  /* U[panel][16][{C}][panel width] */",
+                  f"    float *restrict V = rstf_wg + {p.u_floats};  /* V[tile row][16][{TW}][{C}] */"]
+        lines += _weight_transform(p)
     if p.whole_v:
         lines += ["    #pragma omp parallel for collapse(2)",
                   f"    for (int th = 0; th < {TH}; ++th)",
