@@ -610,20 +610,23 @@ WINOGRAD = {
 }
 
 
+def _run_on_x(shape, body, **kw):
+    """`_run_both` on the graph out = body(x), x a random input of `shape`."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, shape, name="x")
+        tf.identity(body(x), name="out")
+
+    g, sg = _subgraph(build)
+    return _run_both(g, sg, {"x:0": rng.randn(*shape).astype(np.float32)}, **kw)
+
+
 @pytest.mark.parametrize("case", sorted(WINOGRAD))
 def test_winograd_conv_agrees_with_textbook(case):
     """3x3 stride-1 convs run as Winograd F(2x2,3x3) (rstf/poly/winograd.py) with their
     chain: within 1e-5 of the largest output of the textbook C, on 2 threads, with padding,
     half tiles, a partial panel, a residual operand, a stored output and both schedules."""
     shape, body, tiles = WINOGRAD[case]
-
-    def build():
-        x = tf.compat.v1.placeholder(tf.float32, shape, name="x")
-        tf.identity(body(x), name="out")
-
-    g, sg = _subgraph(build)
-    x = rng.randn(*shape).astype(np.float32)
-    ref, got, info, new = _run_both(g, sg, {"x:0": x}, winograd=True)
+    ref, got, info, new = _run_on_x(shape, body, winograd=True)
     assert [w["tiles"] for w in info["winograd"]] == [list(tiles)], info["winograd"]
     assert "Winograd F(2x2,3x3)" in new and "rstf_mkv" not in new
     # The frozen weight is fed as U, computed once (fed packed above): no transform per call.
@@ -648,13 +651,7 @@ def test_winograd_conv_agrees_with_textbook(case):
     ((1, 16, 16, 32), lambda x: tf.nn.conv2d(x, _w(5, 5, 32, 64), 1, "SAME")),  # 5x5
 ])
 def test_winograd_leaves_other_convs_to_the_direct_kernels(shape, conv):
-    def build():
-        x = tf.compat.v1.placeholder(tf.float32, shape, name="x")
-        tf.identity(conv(x), name="out")
-
-    g, sg = _subgraph(build)
-    ref, got, info, new = _run_both(g, sg, {"x:0": rng.randn(*shape).astype(np.float32)},
-                                    winograd=True)
+    ref, got, info, new = _run_on_x(shape, conv, winograd=True)
     assert info["winograd"] == [] and "Winograd" not in new and info["tiled"]
     for k in ref:
         np.testing.assert_array_equal(got[k], ref[k])
