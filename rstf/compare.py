@@ -10,7 +10,6 @@ own per-call interpreter work to all three.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -190,7 +189,7 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
     from .cexec import run_subgraph_c
     from .codegen import generate_subgraph
     from .opgen import get_handler
-    from .poly.prepack import pack, packed_shape
+    from .poly.prepack import as_fed, pack
     from .tfutil import tf
 
     report = _read_report(out_dir)
@@ -234,8 +233,7 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
         # Weights the op reads in panel layout (or as Winograd's U, another shape) are fed
         # as the splice stores them.
         panels = entry.get("poly", {}).get("prepacked", {})
-        slots = [dataclasses.replace(s, shape=packed_shape(s.shape, panels[s.cname]))
-                 if s.cname in panels else s for s in sg.inputs]
+        slots = as_fed(sg.inputs, panels)
         g = tf.Graph()
         with g.as_default():
             tf.graph_util.import_graph_def(_custom_op_graph_def(entry["op_type"], slots),

@@ -24,7 +24,7 @@ from .errors import RstfError
 from .graph import TRIVIAL_OPS, Graph, load_model, split_tensor
 from .opgen import check_node, get_handler
 from .partition import partition_subgraph, select_subgraphs
-from .poly.prepack import packed_shape
+from .poly.prepack import as_fed
 from .parallel import run_ordered
 from .progress import LOGGER, Reporter
 from .splice import custom_node_names, splice
@@ -302,8 +302,7 @@ def _apply_poly(sg: SubgraphCode, result: tuple[str, dict], log) -> dict:
         sg.workspace_bytes = info["workspace_bytes"]
     sg.prepacked = dict(info.get("prepacked", {}))
     # The op's inputs as it is fed them: a Winograd weight is a tensor of another shape.
-    sg.inputs = [dataclasses.replace(s, shape=packed_shape(s.shape, sg.prepacked[s.cname]))
-                 if s.cname in sg.prepacked else s for s in sg.inputs]
+    sg.inputs = as_fed(sg.inputs, sg.prepacked)
     if info["optimizer"] != "poly":
         log(f"subgraph {sg.index} left unoptimized: {info['diagnostic']}")
     else:

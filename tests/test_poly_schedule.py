@@ -2,7 +2,6 @@
 rstf/poly/lower.py, rstf/poly/microkernel.py): contraction tiling around microkernels,
 legality against exact dependences, dependence-based pragmas, and the lowered C computing
 exactly what the textbook C computes."""
-import dataclasses
 import os
 import re
 
@@ -14,7 +13,7 @@ from harness import generate_subgraph, load_graph_def, make_graph_def
 from rstf.cexec import run_subgraph_c
 from rstf.poly import compute_dependences, optimize_source, raise_subgraph
 from rstf.poly.microkernel import choose_tile, fits_registers
-from rstf.poly.prepack import pack, packed_shape
+from rstf.poly.prepack import as_fed, pack, packed_shape
 from rstf.poly.raise_c import is_accumulation
 from rstf.poly.schedule import call_dependences, find_contraction, schedule_call
 from rstf.tfutil import tf
@@ -50,8 +49,7 @@ def _run_both(g, sg, feeds, threads=2, winograd=False):
     old, sg.source = sg.source, new
     old_ws, sg.workspace_bytes = sg.workspace_bytes, info["workspace_bytes"]
     old_in = sg.inputs
-    sg.inputs = [dataclasses.replace(s, shape=packed_shape(s.shape, spec[s.cname]))
-                 if s.cname in spec else s for s in sg.inputs]
+    sg.inputs = as_fed(sg.inputs, spec)
     prev = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:

@@ -117,6 +117,13 @@ def packed_shape(shape: tuple, spec) -> tuple:
     return (16, shape[2], shape[3]) if spec == WINOGRAD else tuple(shape)
 
 
+def as_fed(slots: list, specs: dict) -> list:
+    """The op's input slots (codegen.Slot) as the op is fed them: each one `specs` (a
+    report's `prepacked`) names gets `packed_shape`; the others unchanged."""
+    return [dataclasses.replace(s, shape=packed_shape(s.shape, specs[s.cname]))
+            if s.cname in specs else s for s in slots]
+
+
 def pack_panels(value: np.ndarray, vb: int) -> np.ndarray:
     """`value` (any shape, its last dimension the columns) in panel layout with tile width
     `vb`, same shape and dtype (module docstring)."""

@@ -99,8 +99,9 @@ class RegisterEpilogue:
     operands: list[Operand]  # pointer arguments after the kernel's own, in order
     statements: list[Statement]  # the chain
     contracted: set[str]
-    # kernel statement -> the chain on its accumulator row r (epilogue_lines)
-    lines: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    # kernel statement -> the chain on its accumulator row r (epilogue_lines); a Winograd
+    # group's: panel width -> the chain on one pixel's vectors (chain_lines)
+    lines: dict = dataclasses.field(default_factory=dict)
 
     def name(self, k: Kernel, rows: int | None = None) -> str:
         """The kernel of `rows` rows, or (None) the dispatcher over the chunk sizes."""

@@ -87,7 +87,6 @@ class Plan:
     k: int
     ph: int  # input row of output row 0's first tap is -ph (SAME: 1, VALID: 0)
     pw: int
-    statements: list[str]  # every statement of the group, run by this plan
     chain: list[Statement]  # the fused pointwise chain after the conv (may be empty)
     epi: regepi.RegisterEpilogue | None
     operands: list[Operand]
@@ -106,7 +105,7 @@ class Plan:
     @property
     def panels(self) -> list[tuple[int, int]]:
         """(first channel, width) of each output-channel panel."""
-        return [(p, min(PANEL, self.k - p)) for p in range(0, self.k, PANEL)]
+        return _panels(self.k)
 
     @property
     def widths(self) -> set[int]:
@@ -215,11 +214,12 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
             cs.call, ya.array, init[0].name, chain[0].name, {},
             [regepi.Operand(o.array, 0, o.ch, o.write) for o in operands], chain, contracted)
         try:
-            epi.lines = {f"{wd}": regepi.chain_lines(epi, wd) for wd in {wd for _, wd in _panels(k)}}
+            # per panel width (the kernel name regepi keys them by)
+            epi.lines = {wd: regepi.chain_lines(epi, wd) for _, wd in _panels(k)}
         except regepi.Refused:
             return None
     return Plan(cs.call, upd.node, xa.array, wa.array, ya.array, ih, iwid, oh, ow, c, k,
-                ph, pw, [s.name for s in cs.statements], chain, epi, operands, u_given)
+                ph, pw, chain, epi, operands, u_given)
 
 
 def transform_weights(w: np.ndarray) -> np.ndarray:
@@ -236,6 +236,7 @@ def transform_weights(w: np.ndarray) -> np.ndarray:
 
 
 def _panels(k: int) -> list[tuple[int, int]]:
+    """(first channel, width) of each panel of k output channels."""
     return [(p, min(PANEL, k - p)) for p in range(0, k, PANEL)]
 
 
@@ -280,9 +281,9 @@ def _operands(scop: Scop, chain: list[Statement], y: str, contracted: set[str],
 
 # --------------------------------------------------------------------------- C text
 
-PRELUDE = """\
+PRELUDE = f"""\
 /* Winograd F(2x2,3x3) (rstf/poly/winograd.py). */
-#define RSTF_WG_RB 6
+#define RSTF_WG_RB {RB}
 """
 
 
@@ -513,6 +514,6 @@ def _pixel(p: Plan, p0: int, wd: int) -> list[str]:
                                        f"{p0 * o.ch + o.const}") if t)
         out.append(f"    {'' if o.write else 'const '}float *restrict {o.array}_p = "
                    f"{o.array} + (long)({off});")
-    out += ["    " + ln for ln in p.epi.lines[f"{wd}"]]
+    out += ["    " + ln for ln in p.epi.lines[wd]]
     out += ["    (void)r;", "}"]
     return out
