@@ -605,6 +605,16 @@ WINOGRAD = {
     # V over 4 MB: each parallel iteration transforms its own tile row.
     "large_image_row_by_row": ((1, 150, 150, 32), lambda x: tf.nn.relu(
         tf.nn.conv2d(x, _w(3, 3, 32, 64), 1, "VALID") * _w(64) + _w(64)), (74, 74)),
+    # F(2x2,5x5), 6x6 tiles: SAME (2 rows and columns of padding), odd size, BN and ReLU.
+    "5x5_same_bn_relu": ((1, 17, 15, 48), lambda x: tf.nn.relu(
+        tf.nn.conv2d(x, _w(5, 5, 48, 64), 1, "SAME") * _w(64) + _w(64)), (9, 8)),
+    # F(1x2,1x7): padding along the columns only, 9 tiles a row (a register tile of 6 and
+    # one of 3), 80 channels out (a 64-wide panel and a 16-wide one).
+    "1x7_same_two_panels": ((1, 17, 17, 32), lambda x: tf.nn.relu(
+        tf.nn.conv2d(x, _w(1, 7, 32, 80), 1, "SAME") + _w(80)), (17, 9)),
+    # F(2x1,7x1) along the rows, VALID, stored.
+    "7x1_valid_stored": ((1, 24, 17, 16), lambda x: tf.nn.conv2d(
+        x, _w(7, 1, 16, 32), 1, "VALID"), (9, 17)),
 }
 
 
@@ -626,17 +636,19 @@ def test_winograd_conv_agrees_with_textbook(case):
     shape, body, tiles = WINOGRAD[case]
     ref, got, info, new = _run_on_x(shape, body, winograd=True)
     assert [w["tiles"] for w in info["winograd"]] == [list(tiles)], info["winograd"]
-    assert "Winograd F(2x2,3x3)" in new and "rstf_mkv" not in new
+    algo = info["winograd"][0]["algorithm"]
+    e = {"F(2x2,3x3)": 16, "F(2x2,5x5)": 36, "F(1x2,1x7)": 8, "F(2x1,7x1)": 8}[algo]
+    assert f"Winograd {algo}" in new and "rstf_mkv" not in new
     # The frozen weight is fed as U, computed once (fed packed above): no transform per call.
     assert info["prepacked"] == {"in1": "winograd"}, info["prepacked"]
     assert info["winograd"][0]["weights"] == "fed transformed"
-    assert "U = G g G^T" not in new and "in1: input float(16, " in new
+    assert "U = G g G^T" not in new and f"in1: input float({e}, " in new
     for k in ref:
         err = np.abs(got[k].astype(np.float64) - ref[k]).max() / np.abs(ref[k]).max()
         assert err < 1e-5, (k, err)
         assert not np.array_equal(got[k], ref[k])  # another summation order, for real
     chain = info["winograd"][0]["fused_chain"]
-    assert (len(chain) > 0) == (case != "valid_stored_read_flat"), chain
+    assert (len(chain) > 0) == ("stored" not in case), chain
 
 
 @pytest.mark.parametrize("shape,conv", [
@@ -646,7 +658,8 @@ def test_winograd_conv_agrees_with_textbook(case):
     ((1, 7, 7, 64), lambda x: tf.nn.conv2d(x, _w(3, 3, 64, 64), 1, "SAME")),  # 49 outputs
     ((2, 16, 16, 32), lambda x: tf.nn.conv2d(x, _w(3, 3, 32, 64), 1, "SAME")),  # batch 2
     ((1, 16, 16, 24), lambda x: tf.nn.conv2d(x, _w(3, 3, 24, 64), 1, "SAME")),  # C % 16
-    ((1, 16, 16, 32), lambda x: tf.nn.conv2d(x, _w(5, 5, 32, 64), 1, "SAME")),  # 5x5
+    ((1, 16, 16, 32), lambda x: tf.nn.conv2d(x, _w(1, 5, 32, 64), 1, "SAME")),  # 1x5
+    ((1, 16, 16, 32), lambda x: tf.nn.conv2d(x, _w(5, 5, 32, 64), 2, "SAME")),  # 5x5 /2
 ])
 def test_winograd_leaves_other_convs_to_the_direct_kernels(shape, conv):
     ref, got, info, new = _run_on_x(shape, conv, winograd=True)

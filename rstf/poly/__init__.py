@@ -130,7 +130,8 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
         "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
         "kernel_calls": stats.kernel_calls, "packed": stats.packed,
         "prepacked": stats.prepacked,
-        "winograd": [{"node": wp.node, "output": [wp.oh, wp.ow], "channels": [wp.c, wp.k],
+        "winograd": [{"node": wp.node, "algorithm": wp.name,
+                      "output": [wp.oh, wp.ow], "channels": [wp.c, wp.k],
                       "tiles": [wp.th, wp.tw], "scratch_bytes": wp.scratch_bytes,
                       "weights": "fed transformed" if wp.u_given else "transformed per call",
                       "fused_chain": [s.node for s in wp.chain]}

@@ -619,8 +619,8 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     (`prepack`): `stats.prepacked` names them, and whoever feeds the op must give it
     `prepack.pack_panels` of their values.
 
-    `winograd`: groups `winograd.plan` accepts (3x3 stride-1 convolutions and their fused
-    chains) run as Winograd F(2x2,3x3) instead of their kernels (`stats.winograd`)."""
+    `winograd`: groups `winograd.plan` accepts (stride-1 3x3, 5x5, 1x7 and 7x1 convolutions
+    and their fused chains) run as Winograd instead of their kernels (`stats.winograd`)."""
     stats = LoweringStats()
     wino = {cs.call: wp for cs in schedules
             if winograd and (wp := winograd_plan(scop, cs, constants)) is not None}
@@ -742,7 +742,7 @@ def _retable(header: str, given: dict) -> str:
     shape (whoever runs the C allocates the inputs from this table: benchmarks/)."""
     for w, wp in given.items():
         header = re.sub(rf"^(\s*\*\s+{w}: input float)\([\d, ]*\)(.*)$",
-                        lambda m, wp=wp: f"{m.group(1)}(16, {wp.c}, {wp.k}){m.group(2)} "
+                        lambda m, wp=wp: f"{m.group(1)}({wp.e}, {wp.c}, {wp.k}){m.group(2)} "
                         "[fed as Winograd's U: prepack.WINOGRAD]", header, flags=re.M)
     return header
 

@@ -99,13 +99,13 @@ def plan(scop: Scop, kernels: list[Kernel], scalar_statements: set[str],
     return out
 
 
-WINOGRAD = "winograd"  # the layout spec of a 3x3 conv weight read as Winograd's U
+WINOGRAD = "winograd"  # the layout spec of a conv weight read as Winograd's U
 
 
 def pack(value: np.ndarray, spec) -> np.ndarray:
     """`value` as the op reads it under `spec` (a `prepacked` entry of the pass's report):
-    a panel width (`pack_panels`), or WINOGRAD: a [3][3][C][K] weight as F(2x2,3x3)'s
-    transformed weights ([16][C][K] floats, `winograd.transform_weights`)."""
+    a panel width (`pack_panels`), or WINOGRAD: a [KH][KW][C][K] weight as Winograd's
+    transformed weights ([E][C][K] floats, `winograd.transform_weights`)."""
     if spec == WINOGRAD:
         from .winograd import transform_weights
         return transform_weights(value)
@@ -114,7 +114,10 @@ def pack(value: np.ndarray, spec) -> np.ndarray:
 
 def packed_shape(shape: tuple, spec) -> tuple:
     """The shape of `pack(value, spec)` for a value of `shape`: the same but for WINOGRAD."""
-    return (16, shape[2], shape[3]) if spec == WINOGRAD else tuple(shape)
+    if spec == WINOGRAD:
+        from .winograd import fed_shape
+        return fed_shape(tuple(shape))
+    return tuple(shape)
 
 
 def as_fed(slots: list, specs: dict) -> list:

@@ -43,6 +43,9 @@ stored, like a register epilogue.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+from fractions import Fraction
 
 import islpy as isl
 import numpy as np
@@ -57,6 +60,85 @@ RB = 6  # tiles of one register tile
 MIN_PIXELS = 196  # outputs per image below which Winograd does not pay (docstring)
 WHOLE_V_BYTES = 4 << 20  # V up to this size is transformed whole first (probe: 56x56x64
 # 1.71x that way against 1.52x row by row; 147x147x32 0.85x against 1.37-1.50x)
+
+# filter (KH, KW) -> outputs of one tile (mh, mw): the algorithm F(mh x mw, KH x KW).
+ALGORITHMS = {(3, 3): (2, 2), (5, 5): (2, 2), (1, 7): (1, 2), (7, 1): (2, 1)}
+# Cook-Toom interpolation points, the first alpha - 1 of them (and infinity): the small ones
+# first, so the transforms' constants stay small (their size is the error's, docstring).
+POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2))
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+    """F(m, r) in one dimension: y = AT [(G g) . (BT d)] for r taps g and the alpha = m + r - 1
+    inputs d of m outputs y (correlation: y_i = sum_k g_k d_(i+k)). Entries as Fractions."""
+    m: int
+    r: int
+    AT: tuple  # m x alpha
+    G: tuple  # alpha x r
+    BT: tuple  # alpha x alpha
+
+    @property
+    def alpha(self) -> int:
+        return self.m + self.r - 1
+
+
+@functools.lru_cache(maxsize=None)
+def transform(m: int, r: int) -> Transform:
+    """The F(m, r) transform: Lavin & Gray's matrices for F(2,3); the identity for F(1,1);
+    else Cook-Toom's (`POINTS`), with BT solved from the identity `_check` verifies exactly."""
+    one = Fraction(1)
+    if (m, r) == (1, 1):
+        return Transform(1, 1, ((one,),), ((one,),), ((one,),))
+    if (m, r) == (2, 3):
+        h = Fraction(1, 2)
+        t = Transform(2, 3, ((1, 1, 1, 0), (0, 1, -1, -1)),
+                      ((1, 0, 0), (h, h, h), (h, -h, h), (0, 0, 1)),
+                      ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1)))
+        return _check(t)
+    a = m + r - 1
+    pts = [Fraction(p) for p in POINTS[:a - 1]]
+    if len(pts) != a - 1:
+        raise ValueError(f"F({m},{r}) needs {a - 1} points; POINTS has {len(POINTS)}")
+    AT = tuple(tuple([p ** i for p in pts] + [one if i == m - 1 else 0]) for i in range(m))
+    f = [math.prod(p - q for q in pts if q != p) for p in pts]
+    G = tuple(tuple(p ** k / fp for k in range(r)) for p, fp in zip(pts, f)) \
+        + (tuple(one if k == r - 1 else 0 for k in range(r)),)
+    # BT: sum_e AT[i][e] G[e][k] BT[e][j] = [j == i + k], solved column by column in float64
+    # and read back as the small dyadic fractions it is made of.
+    K = np.array([[float(AT[i][e] * G[e][k]) for e in range(a)]
+                  for i in range(m) for k in range(r)])
+    cols = [np.linalg.lstsq(K, np.array([float(j == i + k) for i in range(m)
+                                         for k in range(r)]), rcond=None)[0]
+            for j in range(a)]
+    BT = tuple(tuple(Fraction(float(cols[j][e])).limit_denominator(1 << 10) for j in range(a))
+               for e in range(a))
+    return _check(Transform(m, r, AT, G, BT))
+
+
+def _check(t: Transform) -> Transform:
+    """`t`, after verifying its identity exactly (in Fractions)."""
+    for i in range(t.m):
+        for k in range(t.r):
+            for j in range(t.alpha):
+                v = sum(Fraction(t.AT[i][e]) * t.G[e][k] * t.BT[e][j] for e in range(t.alpha))
+                if v != (j == i + k):
+                    raise ValueError(f"F({t.m},{t.r}): not a Winograd identity at {i, k, j}")
+    return t
+
+
+def algorithm(kh: int, kw: int) -> tuple[Transform, Transform] | None:
+    """The (rows, columns) transforms for a KH x KW filter, or None without one."""
+    if (kh, kw) not in ALGORITHMS:
+        return None
+    mh, mw = ALGORITHMS[kh, kw]
+    return transform(mh, kh), transform(mw, kw)
+
+
+def fed_shape(shape: tuple) -> tuple:
+    """The shape of U for a [KH][KW][C][K] weight: (alpha_h * alpha_w, C, K)."""
+    th, tw = algorithm(shape[0], shape[1])
+    return (th.alpha * tw.alpha, shape[2], shape[3])
 
 
 @dataclasses.dataclass
@@ -73,11 +155,11 @@ class Operand:
 
 @dataclasses.dataclass
 class Plan:
-    """One 3x3 stride-1 conv group run as Winograd F(2x2,3x3)."""
+    """One stride-1 conv group run as Winograd F(mh x mw, KH x KW) (`ALGORITHMS`)."""
     call: int
     node: str
     x: str  # input [1][IH][IW][C]
-    w: str  # weight [3][3][C][K]
+    w: str  # weight [KH][KW][C][K]
     y: str  # the conv's output (never stored when a chain follows)
     ih: int
     iw: int
@@ -85,8 +167,10 @@ class Plan:
     ow: int
     c: int
     k: int
-    ph: int  # input row of output row 0's first tap is -ph (SAME: 1, VALID: 0)
+    ph: int  # input row of output row 0's first tap is -ph (SAME 3x3: 1, VALID: 0)
     pw: int
+    kh: int  # the filter's rows and columns
+    kw: int
     chain: list[Statement]  # the fused pointwise chain after the conv (may be empty)
     epi: regepi.RegisterEpilogue | None
     operands: list[Operand]
@@ -95,12 +179,31 @@ class Plan:
     u_given: bool = False
 
     @property
+    def rows(self) -> Transform:
+        """The transform along the rows: F(mh, KH)."""
+        return algorithm(self.kh, self.kw)[0]
+
+    @property
+    def cols(self) -> Transform:
+        """The transform along the columns: F(mw, KW)."""
+        return algorithm(self.kh, self.kw)[1]
+
+    @property
+    def name(self) -> str:
+        return f"F({self.rows.m}x{self.cols.m},{self.kh}x{self.kw})"
+
+    @property
+    def e(self) -> int:
+        """The contractions: one per element of the alpha_h x alpha_w transformed tile."""
+        return self.rows.alpha * self.cols.alpha
+
+    @property
     def th(self) -> int:
-        return (self.oh + 1) // 2
+        return -(-self.oh // self.rows.m)
 
     @property
     def tw(self) -> int:
-        return (self.ow + 1) // 2
+        return -(-self.ow // self.cols.m)
 
     @property
     def panels(self) -> list[tuple[int, int]]:
@@ -113,11 +216,11 @@ class Plan:
 
     @property
     def u_floats(self) -> int:
-        return 16 * self.c * self.k
+        return self.e * self.c * self.k
 
     @property
     def v_floats(self) -> int:
-        return self.th * 16 * self.tw * self.c
+        return self.th * self.e * self.tw * self.c
 
     @property
     def scratch_bytes(self) -> int:
@@ -130,7 +233,7 @@ class Plan:
 
 def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) -> Plan | None:
     """The Winograd plan of a scheduled group, or None when the group is not a batch-1
-    3x3 stride-1 convolution with C and K multiples of 16 and at least MIN_PIXELS outputs,
+    stride-1 convolution with a filter of `ALGORITHMS` with C and K multiples of 16 and at least MIN_PIXELS outputs,
     zeroed first, then accumulated, maybe followed by a pointwise chain `regepi` can
     translate, reading the output at the same element. When its weight is one of
     `constants` (the op's frozen inputs) and nothing else reads it, the op is fed U."""
@@ -160,9 +263,10 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
     xs, ws_ = bufs[xa.array].shape, bufs[wa.array].shape
     if any(bufs[a].ctype != "float" for a in (xa.array, wa.array, ya.array)):
         return None
-    if len(xs) != 4 or tuple(ws_[:2]) != (3, 3) or xs[0] != 1 or len(ws_) != 4:
+    if len(xs) != 4 or len(ws_) != 4 or xs[0] != 1 or algorithm(*ws_[:2]) is None:
         return None
     _, ih, iwid, c = xs
+    fh, fw = ws_[:2]
     k = ws_[3]
     oh, ow = (hi + 1 for _, hi in extents(upd)[1:3])
     # The output, in any view (an op after the conv may read it flat): NHWC, batch 1.
@@ -177,7 +281,7 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
     # The domain: the whole box, less the taps that fall in the zero padding, which the
     # input transform reads as zeros.
     box = dict(zip(iv, extents(upd)))
-    if box != {n: (0, 0), h: (0, oh - 1), w: (0, ow - 1), kh: (0, 2), kw: (0, 2),
+    if box != {n: (0, 0), h: (0, oh - 1), w: (0, ow - 1), kh: (0, fh - 1), kw: (0, fw - 1),
                ic: (0, c - 1), oc: (0, k - 1)}:
         return None
     space = upd.domain.get_space()
@@ -219,18 +323,21 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
         except regepi.Refused:
             return None
     return Plan(cs.call, upd.node, xa.array, wa.array, ya.array, ih, iwid, oh, ow, c, k,
-                ph, pw, chain, epi, operands, u_given)
+                ph, pw, fh, fw, chain, epi, operands, u_given)
 
 
 def transform_weights(w: np.ndarray) -> np.ndarray:
-    """U = G g G^T of a [3][3][C][K] float32 weight, as the Winograd code reads it: for
-    each 64-channel panel (the last maybe narrower), [16][C][panel width], panel after
-    panel; shape (16, C, K). Computed in float64 and rounded once."""
+    """U = G_h g G_w^T of a [KH][KW][C][K] float32 weight, as the Winograd code reads it:
+    for each 64-channel panel (the last maybe narrower), [E][C][panel width], panel after
+    panel; shape `fed_shape` = (E, C, K), E = alpha_h * alpha_w. Computed in float64 and
+    rounded once."""
     g = np.asarray(w, dtype=np.float64)
-    if g.ndim != 4 or g.shape[:2] != (3, 3):
-        raise ValueError(f"a Winograd F(2x2,3x3) weight is [3][3][C][K], not {g.shape}")
-    G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
-    u = np.einsum("ai,ijck,bj->abck", G, g, G).reshape(16, g.shape[2], g.shape[3])
+    if g.ndim != 4 or algorithm(*g.shape[:2]) is None:
+        raise ValueError(f"no Winograd algorithm for a weight of shape {g.shape} "
+                         f"(filters: {sorted(ALGORITHMS)})")
+    th, tw = algorithm(*g.shape[:2])
+    Gh, Gw = (np.array(t.G, dtype=np.float64) for t in (th, tw))
+    u = np.einsum("ai,ijck,bj->abck", Gh, g, Gw).reshape(fed_shape(g.shape))
     blocks = [u[:, :, p:p + PANEL].reshape(-1) for p in range(0, g.shape[3], PANEL)]
     return np.concatenate(blocks).reshape(u.shape).astype(np.float32)
 
@@ -282,7 +389,7 @@ def _operands(scop: Scop, chain: list[Statement], y: str, contracted: set[str],
 # --------------------------------------------------------------------------- C text
 
 PRELUDE = f"""\
-/* Winograd F(2x2,3x3) (rstf/poly/winograd.py). */
+/* Winograd convolutions (rstf/poly/winograd.py). */
 #define RSTF_WG_RB {RB}
 """
 
@@ -293,30 +400,28 @@ def _gemm(width: int) -> str:
     loads = " ".join(f"const rstf_v16 b{j} = *(const rstf_v16 *)(b + c * {width} + {j * VLEN});"
                      for j in range(nv))
     fmas = " ".join(f"acc[r][{j}] = rstf_fma16(s, b{j}, acc[r][{j}]);" for j in range(nv))
-    body = f"""\
+    # One copy per tile count: a constant trip count keeps the accumulators in registers
+    # for a row's last, partial register tile too (a 9-tile row: 6 + 3).
+    cases = "\n".join(f"""\
+    case {m}:
         for (int c = 0; c < n; ++c) {{
             {loads}
-            for (int r = 0; r < ROWS; ++r) {{
+            for (int r = 0; r < {m}; ++r) {{
                 const rstf_v16 s = rstf_splat16(a[r * sar + c]);
                 {fmas}
             }}
-        }}"""
+        }}
+        break;""" for m in range(RB, 0, -1))
     return f"""\
 /* Tiles r < m (m <= 6) of one {width}-channel panel: acc[r] = sum over c < n of a[r * sar + c]
-   * b[c][0..{width}), the 6 x {nv} accumulators in registers. */
+   * b[c][0..{width}), the m x {nv} accumulators in registers. */
 static inline void rstf_wg_gemm{width}(int m, int n, const float *restrict a, long sar,
                                       const float *restrict b, rstf_v16 acc[RSTF_WG_RB][{nv}])
 {{
     for (int r = 0; r < RSTF_WG_RB; ++r)
         for (int j = 0; j < {nv}; ++j) acc[r][j] = rstf_splat16(0.0f);
-    if (m == RSTF_WG_RB) {{  /* the full tile: a constant trip count keeps it in registers */
-#define ROWS RSTF_WG_RB
-{body}
-#undef ROWS
-    }} else {{
-#define ROWS m
-{body}
-#undef ROWS
+    switch (m) {{
+{cases}
     }}
 }}
 """
@@ -327,14 +432,44 @@ def helpers(widths: set[int]) -> str:
     return PRELUDE + "".join(_gemm(wd) for wd in sorted(widths))
 
 
+def _lit(f: Fraction) -> str:
+    """A C float literal of f (exact for the transforms' dyadic fractions)."""
+    v = float(f)
+    return f"{v:.1f}f" if v == int(v) else f"{v:.9g}f"
+
+
+def _combo(row, terms: list[str]) -> str:
+    """sum_k row[k] * terms[k] as C: zeros left out, +-1 as plain sums and differences."""
+    out = ""
+    for c, t in zip(row, terms):
+        c = Fraction(c)
+        if c == 0:
+            continue
+        mag = t if abs(c) == 1 else f"{_lit(abs(c))} * {t}"
+        out += (f" - {mag}" if c < 0 else f" + {mag}") if out else (f"-{mag}" if c < 0 else mag)
+    return out or "rstf_splat16(0.0f)"
+
+
+def _separable(rows, cols, src: str, tmp: str, dst) -> list[str]:
+    """C statements for dst(i, j) = sum rows[i][a] * src[a][b] * cols[j][b]: the rows first,
+    into tmp[i][b], then the columns. `dst(i, j)` is the lvalue's text."""
+    nr, nc = len(rows[0]), len(cols[0])
+    out = [f"{tmp}[{i}][{b}] = {_combo(rows[i], [f'{src}[{a}][{b}]' for a in range(nr)])};"
+           for i in range(len(rows)) for b in range(nc)]
+    out += [f"{dst(i, j)} = {_combo(cols[j], [f'{tmp}[{i}][{b}]' for b in range(nc)])};"
+            for i in range(len(rows)) for j in range(len(cols))]
+    return out
+
+
 def source(p: Plan, fname: str, params: list[str]) -> str:
     """The group's scheduled function `fname`: `params` are its array parameters (the
     group's buffers as `lower` declares them) and `float *restrict rstf_wg` its scratch
     (p.scratch_bytes, 64-byte aligned)."""
-    C, K, TH, TW = p.c, p.k, p.th, p.tw
+    C, K, TH, TW, E = p.c, p.k, p.th, p.tw, p.e
     lines = [
-        f"/* {p.node}: 3x3 stride-1 convolution as Winograd F(2x2,3x3) (winograd.py): "
-        f"{TH}x{TW} tiles of 2x2 outputs, 16 contractions of [tiles x {C}] x [{C} x {K}]"
+        f"/* {p.node}: {p.kh}x{p.kw} stride-1 convolution as Winograd {p.name} (winograd.py): "
+        f"{TH}x{TW} tiles of {p.rows.m}x{p.cols.m} outputs, {E} contractions of "
+        f"[tiles x {C}] x [{C} x {K}]"
         + (", then the fused chain " + ", ".join(s.function for s in p.chain) if p.chain else "")
         + ". Not bit-identical to the textbook C: 1e-6 of the largest output. */",
         '__attribute__((optimize("fp-contract=off")))',
@@ -343,28 +478,29 @@ def source(p: Plan, fname: str, params: list[str]) -> str:
         f"    const float *restrict x = (const float *){p.x};",
     ]
     if p.u_given:
-        lines += [f"    const float *restrict U = {p.w};  /* U[panel][16][{C}][panel width], "
+        lines += [f"    const float *restrict U = {p.w};  /* U[panel][{E}][{C}][panel width], "
                   "fed to the op (prepack.WINOGRAD) */",
-                  f"    float *restrict V = rstf_wg;  /* V[tile row][16][{TW}][{C}] */"]
+                  f"    float *restrict V = rstf_wg;  /* V[tile row][{E}][{TW}][{C}] */"]
     else:
         lines += [f"    const float *restrict w = (const float *){p.w};",
-                  f"    float *restrict U = rstf_wg;  /* U[panel][16][{C}][panel width] */",
-                  f"    float *restrict V = rstf_wg + {p.u_floats};  /* V[tile row][16][{TW}][{C}] */"]
+                  f"    float *restrict U = rstf_wg;  /* U[panel][{E}][{C}][panel width] */",
+                  f"    float *restrict V = rstf_wg + {p.u_floats};  "
+                  f"/* V[tile row][{E}][{TW}][{C}] */"]
         lines += _weight_transform(p)
     if p.whole_v:
         lines += ["    #pragma omp parallel for collapse(2)",
                   f"    for (int th = 0; th < {TH}; ++th)",
                   f"        for (int tw = 0; tw < {TW}; ++tw)",
-                  "            rstf_wg_in_%d(x, V + (long)th * %d, th, tw);" % (p.call, 16 * TW * C),
+                  "            rstf_wg_in_%d(x, V + (long)th * %d, th, tw);" % (p.call, E * TW * C),
                   "    #pragma omp parallel for collapse(2)",
                   f"    for (int th = 0; th < {TH}; ++th)",
                   f"        for (int p = 0; p < {len(p.panels)}; ++p)",
-                  f"            rstf_wg_row_{p.call}(V + (long)th * {16 * TW * C}, U, th, p"
+                  f"            rstf_wg_row_{p.call}(V + (long)th * {E * TW * C}, U, th, p"
                   f"{_operand_args(p)});"]
     else:
         lines += ["    #pragma omp parallel for",
                   f"    for (int th = 0; th < {TH}; ++th) {{",
-                  f"        float *restrict v = V + (long)th * {16 * TW * C};",
+                  f"        float *restrict v = V + (long)th * {E * TW * C};",
                   f"        for (int tw = 0; tw < {TW}; ++tw) rstf_wg_in_{p.call}(x, v, th, tw);",
                   f"        for (int p = 0; p < {len(p.panels)}; ++p)",
                   f"            rstf_wg_row_{p.call}(v, U, th, p{_operand_args(p)});",
@@ -385,110 +521,100 @@ def _operand_params(p: Plan) -> str:
                    for o in p.operands)
 
 
+def _matrix(name: str, m) -> str:
+    return f"{name} = [" + ", ".join("[" + ",".join(str(Fraction(x)) for x in row) + "]"
+                                     for row in m) + "]"
+
+
 def _weight_transform(p: Plan) -> list[str]:
-    """U = G g G^T for every (input channel, output vector), into the panel layout."""
-    C, K = p.c, p.k
+    """U = G_h g G_w^T for every (input channel, output vector), into the panel layout."""
+    C, K, E, ah, aw = p.c, p.k, p.e, p.rows.alpha, p.cols.alpha
+    body = _separable(p.rows.G, p.cols.G, "g", "t", lambda i, j: f"e[{i * aw + j}]")
     return [
-        "    /* U = G g G^T, G = [[1,0,0],[1/2,1/2,1/2],[1/2,-1/2,1/2],[0,0,1]] */",
+        f"    /* U = G g G^T, {_matrix('G_h', p.rows.G)}, {_matrix('G_w', p.cols.G)} */",
         "    #pragma omp parallel for collapse(2)",
         f"    for (int c = 0; c < {C}; ++c)",
         f"        for (int kv = 0; kv < {K // VLEN}; ++kv) {{",
-        "            rstf_v16 g[3][3], t[4][3];",
-        "            for (int i = 0; i < 3; ++i)",
-        "                for (int j = 0; j < 3; ++j)",
-        f"                    g[i][j] = *(const rstf_v16 *)(w + ((long)(i * 3 + j) * {C} + c) * {K}"
-        " + kv * 16);",
-        "            for (int j = 0; j < 3; ++j) {",
-        "                t[0][j] = g[0][j];",
-        "                t[1][j] = (g[0][j] + g[1][j] + g[2][j]) * 0.5f;",
-        "                t[2][j] = (g[0][j] - g[1][j] + g[2][j]) * 0.5f;",
-        "                t[3][j] = g[2][j];",
-        "            }",
+        f"            rstf_v16 g[{p.kh}][{p.kw}], t[{ah}][{p.kw}], e[{E}];",
+        f"            for (int i = 0; i < {p.kh}; ++i)",
+        f"                for (int j = 0; j < {p.kw}; ++j)",
+        f"                    g[i][j] = *(const rstf_v16 *)(w + ((long)(i * {p.kw} + j) * {C} + c)"
+        f" * {K} + kv * 16);",
+    ] + ["            " + s for s in body] + [
         f"            const int p0 = kv * 16 / {PANEL} * {PANEL};  /* the panel's first channel */",
         f"            const int pw = rstf_min({PANEL}, {K} - p0), col = kv * 16 - p0;",
-        f"            float *restrict u = U + (long)p0 * 16 * {C};",
-        "            for (int i = 0; i < 4; ++i) {",
-        "                const rstf_v16 e[4] = {t[i][0], (t[i][0] + t[i][1] + t[i][2]) * 0.5f,",
-        "                                       (t[i][0] - t[i][1] + t[i][2]) * 0.5f, t[i][2]};",
-        "                for (int j = 0; j < 4; ++j)",
-        f"                    *(rstf_v16 *)(u + ((long)(i * 4 + j) * {C} + c) * pw + col) = e[j];",
-        "            }",
+        f"            float *restrict u = U + (long)p0 * {E} * {C};",
+        f"            for (int q = 0; q < {E}; ++q)",
+        f"                *(rstf_v16 *)(u + ((long)q * {C} + c) * pw + col) = e[q];",
         "        }",
     ]
 
 
 def _input_transform(p: Plan) -> list[str]:
-    """rstf_wg_in_<call>(x, v, th, tw): V[e][tw][0..C) of the 4x4 input tile at output
-    (2 th, 2 tw); B^T = [[1,0,-1,0],[0,1,1,0],[0,-1,1,0],[0,1,0,-1]]. Padding is zeros."""
-    C, TW = p.c, p.tw
+    """rstf_wg_in_<call>(x, v, th, tw): V[e][tw][0..C) of the alpha_h x alpha_w input tile
+    of output tile (th, tw): B_h^T d B_w. Padding is zeros."""
+    C, TW, ah, aw = p.c, p.tw, p.rows.alpha, p.cols.alpha
+    body = _separable(p.rows.BT, p.cols.BT, "d", "t",
+                      lambda i, j: f"*(rstf_v16 *)(v + ((long){i * aw + j} * {TW} + tw) * {C} + cv)")
     return [
-        f"/* {p.node}: V = B^T d B of the 4x4 input tile of output tile (th, tw), every channel. */",
+        f"/* {p.node}: V = B^T d B of the {ah}x{aw} input tile of output tile (th, tw), every "
+        f"channel; {_matrix('B_h^T', p.rows.BT)}, {_matrix('B_w^T', p.cols.BT)}. */",
         f"static inline void rstf_wg_in_{p.call}(const float *restrict x, float *restrict v, "
         "int th, int tw)",
         "{",
-        f"    const int r0 = 2 * th - {p.ph}, s0 = 2 * tw - {p.pw};",
+        f"    const int r0 = {p.rows.m} * th - {p.ph}, s0 = {p.cols.m} * tw - {p.pw};",
         f"    for (int cv = 0; cv < {C}; cv += 16) {{",
-        "        rstf_v16 d[4][4], t[4][4];",
-        "        for (int i = 0; i < 4; ++i)",
-        "            for (int j = 0; j < 4; ++j) {",
+        f"        rstf_v16 d[{ah}][{aw}], t[{ah}][{aw}];",
+        f"        for (int i = 0; i < {ah}; ++i)",
+        f"            for (int j = 0; j < {aw}; ++j) {{",
         "                const int r = r0 + i, s = s0 + j;",
         f"                d[i][j] = (r >= 0 && r < {p.ih} && s >= 0 && s < {p.iw})",
         f"                    ? *(const rstf_v16 *)(x + ((long)r * {p.iw} + s) * {C} + cv)",
         "                    : rstf_splat16(0.0f);",
         "            }",
-        "        for (int j = 0; j < 4; ++j) {",
-        "            t[0][j] = d[0][j] - d[2][j];",
-        "            t[1][j] = d[1][j] + d[2][j];",
-        "            t[2][j] = d[2][j] - d[1][j];",
-        "            t[3][j] = d[1][j] - d[3][j];",
-        "        }",
-        "        for (int i = 0; i < 4; ++i) {",
-        "            const rstf_v16 e[4] = {t[i][0] - t[i][2], t[i][1] + t[i][2],",
-        "                                   t[i][2] - t[i][1], t[i][1] - t[i][3]};",
-        "            for (int j = 0; j < 4; ++j)",
-        f"                *(rstf_v16 *)(v + ((long)(i * 4 + j) * {TW} + tw) * {C} + cv) = e[j];",
-        "        }",
+    ] + ["        " + s for s in body] + [
         "    }",
         "}",
     ]
 
 
 def _tile_row(p: Plan) -> list[str]:
-    """rstf_wg_row_<call>(v, U, th, panel, operands...): the 16 contractions of tile row th
-    for one panel, 6 tiles at a time, then Y = A^T M A (A^T = [[1,1,1,0],[0,1,-1,-1]]) and
-    the chain (or the store) for each output pixel."""
-    C, TW = p.c, p.tw
+    """rstf_wg_row_<call>(v, U, th, panel, operands...): the E contractions of tile row th
+    for one panel, 6 tiles at a time, then Y = A_h^T M A_w and the chain (or the store) for
+    each output pixel."""
+    C, TW, E, mh, mw = p.c, p.tw, p.e, p.rows.m, p.cols.m
+    ah, aw = p.rows.alpha, p.cols.alpha
     out = [f"/* {p.node}: tile row th, output-channel panel `panel`: contractions, output "
-           "transform, epilogue. */",
+           f"transform ({_matrix('A_h^T', p.rows.AT)}, {_matrix('A_w^T', p.cols.AT)}), "
+           "epilogue. */",
            '__attribute__((optimize("fp-contract=off")))',
            f"static void rstf_wg_row_{p.call}(const float *restrict v, const float *restrict U, "
            f"int th, int panel{_operand_params(p)})",
            "{",
            "    switch (panel) {"]
+    body = _separable(p.rows.AT, p.cols.AT, "mt", "s", lambda i, j: f"o[{i * mw + j}][j]")
     for i, (p0, wd) in enumerate(p.panels):
         nv = wd // VLEN
         out += [f"    case {i}:",
                 f"        for (int tw0 = 0; tw0 < {TW}; tw0 += RSTF_WG_RB) {{",
                 f"            const int m = rstf_min(RSTF_WG_RB, {TW} - tw0);",
-                f"            rstf_v16 M[16][RSTF_WG_RB][{nv}];",
-                "            for (int e = 0; e < 16; ++e)",
+                f"            rstf_v16 M[{E}][RSTF_WG_RB][{nv}];",
+                f"            for (int e = 0; e < {E}; ++e)",
                 f"                rstf_wg_gemm{wd}(m, {C}, v + ((long)e * {TW} + tw0) * {C}, {C}, "
-                f"U + (long){p0 * 16 * C} + (long)e * {C * wd}, M[e]);",
+                f"U + (long){p0 * E * C} + (long)e * {C * wd}, M[e]);",
                 "            for (int r = 0; r < m; ++r) {",
-                f"                rstf_v16 o[4][{nv}];",
+                f"                rstf_v16 o[{mh * mw}][{nv}];",
                 f"                for (int j = 0; j < {nv}; ++j) {{",
-                "                    rstf_v16 s0[4], s1[4];",
-                "                    for (int q = 0; q < 4; ++q) {",
-                "                        s0[q] = M[q][r][j] + M[4 + q][r][j] + M[8 + q][r][j];",
-                "                        s1[q] = M[4 + q][r][j] - M[8 + q][r][j] - M[12 + q][r][j];",
-                "                    }",
-                "                    o[0][j] = s0[0] + s0[1] + s0[2];",
-                "                    o[1][j] = s0[1] - s0[2] - s0[3];",
-                "                    o[2][j] = s1[0] + s1[1] + s1[2];",
-                "                    o[3][j] = s1[1] - s1[2] - s1[3];",
-                "                }",
-                "                for (int q = 0; q < 4; ++q) {",
-                "                    const int oh = 2 * th + q / 2, ow = 2 * (tw0 + r) + q % 2;",
+                f"                    rstf_v16 s[{mh}][{aw}];",
+                f"                    rstf_v16 mt[{ah}][{aw}];  /* this tile's M, vector j */",
+                f"                    for (int a = 0; a < {ah}; ++a)",
+                f"                        for (int b = 0; b < {aw}; ++b) mt[a][b] = M[a * {aw} + b][r][j];",
+                ]
+        out += ["                    " + s for s in body]
+        out += ["                }",
+                f"                for (int q = 0; q < {mh * mw}; ++q) {{",
+                f"                    const int oh = {mh} * th + q / {mw}, "
+                f"ow = {mw} * (tw0 + r) + q % {mw};",
                 f"                    if (oh >= {p.oh} || ow >= {p.ow}) continue;",
                 ]
         out += ["                    " + ln for ln in _pixel(p, p0, wd)]
