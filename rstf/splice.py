@@ -80,7 +80,7 @@ def splice(graph: Graph, subgraphs: list[SubgraphCode], op_types: list[str],
 
 def _panels_const(out, graph: Graph, tensor: str, spec, name: str) -> None:
     """A Const `name` holding the constant `tensor` as the op reads it (`spec`: a panel
-    width, or prepack.WINOGRAD)."""
+    width, or a Winograd spec: `winograd.spec`)."""
     from .poly.prepack import pack
 
     value = pack(graph.const_value(tensor), spec)

@@ -591,30 +591,33 @@ def test_halo_band_recomputes_the_window(case, threads, monkeypatch):
 
 
 WINOGRAD = {
-    # name: (input shape, graph on x, (tile rows, tile columns) of the Winograd group)
-    # SAME, an odd width (a half tile at the right), 96 channels: a 64-wide panel and a
-    # 32-wide one; BN and ReLU6 run on the output transform's registers.
+    # name: (input shape, graph on x, the algorithm `winograd.choose` picks)
+    # SAME, an odd width (a part tile at the right), 96 channels: a 64-wide panel and a
+    # 32-wide one; BN and ReLU6 run on the output transform's registers. (The BN scale is
+    # small enough that ReLU6 clips only the tail: the error is relative to the largest
+    # output, which would otherwise be 6 for convolution values of 50.)
     "same_bn_relu6_two_panels": ((1, 20, 21, 32), lambda x: tf.nn.relu6(
-        tf.nn.conv2d(x, _w(3, 3, 32, 96), 1, "SAME") * _w(96) + _w(96)), (10, 11)),
+        tf.nn.conv2d(x, _w(3, 3, 32, 96), 1, "SAME") * (0.1 * _w(96)) + _w(96)),
+        "F(4x4,3x3)"),
     # VALID, odd height and width, no chain: the conv's output is stored, and read flat.
     "valid_stored_read_flat": ((1, 17, 19, 16), lambda x: tf.reshape(
-        tf.nn.conv2d(x, _w(3, 3, 16, 48), 1, "VALID"), [-1]) * 2.0, (8, 9)),
-    # A residual add reads the conv's input in the epilogue.
-    "same_bias_residual_relu": ((1, 15, 14, 48), lambda x: tf.nn.relu(
-        tf.nn.conv2d(x, _w(3, 3, 48, 48), 1, "SAME") + _w(48) + x), (8, 7)),
+        tf.nn.conv2d(x, _w(3, 3, 16, 48), 1, "VALID"), [-1]) * 2.0, "F(4x4,3x3)"),
+    # A residual add reads the conv's input in the epilogue; 14x14 takes the smaller U.
+    "same_bias_residual_relu": ((1, 14, 14, 48), lambda x: tf.nn.relu(
+        tf.nn.conv2d(x, _w(3, 3, 48, 48), 1, "SAME") + _w(48) + x), "F(2x2,3x3)"),
     # V over 4 MB: each parallel iteration transforms its own tile row.
     "large_image_row_by_row": ((1, 150, 150, 32), lambda x: tf.nn.relu(
-        tf.nn.conv2d(x, _w(3, 3, 32, 64), 1, "VALID") * _w(64) + _w(64)), (74, 74)),
-    # F(2x2,5x5), 6x6 tiles: SAME (2 rows and columns of padding), odd size, BN and ReLU.
+        tf.nn.conv2d(x, _w(3, 3, 32, 64), 1, "VALID") * _w(64) + _w(64)), "F(4x4,3x3)"),
+    # 5x5: SAME (2 rows and columns of padding), odd size, BN and ReLU.
     "5x5_same_bn_relu": ((1, 17, 15, 48), lambda x: tf.nn.relu(
-        tf.nn.conv2d(x, _w(5, 5, 48, 64), 1, "SAME") * _w(64) + _w(64)), (9, 8)),
-    # F(1x2,1x7): padding along the columns only, 9 tiles a row (a register tile of 6 and
-    # one of 3), 80 channels out (a 64-wide panel and a 16-wide one).
+        tf.nn.conv2d(x, _w(5, 5, 48, 64), 1, "SAME") * _w(64) + _w(64)), "F(4x4,5x5)"),
+    # 1x7: padding along the columns only, a part tile, 80 channels out (a 64-wide panel
+    # and a 16-wide one).
     "1x7_same_two_panels": ((1, 17, 17, 32), lambda x: tf.nn.relu(
-        tf.nn.conv2d(x, _w(1, 7, 32, 80), 1, "SAME") + _w(80)), (17, 9)),
-    # F(2x1,7x1) along the rows, VALID, stored.
+        tf.nn.conv2d(x, _w(1, 7, 32, 80), 1, "SAME") + _w(80)), "F(1x4,1x7)"),
+    # 7x1 along the rows, VALID, stored.
     "7x1_valid_stored": ((1, 24, 17, 16), lambda x: tf.nn.conv2d(
-        x, _w(7, 1, 16, 32), 1, "VALID"), (9, 17)),
+        x, _w(7, 1, 16, 32), 1, "VALID"), "F(4x1,7x1)"),
 }
 
 
@@ -628,20 +631,31 @@ def _run_on_x(shape, body, **kw):
     return _run_both(g, sg, {"x:0": rng.randn(*shape).astype(np.float32)}, **kw)
 
 
+@pytest.mark.parametrize("tiles", ["chosen", "smallest"])
 @pytest.mark.parametrize("case", sorted(WINOGRAD))
-def test_winograd_conv_agrees_with_textbook(case):
-    """3x3 stride-1 convs run as Winograd F(2x2,3x3) (rstf/poly/winograd.py) with their
-    chain: within 1e-5 of the largest output of the textbook C, on 2 threads, with padding,
-    half tiles, a partial panel, a residual operand, a stored output and both schedules."""
-    shape, body, tiles = WINOGRAD[case]
+def test_winograd_conv_agrees_with_textbook(case, tiles, monkeypatch):
+    """Stride-1 convs run as Winograd (rstf/poly/winograd.py) with their chain: within 1e-5
+    of the largest output of the textbook C, on 2 threads, with padding, part tiles, a
+    partial panel, a residual operand, a stored output and both schedules; with the tile
+    `winograd.choose` picks and with the smallest (F(2x2,3x3), F(2x2,5x5), F(1x2,1x7)...)."""
+    from rstf.poly import winograd
+    shape, body, algo = WINOGRAD[case]
+    if tiles == "smallest":
+        monkeypatch.setattr(winograd, "choose", lambda kh, kw, oh, ow:
+                            winograd.ALGORITHMS[kh, kw][0])
+        kh, kw = (int(v) for v in algo.split(",")[1].rstrip(")").split("x"))
+        algo = "F({}x{},{}x{})".format(*winograd.ALGORITHMS[kh, kw][0], kh, kw)
     ref, got, info, new = _run_on_x(shape, body, winograd=True)
-    assert [w["tiles"] for w in info["winograd"]] == [list(tiles)], info["winograd"]
-    algo = info["winograd"][0]["algorithm"]
-    e = {"F(2x2,3x3)": 16, "F(2x2,5x5)": 36, "F(1x2,1x7)": 8, "F(2x1,7x1)": 8}[algo]
+    (wg,) = info["winograd"]
+    mh, mw = (int(v) for v in algo[2:].split(",")[0].split("x"))
+    kh, kw = (int(v) for v in algo.split(",")[1].rstrip(")").split("x"))
+    assert wg["algorithm"] == algo, wg
+    assert wg["tiles"] == [-(-wg["output"][0] // mh), -(-wg["output"][1] // mw)], wg
     assert f"Winograd {algo}" in new and "rstf_mkv" not in new
     # The frozen weight is fed as U, computed once (fed packed above): no transform per call.
-    assert info["prepacked"] == {"in1": "winograd"}, info["prepacked"]
-    assert info["winograd"][0]["weights"] == "fed transformed"
+    assert info["prepacked"] == {"in1": f"winograd {algo}"}, info["prepacked"]
+    assert wg["weights"] == "fed transformed"
+    e = (mh + kh - 1) * (mw + kw - 1)
     assert "U = G g G^T" not in new and f"in1: input float({e}, " in new
     for k in ref:
         err = np.abs(got[k].astype(np.float64) - ref[k]).max() / np.abs(ref[k]).max()
@@ -693,12 +707,12 @@ def test_winograd_computes_u_in_the_call_when_the_weight_is_an_input():
 
 
 def test_winograd_weights_match_the_transform_in_c():
-    """prepack.pack(w, WINOGRAD) is G g G^T in the kernels' panel order: checked against
+    """prepack.pack(w, "winograd F(2x2,3x3)") is G g G^T in the kernels' panel order: checked against
     the definition, element by element, for a last panel narrower than 64."""
-    from rstf.poly.prepack import WINOGRAD
+    spec = "winograd F(2x2,3x3)"
     w = _w(3, 3, 16, 80)
-    u = pack(w, WINOGRAD)
-    assert u.shape == packed_shape(w.shape, WINOGRAD) == (16, 16, 80) and u.dtype == np.float32
+    u = pack(w, spec)
+    assert u.shape == packed_shape(w.shape, spec) == (16, 16, 80) and u.dtype == np.float32
     G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
     want = np.einsum("ai,ijck,bj->abck", G, w.astype(np.float64), G).reshape(16, 16, 80)
     flat = u.reshape(-1)

@@ -630,7 +630,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     stats.prepacked = {name: pn.vb for name, pn in panels.items()}
     # A Winograd conv's frozen weight is fed as U (its tensor of another shape).
     given = {wp.w: wp for wp in wino.values() if wp.u_given}
-    stats.prepacked.update({w: prepack.WINOGRAD for w in given})
+    stats.prepacked.update({w: wp.spec for w, wp in given.items()})
     header = _retable(header, given)
     functions, shapes, calls_text = [], set(), {}
     params = [f"int {p}" for p in scop.params]
@@ -743,7 +743,7 @@ def _retable(header: str, given: dict) -> str:
     for w, wp in given.items():
         header = re.sub(rf"^(\s*\*\s+{w}: input float)\([\d, ]*\)(.*)$",
                         lambda m, wp=wp: f"{m.group(1)}({wp.e}, {wp.c}, {wp.k}){m.group(2)} "
-                        "[fed as Winograd's U: prepack.WINOGRAD]", header, flags=re.M)
+                        f"[fed as Winograd's U: {wp.spec}]", header, flags=re.M)
     return header
 
 

@@ -99,24 +99,24 @@ def plan(scop: Scop, kernels: list[Kernel], scalar_statements: set[str],
     return out
 
 
-WINOGRAD = "winograd"  # the layout spec of a conv weight read as Winograd's U
+WINOGRAD = "winograd"  # the layout specs of conv weights read as Winograd's U begin so
 
 
 def pack(value: np.ndarray, spec) -> np.ndarray:
     """`value` as the op reads it under `spec` (a `prepacked` entry of the pass's report):
-    a panel width (`pack_panels`), or WINOGRAD: a [KH][KW][C][K] weight as Winograd's
-    transformed weights ([E][C][K] floats, `winograd.transform_weights`)."""
-    if spec == WINOGRAD:
-        from .winograd import transform_weights
-        return transform_weights(value)
+    a panel width (`pack_panels`), or "winograd F(mh x mw,KH x KW)": a [KH][KW][C][K] weight
+    as that algorithm's transformed weights ([E][C][K] floats, `winograd.transform_weights`)."""
+    from .winograd import parse_spec, transform_weights
+    if (tile := parse_spec(spec)) is not None:
+        return transform_weights(value, *tile)
     return pack_panels(value, spec)
 
 
 def packed_shape(shape: tuple, spec) -> tuple:
-    """The shape of `pack(value, spec)` for a value of `shape`: the same but for WINOGRAD."""
-    if spec == WINOGRAD:
-        from .winograd import fed_shape
-        return fed_shape(tuple(shape))
+    """The shape of `pack(value, spec)` for a value of `shape`: the same but for Winograd."""
+    from .winograd import fed_shape, parse_spec
+    if (tile := parse_spec(spec)) is not None:
+        return fed_shape(tuple(shape), *tile)
     return tuple(shape)
 
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from fractions import Fraction
 
 import islpy as isl
@@ -61,11 +62,20 @@ MIN_PIXELS = 196  # outputs per image below which Winograd does not pay (docstri
 WHOLE_V_BYTES = 4 << 20  # V up to this size is transformed whole first (probe: 56x56x64
 # 1.71x that way against 1.52x row by row; 147x147x32 0.85x against 1.37-1.50x)
 
-# filter (KH, KW) -> outputs of one tile (mh, mw): the algorithm F(mh x mw, KH x KW).
-ALGORITHMS = {(3, 3): (2, 2), (5, 5): (2, 2), (1, 7): (1, 2), (7, 1): (2, 1)}
+# filter (KH, KW) -> the outputs of one tile (mh, mw) it may use, F(mh x mw, KH x KW);
+# `choose` picks one per layer.
+ALGORITHMS = {(3, 3): ((2, 2), (4, 4)), (5, 5): ((2, 2), (4, 4)),
+              (1, 7): ((1, 2), (1, 4)), (7, 1): ((2, 1), (4, 1))}
 # Cook-Toom interpolation points, the first alpha - 1 of them (and infinity): the small ones
 # first, so the transforms' constants stay small (their size is the error's, docstring).
-POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2))
+POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2), Fraction(3, 2), Fraction(-3, 2))
+# The cost model of `choose`, in tile rows of one register tile's contraction: a register
+# tile of r tiles costs r + TILE_OVERHEAD (its U loads and broadcasts, the accumulators'
+# zeroing and stores, the output transform), and streaming U from memory once costs
+# U_TILES per element of the transformed tile (U's 4 bytes per multiply-add of a tile at
+# about 200 GFLOP/s against about 20 GB/s from DRAM, 2 cores).
+TILE_OVERHEAD = 2
+U_TILES = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,18 +137,36 @@ def _check(t: Transform) -> Transform:
     return t
 
 
-def algorithm(kh: int, kw: int) -> tuple[Transform, Transform] | None:
-    """The (rows, columns) transforms for a KH x KW filter, or None without one."""
-    if (kh, kw) not in ALGORITHMS:
-        return None
-    mh, mw = ALGORITHMS[kh, kw]
-    return transform(mh, kh), transform(mw, kw)
+def choose(kh: int, kw: int, oh: int, ow: int) -> tuple[int, int]:
+    """The tile (mh, mw) of `ALGORITHMS[kh, kw]` with the least modelled cost for an oh x ow
+    output: E (alpha_h * alpha_w) contractions over the tile rows' register tiles, plus U's
+    bytes. Larger tiles do fewer multiply-adds per output but have a larger U and waste the
+    part of the last tile past the image's edge (14x14 outputs: F(2x2,3x3), U of 16/9 the
+    weight's size, against F(4x4,3x3)'s 4: a tie the smaller U wins)."""
+    def cost(mh, mw):
+        th, tw = transform(mh, kh), transform(mw, kw)
+        e = th.alpha * tw.alpha
+        rows, cols = -(-oh // mh), -(-ow // mw)
+        per_row = sum(min(RB, cols - t) + TILE_OVERHEAD for t in range(0, cols, RB))
+        return e * (rows * per_row + U_TILES), e
+    return min(ALGORITHMS[kh, kw], key=lambda m: cost(*m))
 
 
-def fed_shape(shape: tuple) -> tuple:
+def spec(mh: int, mw: int, kh: int, kw: int) -> str:
+    """The `prepack` spec of a weight fed as the U of F(mh x mw, KH x KW)."""
+    return f"winograd F({mh}x{mw},{kh}x{kw})"
+
+
+def parse_spec(text) -> tuple[int, int] | None:
+    """(mh, mw) of a `spec` string; None for anything else (a panel width)."""
+    m = re.fullmatch(r"winograd F\((\d+)x(\d+),(\d+)x(\d+)\)", text) \
+        if isinstance(text, str) else None
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def fed_shape(shape: tuple, mh: int, mw: int) -> tuple:
     """The shape of U for a [KH][KW][C][K] weight: (alpha_h * alpha_w, C, K)."""
-    th, tw = algorithm(shape[0], shape[1])
-    return (th.alpha * tw.alpha, shape[2], shape[3])
+    return ((mh + shape[0] - 1) * (mw + shape[1] - 1), shape[2], shape[3])
 
 
 @dataclasses.dataclass
@@ -171,6 +199,8 @@ class Plan:
     pw: int
     kh: int  # the filter's rows and columns
     kw: int
+    mh: int  # the outputs of one tile (`choose`)
+    mw: int
     chain: list[Statement]  # the fused pointwise chain after the conv (may be empty)
     epi: regepi.RegisterEpilogue | None
     operands: list[Operand]
@@ -181,16 +211,21 @@ class Plan:
     @property
     def rows(self) -> Transform:
         """The transform along the rows: F(mh, KH)."""
-        return algorithm(self.kh, self.kw)[0]
+        return transform(self.mh, self.kh)
 
     @property
     def cols(self) -> Transform:
         """The transform along the columns: F(mw, KW)."""
-        return algorithm(self.kh, self.kw)[1]
+        return transform(self.mw, self.kw)
 
     @property
     def name(self) -> str:
-        return f"F({self.rows.m}x{self.cols.m},{self.kh}x{self.kw})"
+        return f"F({self.mh}x{self.mw},{self.kh}x{self.kw})"
+
+    @property
+    def spec(self) -> str:
+        """The `prepack` spec of the weight when it is fed as U."""
+        return spec(self.mh, self.mw, self.kh, self.kw)
 
     @property
     def e(self) -> int:
@@ -263,7 +298,7 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
     xs, ws_ = bufs[xa.array].shape, bufs[wa.array].shape
     if any(bufs[a].ctype != "float" for a in (xa.array, wa.array, ya.array)):
         return None
-    if len(xs) != 4 or len(ws_) != 4 or xs[0] != 1 or algorithm(*ws_[:2]) is None:
+    if len(xs) != 4 or len(ws_) != 4 or xs[0] != 1 or tuple(ws_[:2]) not in ALGORITHMS:
         return None
     _, ih, iwid, c = xs
     fh, fw = ws_[:2]
@@ -323,21 +358,21 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
         except regepi.Refused:
             return None
     return Plan(cs.call, upd.node, xa.array, wa.array, ya.array, ih, iwid, oh, ow, c, k,
-                ph, pw, fh, fw, chain, epi, operands, u_given)
+                ph, pw, fh, fw, *choose(fh, fw, oh, ow), chain, epi, operands, u_given)
 
 
-def transform_weights(w: np.ndarray) -> np.ndarray:
+def transform_weights(w: np.ndarray, mh: int, mw: int) -> np.ndarray:
     """U = G_h g G_w^T of a [KH][KW][C][K] float32 weight, as the Winograd code reads it:
     for each 64-channel panel (the last maybe narrower), [E][C][panel width], panel after
-    panel; shape `fed_shape` = (E, C, K), E = alpha_h * alpha_w. Computed in float64 and
-    rounded once."""
+    panel; shape `fed_shape` = (E, C, K), E = alpha_h * alpha_w, for F(mh x mw, KH x KW).
+    Computed in float64 and rounded once."""
     g = np.asarray(w, dtype=np.float64)
-    if g.ndim != 4 or algorithm(*g.shape[:2]) is None:
-        raise ValueError(f"no Winograd algorithm for a weight of shape {g.shape} "
-                         f"(filters: {sorted(ALGORITHMS)})")
-    th, tw = algorithm(*g.shape[:2])
-    Gh, Gw = (np.array(t.G, dtype=np.float64) for t in (th, tw))
-    u = np.einsum("ai,ijck,bj->abck", Gh, g, Gw).reshape(fed_shape(g.shape))
+    if g.ndim != 4 or (mh, mw) not in ALGORITHMS.get(g.shape[:2], ()):
+        raise ValueError(f"no Winograd algorithm F({mh}x{mw},KHxKW) for a weight of shape "
+                         f"{g.shape} (filters: {sorted(ALGORITHMS)})")
+    Gh, Gw = (np.array(transform(m, r).G, dtype=np.float64)
+              for m, r in ((mh, g.shape[0]), (mw, g.shape[1])))
+    u = np.einsum("ai,ijck,bj->abck", Gh, g, Gw).reshape(fed_shape(g.shape, mh, mw))
     blocks = [u[:, :, p:p + PANEL].reshape(-1) for p in range(0, g.shape[3], PANEL)]
     return np.concatenate(blocks).reshape(u.shape).astype(np.float32)
 
