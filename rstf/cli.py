@@ -47,9 +47,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="threads of the parallel loops (default 0: what TensorFlow gives "
                    "the op)")
     o.add_argument("--winograd", default="on", choices=["on", "off"],
-                   help="poly: run 3x3 stride-1 convolutions as Winograd F(2x2,3x3) (on, the "
-                   "default: 2.25x fewer multiply-adds, about 1e-6 of the largest output "
-                   "away from the direct sum); off keeps the direct kernels, bit-identical "
+                   help="poly: run stride-1 3x3, 5x5, 1x7 and 7x1 convolutions as Winograd "
+                   "F(4x4,3x3), F(4x4,5x5), F(1x4,1x7), F(4x1,7x1) (on, the default: 2.8x to "
+                   "6x fewer multiply-adds, 1e-6 to 6e-6 of the largest output away from the "
+                   "direct sum); off keeps the direct kernels, bit-identical "
                    "to the textbook C")
     o.add_argument("--occupancy", type=float, default=1.0,
                    help="versioned placement under a dynamic batch: distribute the batch loop "

@@ -170,8 +170,8 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     count); the output does not depend on it. `verbosity` 0 prints nothing, 1 the run's
     messages, 2 also logs stage times and per-subgraph results (rstf.progress); `progress`
     shows the stages (live bars on a terminal, plain lines otherwise). `log`, if given,
-    receives the messages instead of stderr. `winograd` (poly only): 3x3 stride-1 convs as
-    Winograd F(2x2,3x3) (rstf/poly/winograd.py); False keeps every conv bit-identical to
+    receives the messages instead of stderr. `winograd` (poly only): stride-1 3x3, 5x5, 1x7
+    and 7x1 convs as Winograd (rstf/poly/winograd.py); False keeps every conv bit-identical to
     the textbook C.
     """
     if max_ops < 1:

@@ -720,3 +720,25 @@ def test_winograd_weights_match_the_transform_in_c():
     last = flat[16 * 16 * 64:].reshape(16, 16, 16)  # panel 1: channels 64..79
     np.testing.assert_allclose(first, want[:, :, :64], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(last, want[:, :, 64:], rtol=1e-6, atol=1e-6)
+
+
+def test_winograd_transforms_compute_the_correlation():
+    """Every F(m, r) of `winograd.ALGORITHMS` (Cook-Toom's, but F(2,3) and F(1,1)) computes
+    y_i = sum_k g_k d_(i+k) in float64, to rounding; `choose` keeps the 2-output tile where
+    U's bytes decide (14x14) and takes the 4-output one on larger images."""
+    from rstf.poly import winograd
+    pairs = {(m, r) for (kh, kw), tiles in winograd.ALGORITHMS.items()
+             for mh, mw in tiles for m, r in ((mh, kh), (mw, kw))}
+    assert {(1, 1), (2, 3), (4, 3), (2, 5), (4, 5), (2, 7), (4, 7)} <= pairs
+    for m, r in sorted(pairs):
+        t = winograd.transform(m, r)
+        AT, G, BT = (np.array(x, dtype=np.float64) for x in (t.AT, t.G, t.BT))
+        assert AT.shape == (m, t.alpha) and G.shape == (t.alpha, r) and BT.shape == (t.alpha,) * 2
+        d, g = rng.randn(t.alpha), rng.randn(r)
+        want = [sum(g[k] * d[i + k] for k in range(r)) for i in range(m)]
+        np.testing.assert_allclose(AT @ ((G @ g) * (BT @ d)), want, rtol=1e-12, atol=1e-12)
+    assert winograd.choose(3, 3, 14, 14) == (2, 2)
+    assert winograd.choose(3, 3, 28, 28) == winograd.choose(3, 3, 147, 147) == (4, 4)
+    assert winograd.choose(1, 7, 17, 17) == (1, 4) and winograd.choose(7, 1, 17, 17) == (4, 1)
+    with pytest.raises(ValueError, match="no Winograd algorithm"):
+        winograd.transform_weights(_w(3, 3, 16, 16), 4, 2)

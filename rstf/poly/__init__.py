@@ -44,9 +44,9 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
     `recomputed_window`: a tensor its producer recomputes, for each band row, into a buffer
     of the rows that row reads (a halo band, `band.fuse_halo`), but the `carried` rows a
     thread's previous band row computed, which move to the buffer's top. `winograd`: the
-    3x3 stride-1 convolutions `winograd.plan` accepts run as Winograd F(2x2,3x3) (not
-    bit-identical to the textbook C; off: every conv keeps its direct kernels), listed in
-    `winograd` (node, tiles, channels, scratch bytes).
+    stride-1 convolutions `winograd.plan` accepts run as Winograd (not bit-identical to the
+    textbook C; off: every conv keeps its direct kernels), listed in `winograd` (node,
+    algorithm, tiles, channels, scratch bytes).
     """
     import time
 

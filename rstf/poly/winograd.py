@@ -1,44 +1,59 @@
-"""Winograd F(2x2,3x3) for the 3x3 stride-1 convolutions (Lavin & Gray, "Fast Algorithms
-for Convolutional Neural Networks", 2016).
+"""Winograd convolutions F(m x n, r x s) for the stride-1 3x3, 5x5, 1x7 and 7x1 convolutions
+(Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2016).
 
-A 3x3 convolution computes each output from 9 taps of C channels: 9C multiply-adds. F(2x2,3x3)
-computes a 2x2 block of outputs from the 4x4 input tile d that covers it:
+A KH x KW convolution computes each output from KH KW taps of C channels. F(mh x mw, KH x KW)
+computes an mh x mw block of outputs from the alpha_h x alpha_w input tile d that covers it
+(alpha = m + r - 1 in each dimension):
 
-    Y = A^T [ (G g G^T) . (B^T d B) ] A        (. : elementwise, per channel pair)
+    Y = A_h^T [ (G_h g G_w^T) . (B_h^T d B_w) ] A_w        (. : elementwise, per channel pair)
 
-where g is the 3x3 filter of one (input, output) channel pair. The elementwise products,
-summed over the input channels, are 16 independent contractions M_e = V_e U_e (e = the 16
-positions of the 4x4 transformed tile) of [tiles x C] by [C x K]: 16C multiply-adds per
-2x2 block, 4C per output instead of 9C, 2.25x fewer. B, G and A hold only 0, +-1 and +-1/2,
-so the transforms are additions (and halvings, which are exact); the error they add is a few
-roundings per output, near the direct sum's own (1e-6 of the largest output on ResNet-50's
-and Inception v3's layers, against TF's 1e-4). The results are not bit-identical to the
-textbook C, so `--winograd off` keeps the direct kernels for a user who wants that.
+where g is the filter of one (input, output) channel pair. The elementwise products, summed
+over the input channels, are E = alpha_h alpha_w independent contractions M_e = V_e U_e of
+[tiles x C] by [C x K]: E C multiply-adds per tile instead of mh mw KH KW C. F(2x2,3x3): 16
+for 36 (2.25x fewer); F(4x4,3x3): 36 for 144 (4x); F(4x4,5x5): 64 for 400 (6.25x);
+F(1x4,1x7): 10 for 28 (2.8x). A 1-D filter (1x7) is the product of F(4,7) along its row and
+the identity F(1,1) along the other dimension.
 
-Measured with `benchmarks/winograd_probe.c` on Zen 4 (2 cores, U precomputed and hot): the
-contractions run at the direct kernel's rate, so a layer runs in 1/1.55 to 1/1.77 of the
-direct kernel's time on 28x28 to 147x147 images, 1/1.4-1/1.65 at 14x14, but only 1.1-1.3x
-faster at 7x7 and 8x8. Where the weight is a frozen constant read by this conv alone (every
-model's case), U is computed once at optimize time (`transform_weights`) and the op is fed
-it instead of the weight (`prepack.WINOGRAD`: a tensor of 16/9 the weight's size); else it
-is computed in each call into the workspace, which costs the 14x14x256 layers a third of
-their gain (probe: 1.30x) and makes 7x7 and 8x8 ones slower than direct (0.7-0.8x). In a
-whole model the weights come from memory, not cache, and U's 16/9 the bytes then cost the
-small images what they gain: Inception v3's two 8x8x448->384 layers with U fed made its
-second subgraph 1.055x slower. So the pass takes layers of at least MIN_PIXELS (14x14)
-outputs. On whole models (`benchmarks/ab_kernels.py`, interleaved, U per call): ResNet-50's
-kernels 0.928x the time with its 28x28 and 56x56 layers, times 0.945 more with its 14x14
-ones, and 0.982 more with U fed; Inception v3's first subgraph (its ten 3x3 stride-1 convs)
-0.804x.
+The matrices (`transform`): F(2,3) is Lavin & Gray's; the others are Cook-Toom's from the
+interpolation points 0, 1, -1, 2, -2, 1/2, -1/2, 3/2, -3/2 (and infinity), the first
+alpha - 1 of them: A^T and G from the points, B^T solved from the identity, which `_check`
+verifies in exact rational arithmetic. The error grows with the transforms' constants
+(B^T's largest entry: 1 for F(2,3), 5 for F(4,3), 17 for F(4,7)): measured in float32
+against a float64 sum of 192 channels, F(2,7) 1.0e-6 of the largest output, F(4,5) and
+F(4,3) 0.95e-6, F(4,7) 6.2e-6 (with 4 and -4 as its last points: 1.4e-5, so not those);
+the direct sum 1.2e-7. Inception v3 end to end: 5.5e-6 from TF, against TF's 1e-4. The
+results are not bit-identical to the textbook C, so `--winograd off` keeps the direct
+kernels for a user who wants that.
+
+Which tile (`choose`, per layer): a larger tile does fewer multiply-adds per output but has
+a larger U (E C K floats, streamed from memory once per call in a whole model) and wastes the
+part of its last tile past the image's edge, and a row's last register tile is short. The
+cost model counts the contractions' register tiles and U's bytes (TILE_OVERHEAD, U_TILES).
+It takes the 4-output tiles but on 14x14 images, where F(2x2,3x3)'s U (16/9 the weight) wins
+over F(4x4,3x3)'s (4x the weight). Measured on whole models (`benchmarks/ab_kernels.py`,
+interleaved, Zen 4, 2 cores): Inception v3's kernels with the 5x5 and 1x7/7x1 convs added
+in 2-output tiles, 0.931x (first subgraph) and 0.886x (second) of the 3x3-only time; then in
+4-output tiles, 0.807x and 0.889x more; ResNet-50's with F(4x4,3x3) on 28x28 and 56x56,
+0.960x.
+
+Measured with `benchmarks/winograd_probe.c` (F(2x2,3x3), U precomputed and hot): the
+contractions run at the direct kernel's rate; 7x7 and 8x8 images gain only 1.1-1.3x, and
+with U fed from memory lose (Inception v3's 8x8x448->384 layers: 1.055x slower). So the
+pass takes layers of at least MIN_PIXELS (14x14) outputs. Where the weight is a frozen
+constant read by this conv alone (every model's case), U is computed once at optimize time
+(`transform_weights`) and the op is fed it instead of the weight (`prepack`, the spec
+"winograd F(4x4,3x3)"); else it is computed in each call into the workspace.
 
 Lowering (`source`): the group's function replaces the whole scheduled group (conv, its
 zeroing and its fused pointwise chain): the weight transform into U unless U is fed, then
 either (small V) the whole input transform and then (tile row, 64-channel panel) pairs in
 parallel, or (large V) one tile row per parallel iteration, transformed and run through
-every panel while it is in L2. Per 6 tiles and one panel, the 16 contractions run in a
-6x64 register tile each and the output transform and the fused chain (`regepi`'s vector
-translation, one output pixel at a time) run on their results: the conv's output is never
-stored, like a register epilogue.
+every panel while it is in L2. Per 6 tiles and one panel, the E contractions run in a
+6x64 register tile each (a copy of the kernel per tile count, so a row's short last one
+keeps its accumulators in registers too) and the output transform and the fused chain
+(`regepi`'s vector translation, one output pixel at a time) run on their results: the
+conv's output is never stored, like a register epilogue. The transforms are unrolled from
+their matrices (`_separable`): zeros dropped, +-1 as plain sums.
 """
 from __future__ import annotations
 
