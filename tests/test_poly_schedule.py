@@ -682,24 +682,28 @@ def test_winograd_leaves_other_convs_to_the_direct_kernels(shape, conv):
         np.testing.assert_array_equal(got[k], ref[k])
 
 
-def test_winograd_computes_u_in_the_call_when_the_weight_is_an_input():
+@pytest.mark.parametrize("kh,kw,algo", [(3, 3, "F(4x4,3x3)"), (5, 5, "F(4x4,5x5)"),
+                                         (1, 7, "F(1x4,1x7)"), (7, 1, "F(4x1,7x1)")])
+def test_winograd_computes_u_in_the_call_when_the_weight_is_an_input(kh, kw, algo):
     """A filter that is not a frozen constant (here: an input of the graph) is transformed
-    in every call, into the workspace; images under 14x14 then keep the direct kernels."""
+    in every call, into the workspace, by the C the matrices unroll to (80 channels out: a
+    64-wide panel and a 16-wide one); images under 14x14 then keep the direct kernels."""
     def build(hw):
         x = tf.compat.v1.placeholder(tf.float32, (1, hw, hw, 32), name="x")
-        w = tf.compat.v1.placeholder(tf.float32, (3, 3, 32, 48), name="w")
+        w = tf.compat.v1.placeholder(tf.float32, (kh, kw, 32, 80), name="w")
         tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"), name="out")
 
-    for hw, used in ((15, True), (13, False)):
+    for hw, used in ((17, True), (13, False)):
         g, sg = _subgraph(lambda: build(hw))
         feeds = {"x:0": rng.randn(1, hw, hw, 32).astype(np.float32),
-                 "w:0": rng.randn(3, 3, 32, 48).astype(np.float32)}
+                 "w:0": rng.randn(kh, kw, 32, 80).astype(np.float32)}
         ref, got, info, new = _run_both(g, sg, feeds, winograd=True)
         assert not info["prepacked"], info["prepacked"]
         if not used:
             assert info["winograd"] == [] and "Winograd" not in new
             continue
-        assert [w["weights"] for w in info["winograd"]] == ["transformed per call"]
+        assert [(w["weights"], w["algorithm"]) for w in info["winograd"]] == \
+            [("transformed per call", algo)]
         assert "U = G g G^T" in new
         for k in ref:
             err = np.abs(got[k].astype(np.float64) - ref[k]).max() / np.abs(ref[k]).max()
