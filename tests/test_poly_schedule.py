@@ -711,8 +711,8 @@ def test_winograd_computes_u_in_the_call_when_the_weight_is_an_input(kh, kw, alg
 
 
 def test_winograd_weights_match_the_transform_in_c():
-    """prepack.pack(w, "winograd F(2x2,3x3)") is G g G^T in the kernels' panel order: checked against
-    the definition, element by element, for a last panel narrower than 64."""
+    """prepack.pack(w, "winograd F(2x2,3x3)") is G g G^T in the kernels' panel order: checked
+    against the definition, element by element, for a last panel narrower than 64."""
     spec = "winograd F(2x2,3x3)"
     w = _w(3, 3, 16, 80)
     u = pack(w, spec)
@@ -746,3 +746,46 @@ def test_winograd_transforms_compute_the_correlation():
     assert winograd.choose(1, 7, 17, 17) == (1, 4) and winograd.choose(7, 1, 17, 17) == (4, 1)
     with pytest.raises(ValueError, match="no Winograd algorithm"):
         winograd.transform_weights(_w(3, 3, 16, 16), 4, 2)
+
+
+def test_winograd_random_convolutions():
+    """Differential fuzzing of the Winograd lowering (hypothesis, derandomized): a drawn
+    3x3, 5x5, 1x7 or 7x1 stride-1 conv of a drawn size (part tiles at either edge), padding,
+    channels (narrow last panels), chain (none, bias and ReLU, or a residual add) and tile
+    (`choose`'s or the smallest) agrees with the textbook C within 1e-5."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from rstf.poly import winograd
+
+    # RSTF_WG_EXAMPLES: more examples for a longer campaign (60 passed on 2026-11-24).
+    @settings(max_examples=int(os.environ.get("RSTF_WG_EXAMPLES", 8)), deadline=None,
+              derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(sorted(winograd.ALGORITHMS)), st.integers(14, 23),
+           st.integers(14, 23), st.sampled_from([16, 32, 48]), st.sampled_from([16, 48, 80]),
+           st.sampled_from(["SAME", "VALID"]), st.sampled_from(["none", "bias_relu", "residual"]),
+           st.booleans())
+    def check(kernel, h, w, c, k, padding, chain, smallest):
+        kh, kw = kernel
+        if padding == "VALID":  # at least 14x14 outputs
+            h, w = h + kh - 1, w + kw - 1
+        if chain == "residual" and (padding == "VALID" or c != k):
+            chain = "bias_relu"
+        wts = rng.randn(kh, kw, c, k).astype(np.float32)
+        bias = rng.randn(k).astype(np.float32)
+
+        def body(x):
+            y = tf.nn.conv2d(x, wts, 1, padding)
+            return {"none": lambda: y, "bias_relu": lambda: tf.nn.relu(y + bias),
+                    "residual": lambda: y + x}[chain]()
+
+        with pytest.MonkeyPatch.context() as mp:
+            if smallest:
+                mp.setattr(winograd, "choose", lambda a, b, oh, ow: winograd.ALGORITHMS[a, b][0])
+            ref, got, info, _ = _run_on_x((1, h, w, c), body, winograd=True)
+        (wg,) = info["winograd"]
+        assert wg["output"] == list(ref["out:0"].shape[1:3]) and wg["channels"] == [c, k]
+        for key in ref:
+            err = np.abs(got[key].astype(np.float64) - ref[key]).max() / np.abs(ref[key]).max()
+            assert err < 1e-5, (kernel, h, w, c, k, padding, chain, smallest, wg, err)
+
+    check()

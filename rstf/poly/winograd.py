@@ -283,9 +283,9 @@ class Plan:
 
 def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) -> Plan | None:
     """The Winograd plan of a scheduled group, or None when the group is not a batch-1
-    stride-1 convolution with a filter of `ALGORITHMS` with C and K multiples of 16 and at least MIN_PIXELS outputs,
-    zeroed first, then accumulated, maybe followed by a pointwise chain `regepi` can
-    translate, reading the output at the same element. When its weight is one of
+    stride-1 convolution with a filter of `ALGORITHMS`, C and K multiples of 16 and at
+    least MIN_PIXELS outputs, zeroed first, then accumulated, maybe followed by a pointwise
+    chain `regepi` can translate, reading the output at the same element. When its weight is one of
     `constants` (the op's frozen inputs) and nothing else reads it, the op is fed U."""
     from .band import BandGroup
     if isinstance(cs, BandGroup) or not cs.kernels:
@@ -605,7 +605,8 @@ def _input_transform(p: Plan) -> list[str]:
     of output tile (th, tw): B_h^T d B_w. Padding is zeros."""
     C, TW, ah, aw = p.c, p.tw, p.rows.alpha, p.cols.alpha
     body = _separable(p.rows.BT, p.cols.BT, "d", "t",
-                      lambda i, j: f"*(rstf_v16 *)(v + ((long){i * aw + j} * {TW} + tw) * {C} + cv)")
+                      lambda i, j: f"*(rstf_v16 *)(v + ((long){i * aw + j} * {TW} + tw) * {C}"
+                                   " + cv)")
     return [
         f"/* {p.node}: V = B^T d B of the {ah}x{aw} input tile of output tile (th, tw), every "
         f"channel; {_matrix('B_h^T', p.rows.BT)}, {_matrix('B_w^T', p.cols.BT)}. */",
@@ -658,7 +659,8 @@ def _tile_row(p: Plan) -> list[str]:
                 f"                    rstf_v16 s[{mh}][{aw}];",
                 f"                    rstf_v16 mt[{ah}][{aw}];  /* this tile's M, vector j */",
                 f"                    for (int a = 0; a < {ah}; ++a)",
-                f"                        for (int b = 0; b < {aw}; ++b) mt[a][b] = M[a * {aw} + b][r][j];",
+                f"                        for (int b = 0; b < {aw}; ++b) "
+                f"mt[a][b] = M[a * {aw} + b][r][j];",
                 ]
         out += ["                    " + s for s in body]
         out += ["                }",
