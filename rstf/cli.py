@@ -16,6 +16,7 @@ the traceback of an internal error (or pass --debug).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import sys
@@ -167,6 +168,10 @@ def _optimize(a) -> int:
     if report["unsupported"]:
         left = ", ".join(f"{op} x{v['count']}" for op, v in report["unsupported"].items())
         print(f"  left to TensorFlow: {left}")
+    algos = collections.Counter(w["algorithm"] for sg in report["subgraphs"]
+                                for w in (sg.get("poly") or {}).get("winograd", []))
+    if algos:
+        print("  winograd: " + ", ".join(f"{n} {a}" for a, n in sorted(algos.items())))
     print(f"  optimize time: {report['optimize_seconds']:.1f} s (build "
           f"{report['build_seconds']:.1f} s{', cached' if report['build_cached'] else ''})")
     return 0
