@@ -99,9 +99,6 @@ def plan(scop: Scop, kernels: list[Kernel], scalar_statements: set[str],
     return out
 
 
-WINOGRAD = "winograd"  # the layout specs of conv weights read as Winograd's U begin so
-
-
 def pack(value: np.ndarray, spec) -> np.ndarray:
     """`value` as the op reads it under `spec` (a `prepacked` entry of the pass's report):
     a panel width (`pack_panels`), or "winograd F(mh x mw,KH x KW)": a [KH][KW][C][K] weight

@@ -220,7 +220,7 @@ class Plan:
     epi: regepi.RegisterEpilogue | None
     operands: list[Operand]
     # The weight is a frozen constant only this conv reads: the op is fed U itself
-    # (`transform_weights`, prepack.WINOGRAD) instead of computing it in every call.
+    # (`transform_weights`, the prepack spec `spec`) instead of computing it in every call.
     u_given: bool = False
 
     @property
@@ -529,7 +529,7 @@ def source(p: Plan, fname: str, params: list[str]) -> str:
     ]
     if p.u_given:
         lines += [f"    const float *restrict U = {p.w};  /* U[panel][{E}][{C}][panel width], "
-                  "fed to the op (prepack.WINOGRAD) */",
+                  f"fed to the op (prepack spec \"{p.spec}\") */",
                   f"    float *restrict V = rstf_wg;  /* V[tile row][{E}][{TW}][{C}] */"]
     else:
         lines += [f"    const float *restrict w = (const float *){p.w};",
