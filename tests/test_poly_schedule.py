@@ -640,15 +640,14 @@ def test_winograd_conv_agrees_with_textbook(case, tiles, monkeypatch):
     `winograd.choose` picks and with the smallest (F(2x2,3x3), F(2x2,5x5), F(1x2,1x7)...)."""
     from rstf.poly import winograd
     shape, body, algo = WINOGRAD[case]
+    mh, mw, kh, kw = map(int, re.fullmatch(r"F\((\d+)x(\d+),(\d+)x(\d+)\)", algo).groups())
     if tiles == "smallest":
         monkeypatch.setattr(winograd, "choose", lambda kh, kw, oh, ow:
                             winograd.ALGORITHMS[kh, kw][0])
-        kh, kw = (int(v) for v in algo.split(",")[1].rstrip(")").split("x"))
-        algo = "F({}x{},{}x{})".format(*winograd.ALGORITHMS[kh, kw][0], kh, kw)
+        mh, mw = winograd.ALGORITHMS[kh, kw][0]
+        algo = f"F({mh}x{mw},{kh}x{kw})"
     ref, got, info, new = _run_on_x(shape, body, winograd=True)
     (wg,) = info["winograd"]
-    mh, mw = (int(v) for v in algo[2:].split(",")[0].split("x"))
-    kh, kw = (int(v) for v in algo.split(",")[1].rstrip(")").split("x"))
     assert wg["algorithm"] == algo, wg
     assert wg["tiles"] == [-(-wg["output"][0] // mh), -(-wg["output"][1] // mw)], wg
     assert f"Winograd {algo}" in new and "rstf_mkv" not in new

@@ -25,8 +25,9 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
     `constants` names the entry's input arrays whose values are fixed when the op is built
     (frozen weights). The new C may read some of them in the microkernels' panel layout:
     the report entry's `prepacked` maps each to its panel width (or a `winograd.spec`
-    string, "winograd F(4x4,3x3)": a Winograd conv's weight, fed as its transformed U, of another shape), and the op must
-    then be fed `prepack.pack(value, spec)` instead of the value (the splice does).
+    string, "winograd F(4x4,3x3)": a Winograd conv's weight, fed as its transformed U, of
+    another shape), and the op must then be fed `prepack.pack(value, spec)` instead of the
+    value (the splice does).
 
     The report entry: `optimizer` ('poly', or 'none' with a `diagnostic`), `statements`,
     `calls`, `tiled` (contractions tiled around microkernels, with their tile sizes, the

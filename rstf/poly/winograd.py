@@ -285,8 +285,9 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
     """The Winograd plan of a scheduled group, or None when the group is not a batch-1
     stride-1 convolution with a filter of `ALGORITHMS`, C and K multiples of 16 and at
     least MIN_PIXELS outputs, zeroed first, then accumulated, maybe followed by a pointwise
-    chain `regepi` can translate, reading the output at the same element. When its weight is one of
-    `constants` (the op's frozen inputs) and nothing else reads it, the op is fed U."""
+    chain `regepi` can translate, reading the output at the same element. When its weight
+    is one of `constants` (the op's frozen inputs) and nothing else reads it, the op is fed
+    U."""
     from .band import BandGroup
     if isinstance(cs, BandGroup) or not cs.kernels:
         return None
@@ -521,7 +522,7 @@ def source(p: Plan, fname: str, params: list[str]) -> str:
         f"{TH}x{TW} tiles of {p.rows.m}x{p.cols.m} outputs, {E} contractions of "
         f"[tiles x {C}] x [{C} x {K}]"
         + (", then the fused chain " + ", ".join(s.function for s in p.chain) if p.chain else "")
-        + ". Not bit-identical to the textbook C: 1e-6 of the largest output. */",
+        + ". Not bit-identical to the textbook C: 1e-6 to 6e-6 of the largest output. */",
         '__attribute__((optimize("fp-contract=off")))',
         f"static void {fname}({', '.join(params + ['float *restrict rstf_wg'])})",
         "{",
