@@ -150,7 +150,8 @@ def call_flops(outdir: str, calls: list[dict]) -> None:
     shapes = {**(report.get("input_shapes") or {}), **(report.get("pinned_shapes") or {})}
     try:
         graph = load_model(report["model"], shapes or None, report.get("outputs") or None,
-                           fold=True)
+                           fold=True,
+                           fold_scales=report.get("options", {}).get("fold_scales", False))
     except (RstfError, OSError, KeyError, ValueError):
         return
     for c in calls:

@@ -53,6 +53,10 @@ def _parser() -> argparse.ArgumentParser:
                    "6x fewer multiply-adds, 1e-6 to 6e-6 of the largest output away from the "
                    "direct sum); off keeps the direct kernels, bit-identical "
                    "to the textbook C")
+    o.add_argument("--fold-scales", default="on", choices=["on", "off"],
+                   help="poly: fold per-channel multiplies after a convolution or matmul "
+                   "(batch norm's scale) into its weights (on, the default: a few float32 "
+                   "ulps from TF's rounding); off keeps the multiplies")
     o.add_argument("--occupancy", type=float, default=1.0,
                    help="versioned placement under a dynamic batch: distribute the batch loop "
                    "when N >= OCCUPANCY * threads (default 1)")
@@ -157,7 +161,7 @@ def _optimize(a) -> int:
                       model_name=a.model_name, model_version=a.model_version,
                       optimizer=a.optimizer, threads=a.threads, occupancy=a.occupancy,
                       jobs=a.jobs, verbosity=verbosity, progress=True,
-                      winograd=a.winograd == "on")
+                      winograd=a.winograd == "on", fold_scales=a.fold_scales == "on")
     if a.quiet:
         return 0
     pct = lambda x, y: f"{100.0 * x / y:.1f}%" if y else "n/a"  # noqa: E731

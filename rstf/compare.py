@@ -194,7 +194,8 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
 
     report = _read_report(out_dir)
     pins = {k: tuple(v) for k, v in report.get("pinned_shapes", {}).items()}
-    graph = load_model(model, pins, report.get("outputs"), fold=True)  # what optimize saw
+    graph = load_model(model, pins, report.get("outputs"), fold=True,  # what optimize saw
+                       fold_scales=report.get("options", {}).get("fold_scales", False))
     feeds = make_inputs(graph, seed, inputs)
     codes = []
     for i, entry in enumerate(report["subgraphs"]):

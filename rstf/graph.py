@@ -80,6 +80,7 @@ class Graph:
                 self.consumers[c].append(n.name)
         self._const_cache: dict[str, np.ndarray] = {}
         self.folded: list[str] = []  # nodes evaluated at load time (rstf.fold)
+        self.scales_folded: list[str] = []  # Muls folded into weights (rstf.scalefold)
         # {"inputs": {key: tensor}, "outputs": {key: tensor}}: the names users call it by
         self.signature: dict = {}
 
@@ -289,11 +290,14 @@ def infer_outputs(gd) -> list[str]:
 
 
 def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None,
-               outputs: list[str] | None = None, fold: bool = False) -> Graph:
+               outputs: list[str] | None = None, fold: bool = False,
+               fold_scales: bool = False) -> Graph:
     """Load a model file or directory into a `Graph` with static shapes where TF knows them.
 
     With `fold`, nodes computable from constants alone are evaluated first (rstf.fold); the
-    Graph's `folded` lists them.
+    Graph's `folded` lists them. With `fold_scales` too, per-channel multiplies after a
+    contraction go into its weights (rstf.scalefold); the Graph's `scales_folded` lists the
+    Muls removed.
     """
     gd, signature = read_graph_def(path)
     if input_shapes:
@@ -313,8 +317,14 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
 
         infer_shapes(gd)  # a graph TF cannot import fails here, with its one-line message
         gd, folded = fold_constants(gd, outs)
+    scales = []
+    if fold and fold_scales:
+        from .scalefold import fold_scales as fold_scale_muls
+
+        gd, scales = fold_scale_muls(gd, outs)
     graph = build_graph(gd, outs)
     graph.folded = folded
+    graph.scales_folded = scales
     if signature is None or outputs:
         signature = default_signature(graph)
     graph.signature = signature

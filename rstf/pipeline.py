@@ -143,14 +143,16 @@ def _select(graph: Graph, max_ops: int, log, keep=None) -> tuple[list[list[str]]
     return [p for split in partition(sel, max_ops, log) for p in split], sel.reasons
 
 
-def dynamic_graphs(model, input_shapes, outputs, graph: Graph, log) -> tuple:
+def dynamic_graphs(model, input_shapes, outputs, graph: Graph, log,
+                   fold_scales: bool = False) -> tuple:
     """(inputs with a dynamic batch, the graph at batch 1 or None, `keep` for `select`):
     an input whose dimension 0 alone is unknown keeps a dynamic batch (rstf/batch.py); code
     is then generated from the batch-1 graph, for the nodes that are separable per sample."""
     dynamic = batch.dynamic_inputs(graph)
     if not dynamic:
         return dynamic, None, None
-    one = load_model(model, {**(input_shapes or {}), **dynamic}, outputs, fold=True)
+    one = load_model(model, {**(input_shapes or {}), **dynamic}, outputs, fold=True,
+                     fold_scales=fold_scales)
     log(f"dynamic batch: {', '.join(repr(n) for n in dynamic)} keep dimension 0 unknown; "
         f"subgraphs run per sample, versioned on the batch size")
     return dynamic, one, lambda supported: batch.separable_nodes(graph, one, supported)
@@ -161,7 +163,7 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
              log=None, model_name: str | None = None, model_version: int = 1,
              optimizer: str = "poly", threads: int = 0, occupancy: float = 1.0, *,
              jobs: int | None = None, verbosity: int = 1, progress: bool = False,
-             winograd: bool = True) -> dict:
+             winograd: bool = True, fold_scales: bool = True) -> dict:
     """Optimize `model` into `out_dir`; returns the report (also written as report.json).
 
     An input whose dimension 0 alone is unknown (and not pinned) keeps a dynamic batch: see
@@ -172,7 +174,8 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     shows the stages (live bars on a terminal, plain lines otherwise). `log`, if given,
     receives the messages instead of stderr. `winograd` (poly only): stride-1 3x3, 5x5, 1x7
     and 7x1 convs as Winograd (rstf/poly/winograd.py); False keeps every conv bit-identical to
-    the textbook C.
+    the textbook C. `fold_scales` (poly only): per-channel multiplies after a conv or matmul
+    (batch norm's scale) go into its weights (rstf/scalefold.py); False keeps them.
     """
     if max_ops < 1:
         raise RstfError("--max-ops must be at least 1")
@@ -204,7 +207,7 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     with Reporter(verbosity, progress, log) as rep:
         return _optimize(rep, model, out_dir, input_shapes, outputs, max_ops, march,
                          model_name, model_version, optimizer, threads, occupancy, jobs,
-                         toolchain, winograd)
+                         toolchain, winograd, fold_scales and optimizer == "poly")
 
 
 def default_jobs() -> int:
@@ -213,14 +216,17 @@ def default_jobs() -> int:
 
 def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, march,
               model_name, model_version, optimizer, threads, occupancy, jobs, toolchain,
-              winograd) -> dict:
+              winograd, fold_scales) -> dict:
     log = rep.message
     t0 = time.perf_counter()
     with rep.stage("load"):
-        graph = load_model(model, input_shapes, outputs, fold=True)
+        graph = load_model(model, input_shapes, outputs, fold=True, fold_scales=fold_scales)
         if graph.folded:
             log(f"folded {len(graph.folded)} constant subexpressions")
-        dynamic, one, keep = dynamic_graphs(model, input_shapes, outputs, graph, log)
+        if graph.scales_folded:
+            log(f"folded {len(graph.scales_folded)} per-channel scales into conv/matmul weights")
+        dynamic, one, keep = dynamic_graphs(model, input_shapes, outputs, graph, log,
+                                            fold_scales)
     for p in graph.placeholders:
         if not p.is_static(0) and p.name not in dynamic:
             log(f"input {p.name!r} has shape {_fmt_shape(p.shape(0))}: nodes depending on its "
@@ -274,7 +280,8 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
                      input_shapes, model, march, max_ops)
     report["dynamic_batch"] = sorted(dynamic)
     report["options"].update(optimizer=optimizer, threads=threads, occupancy=occupancy,
-                             winograd=winograd if optimizer == "poly" else False)
+                             winograd=winograd if optimizer == "poly" else False,
+                             fold_scales=fold_scales)
     report["compiler"] = toolchain.describe()
     for entry, info in zip(report["subgraphs"], poly):
         entry["optimizer"] = info["optimizer"]
@@ -354,6 +361,7 @@ def _report(graph: Graph, placeholders, codes: list[SubgraphCode], op_types, nod
         "outputs": graph.outputs,
         "options": {"max_ops": max_ops, "march": march},
         "nodes_folded": len(graph.folded),
+        "scales_folded": len(graph.scales_folded),
         "nodes_total": len(counted),
         "nodes_covered": sum(1 for n in counted if n.name in covered),
         "flops_total": sum(flops.values()),

@@ -1,0 +1,91 @@
+"""Per-channel scales folded into conv/matmul weights (rstf.scalefold)."""
+import numpy as np
+import pytest
+
+from harness import make_graph_def, run_tf, save_graph_def, tf
+from rstf.fold import fold_constants
+from rstf.graph import load_model
+from rstf.scalefold import fold_scales
+
+RNG = np.random.RandomState(0)
+OUTS = ["out", "out_mm", "out_inf"]
+
+
+def const(*shape):
+    return tf.constant(RNG.standard_normal(shape).astype(np.float32))
+
+
+def bn_chains():
+    """Every folded pattern, and four that must stay: a conv with a second reader, a
+    non-finite scale, a scale that broadcasts over H, and a Mul that is a model output."""
+    x = tf.compat.v1.placeholder(tf.float32, [1, 6, 6, 4], name="x")
+    c = tf.nn.conv2d(x, const(3, 3, 4, 8), 1, "SAME", name="conv")
+    a = tf.nn.relu6(tf.multiply(c, const(8), name="conv_mul") + const(8))
+    d = tf.nn.depthwise_conv2d(a, const(3, 3, 8, 2), [1, 1, 1, 1], "SAME", name="dw")
+    d = tf.multiply(tf.reshape(const(16), [1, 1, 1, 16]), d, name="dw_mul")  # scale first
+    b = tf.nn.bias_add(tf.nn.conv2d(d, const(1, 1, 16, 8), 1, "VALID", name="pw"),
+                       const(8), name="pw_bias")
+    b = tf.multiply(b, const(8), name="pw_mul")
+    two = tf.nn.conv2d(b, const(1, 1, 8, 8), 1, "VALID", name="two")
+    two = tf.multiply(two, const(8), name="two_mul") + two  # the conv is read twice
+    inf = tf.nn.conv2d(two, const(1, 1, 8, 8), 1, "VALID", name="inf")
+    tf.identity(tf.multiply(inf, tf.constant([1.0] * 7 + [np.inf]), name="inf_mul"),
+                name="out_inf")
+    h = tf.nn.conv2d(two, const(1, 1, 8, 8), 1, "VALID", name="h")
+    h = tf.multiply(h, const(1, 6, 1, 8), name="h_mul")
+    m = tf.matmul(tf.reshape(h, [6, 48]), const(8, 48), transpose_b=True, name="mm")
+    tf.multiply(m, const(8), name="out_mm")
+    last = tf.nn.conv2d(h, const(1, 1, 8, 3), 1, "VALID", name="last")
+    tf.multiply(last, const(3), name="out")
+
+
+def test_fold_scales_patterns():
+    gd, _ = fold_constants(make_graph_def(bn_chains), OUTS)
+    folded_gd, folded = fold_scales(gd, OUTS)
+    assert sorted(folded) == ["conv_mul", "dw_mul", "pw_mul"]
+    ops = {n.name: n for n in folded_gd.node}
+    for kept in ("two_mul", "inf_mul", "h_mul", "out", "out_mm"):
+        assert ops[kept].op == "Mul", kept
+    assert ops["conv"].input[1] == "conv/rstf_scaled"
+    assert ops["pw_bias"].input[1] == "pw_bias/rstf_scaled"
+    # The removed Muls' readers read the contraction (or its BiasAdd) instead.
+    assert not any(t.split(":")[0] in folded for n in folded_gd.node for t in n.input)
+    x = RNG.standard_normal((1, 6, 6, 4)).astype(np.float32)
+    fetch = ["out:0", "out_mm:0", "out_inf:0"]
+    ref, got = run_tf(gd, {"x": x}, fetch), run_tf(folded_gd, {"x": x}, fetch)
+    for r, g in zip(ref[:2], got[:2]):
+        assert np.abs(r - g).max() <= 1e-5 * np.abs(r).max()
+        assert not np.array_equal(r, g)  # rounded differently, for real
+    # inf_mul stays: its inf channel is inf or nan in the same places, the rest is close
+    fin = np.isfinite(ref[2])
+    np.testing.assert_array_equal(fin, np.isfinite(got[2]))
+    assert np.abs(ref[2][fin] - got[2][fin]).max() <= 1e-5 * np.abs(ref[2][fin]).max()
+
+
+def test_load_model_fold_scales(tmp_path):
+    path = save_graph_def(make_graph_def(bn_chains), str(tmp_path))
+    g = load_model(path, outputs=OUTS, fold=True, fold_scales=True)
+    assert sorted(g.scales_folded) == ["conv_mul", "dw_mul", "pw_mul"]
+    assert "conv_mul" not in g.nodes and g.nodes["conv"].out_shapes == [(1, 6, 6, 8)]
+    # The replaced weights and scales had no other reader: gone.
+    assert all(n.op != "Const" or g.consumers[n.name] or n.name in g.outputs
+               for n in g.nodes.values())
+    assert load_model(path, outputs=OUTS, fold=True).scales_folded == []
+
+
+@pytest.mark.parametrize("fold", ["on", "off"])
+def test_optimize_fold_scales(tmp_path, fold):
+    """End to end: the option reaches the report, and the optimized graph matches TF."""
+    from rstf.compare import compare
+    from rstf.pipeline import optimize
+
+    path = save_graph_def(make_graph_def(bn_chains), str(tmp_path))
+    out = str(tmp_path / "o.rstf")
+    rep = optimize(path, out, outputs=OUTS, fold_scales=fold == "on",
+                   log=lambda m: None, verbosity=0)
+    assert rep["options"]["fold_scales"] is (fold == "on")
+    assert rep["scales_folded"] == (3 if fold == "on" else 0)
+    res = compare(path, out, latency=False)
+    # (compare's relative error has no meaning for out_inf's inf channel)
+    outs = {o["name"]: o for o in res["outputs"]}
+    assert outs["out:0"]["passed"] and outs["out_mm:0"]["passed"], outs
