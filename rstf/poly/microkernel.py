@@ -224,9 +224,10 @@ def _efficiency(rb: int, nv: int) -> float:
     return min(1.0, acc / 10) * acc / (acc + (rb + nv) / 2)
 
 
-def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1)) -> tuple[int, int, float] | None:
+def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1),
+                max_rb: int = 14) -> tuple[int, int, float] | None:
     """(RB, NV, estimated cost per output) for a contraction over `rows` x `cols` outputs,
-    or None when no kernel tile fits (cols < 16).
+    or None when no kernel tile fits (cols < 16). RB is at most `max_rb`.
 
     The cost model: a row of the tiling is cut into chunks of RB rows and one shorter
     remainder chunk (run by the RB = remainder kernel), each at its `_efficiency`; the
@@ -239,7 +240,7 @@ def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1)) -> tuple[int, int, float
         if cols < vb:
             continue
         covered = cols // vb * vb / cols
-        for rb in range(1, min(rows, 14) + 1):
+        for rb in range(1, min(rows, max_rb) + 1):
             if not fits_registers(rb, nv):
                 continue
             full, rem = divmod(rows, rb)

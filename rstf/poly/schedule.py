@@ -27,7 +27,14 @@ convolution's kw around 3 input channels) is merged into the kernel's reduction.
 
 A *depthwise* contraction `Y[.., c] += A[.., c] * B[.., c]` (the column loop at unit stride
 in both operands) gets the same tiling around a kernel that loads A as vectors
-(`Kernel.vec_a`).
+(`Kernel.vec_a`), one vector (16 channels) wide and at most DW_MAX_RB rows: inlined with
+its constant strides, gcc loads each input vector once for the taps that share it (a
+sliding window) and keeps it in a register, so a tile needs registers for its
+accumulators, a row of taps' weights *and* its input window. At 3 vectors wide (8x48) they
+spill to the stack; 16 wide they fit. Measured on MobileNet v2 (Zen 4, `ab_kernels.py`,
+300 pairs): every depthwise kernel 16 wide with up to 8 rows runs the model's kernels in
+0.987x the time of the GEMM-model tiles (5x64, 7x48, 8x48); 14 rows 0.986-0.988x, 10 rows
+1.006x and 6 rows 1.037x the 8-row time, 32 wide with up to 5 rows 1.045x.
 
 A short reduction (at most KIN_DEPTH steps in all: the first conv's 3x3x3, a depthwise
 conv's 3x3 taps) also runs its next outer reduction loop inside the kernel (`Kernel.kin`:
@@ -178,7 +185,8 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
         r = rows[-1] if rows else None
         (v_lo, v_hi), (k_lo, k_hi) = box[v], box[k]
         r_lo, r_hi = box[r] if r else (0, 0)
-        tile = choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1)
+        tile = (choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1, (1,), DW_MAX_RB) if vec_a
+                else choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1))
         if tile is None:
             continue
         rb, nv, _ = tile
@@ -211,6 +219,7 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
     return None
 
 
+DW_MAX_RB = 8  # rows of a depthwise kernel's tile (one vector wide; see the docstring)
 KIN_DEPTH = 64  # reduction steps up to which a kernel call runs kh too (see the docstring)
 # Longer ones, up to KIN_DEPTH_LONG steps (a 3x3 conv's kw x ic), run that loop inside
 # too when a call of the kernel's own depth is short, at most SHORT_CALL steps: each call
