@@ -203,7 +203,8 @@ def test_poly_equals_textbook_bitwise(case):
         assert all(t["depthwise"] and t["border_chunks"] and t["reduction"] == ["kh", "kw"]
                    for t in info["tiled"]), info["tiled"]
         # one vector wide, at most DW_MAX_RB rows: the reused input window fits the registers
-        assert all(t["tile"][1] == 16 and t["tile"][0] <= 8 for t in info["tiled"]), info["tiled"]
+        # (a remainder of 8 channels: a half-vector kernel)
+        assert all(t["tile"][1] <= 16 and t["tile"][0] <= 8 for t in info["tiled"]), info["tiled"]
     if case == "depthwise_multiplier2_dilated":
         assert not info["tiled"], info["tiled"]
     if case == "chain_with_fan_out":  # `m` is read by two ops: fused, but not contracted
