@@ -13,7 +13,7 @@ Stateful ops, multi-output nodes and results over `max_bytes` are left alone.
 """
 from __future__ import annotations
 
-from .graph import split_tensor
+from .graph import input_node
 from .tfutil import tf
 
 MAX_FOLDED_BYTES = 64 << 20  # a folded value larger than this stays a computation
@@ -43,7 +43,7 @@ def fold_constants(graph_def, keep: list[str], max_bytes: int = MAX_FOLDED_BYTES
             continue
         if len(g.get_operation_by_name(name).outputs) != 1:
             continue
-        srcs = [split_tensor(t.lstrip("^"))[0] for t in n.input]
+        srcs = [input_node(t) for t in n.input]
         if srcs and all(s in const or s in foldable for s in srcs):
             foldable.add(name)
     if not foldable:
@@ -52,7 +52,7 @@ def fold_constants(graph_def, keep: list[str], max_bytes: int = MAX_FOLDED_BYTES
     consumers: dict[str, set[str]] = {name: set() for name in nodes}
     for n in graph_def.node:
         for t in n.input:
-            consumers[split_tensor(t.lstrip("^"))[0]].add(n.name)
+            consumers[input_node(t)].add(n.name)
     # Only values read by something that stays (or returned) need computing.
     frontier = [name for name in order if name in foldable
                 and (name in keep or any(c not in foldable for c in consumers[name]))]
@@ -102,7 +102,7 @@ def _live_nodes(graph_def, now_const: set[str], keep, consumers) -> set[str]:
         if name in now_const:
             continue  # its inputs are no longer read
         for t in nodes[name].input:
-            stack.append(split_tensor(t.lstrip("^"))[0])
+            stack.append(input_node(t))
     return live
 
 
@@ -113,7 +113,7 @@ def _topo(graph_def) -> list[str]:
         users.setdefault(n.name, [])
     for n in graph_def.node:
         for t in n.input:
-            src = split_tensor(t.lstrip("^"))[0]
+            src = input_node(t)
             indeg[n.name] += 1
             users[src].append(n.name)
     ready = [n.name for n in graph_def.node if indeg[n.name] == 0]

@@ -34,6 +34,12 @@ def split_tensor(name: str) -> tuple[str, int]:
     return name, 0
 
 
+def input_node(ref: str) -> str:
+    """The node a NodeDef input names: 'node:1', 'node' and the control input '^node' all
+    name 'node'."""
+    return split_tensor(ref.lstrip("^"))[0]
+
+
 def tensor_name(node: str, index: int) -> str:
     """Canonical tensor name: always 'node:index'."""
     return f"{node}:{index}"

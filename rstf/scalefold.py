@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import split_tensor
+from .graph import input_node, split_tensor
 from .tfutil import tf
 
 CONTRACTIONS = {"Conv2D", "DepthwiseConv2dNative", "MatMul"}
@@ -81,19 +81,15 @@ def _const_node(name: str, value: np.ndarray):
     return nd
 
 
-def _source(t: str) -> str:
-    return t[1:] if t.startswith("^") else split_tensor(t)[0]
-
-
 def fold_scales(graph_def, keep: list[str]):
     gd = type(graph_def)()
     gd.CopyFrom(graph_def)
     nodes = {n.name: n for n in gd.node}
     refs: dict[str, list[str]] = {n.name: [] for n in gd.node}  # name -> every input naming it
     for n in gd.node:
-        for t in n.input:
-            if _source(t) in refs:
-                refs[_source(t)].append(n.name)
+        for src in map(input_node, n.input):
+            if src in refs:
+                refs[src].append(n.name)
     keep = set(keep)
 
     def only_reader(name: str):
@@ -101,7 +97,7 @@ def fold_scales(graph_def, keep: list[str]):
         if len(refs[name]) != 1 or name in keep:
             return None
         r = nodes[refs[name][0]]
-        t = next(t for t in r.input if _source(t) == name)
+        t = next(t for t in r.input if input_node(t) == name)
         return r if not t.startswith("^") and split_tensor(t)[1] == 0 else None
 
     folded, new_nodes, renamed = [], [], {}
@@ -112,13 +108,14 @@ def fold_scales(graph_def, keep: list[str]):
         bias = None
         mul = only_reader(c.name)
         if mul is not None and mul.op == "BiasAdd":
-            if mul.attr["data_format"].s not in (b"NHWC", b"") or _source(mul.input[0]) != c.name:
+            if (mul.attr["data_format"].s not in (b"NHWC", b"")
+                    or input_node(mul.input[0]) != c.name):
                 continue
             bias, mul = mul, only_reader(mul.name)
         if mul is None or mul.op != "Mul" or len(mul.input) != 2 or mul.name in keep:
             continue
         prev = (bias or c).name
-        ins = [_source(t) for t in mul.input]
+        ins = [input_node(t) for t in mul.input]
         w = _const(nodes, c.input[1])
         scaled = None if w is None else _scaled_filter(
             c, w, _const(nodes, mul.input[1 - ins.index(prev)]))
@@ -145,12 +142,12 @@ def fold_scales(graph_def, keep: list[str]):
     # Readers of each removed Mul read what it multiplied instead (a Mul has one output).
     for n in gd.node:
         for i, t in enumerate(n.input):
-            if _source(t) in renamed:
-                n.input[i] = ("^" if t.startswith("^") else "") + renamed[_source(t)]
+            if input_node(t) in renamed:
+                n.input[i] = ("^" if t.startswith("^") else "") + renamed[input_node(t)]
     gone = set(folded)
     kept = [n for n in gd.node if n.name not in gone] + new_nodes
     # Consts (old weights, scales) that lost their last reader go too.
-    used = {_source(t) for n in kept for t in n.input}
+    used = {input_node(t) for n in kept for t in n.input}
     out = type(graph_def)()
     out.versions.CopyFrom(gd.versions)
     out.library.CopyFrom(gd.library)
