@@ -149,9 +149,11 @@ def compare(model, out_dir, inputs: str | None = None, rtol: float = 1e-4, reps:
         return run(path, out_dir, inputs, rtol, reps, seed, batch=batch)
 
 
-def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None) -> dict:
+def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None,
+            fold_scales: bool = True) -> dict:
     """`rstf inspect` from Python: the dict `rstf inspect --json` prints (op types with
-    counts and FLOPs, subgraphs, partitions); `svg` also draws the graph.
+    counts and FLOPs, subgraphs, partitions); `svg` also draws the graph. `fold_scales`
+    (`--fold-scales on|off`) loads the model as `optimize(fold_scales=)` does.
 
         >>> info = rstf.inspect("model.pb", svg="model.svg")
         >>> [(p["name"], p["nodes"]) for p in info["partitions"]]
@@ -160,4 +162,5 @@ def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None) -
 
     shapes = {k: tuple(v) for k, v in input_shapes.items()} if input_shapes else None
     with _model_path(model) as path:
-        return run(path, shapes, list(outputs) if outputs else None, max_ops, svg)
+        return run(path, shapes, list(outputs) if outputs else None, max_ops, svg,
+                   fold_scales)

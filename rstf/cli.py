@@ -24,6 +24,14 @@ import sys
 from .errors import RstfError
 
 
+def _fold_scales_arg(p: argparse.ArgumentParser, prefix: str) -> None:
+    """--fold-scales on|off, shared by optimize and inspect (they must load a model alike)."""
+    p.add_argument("--fold-scales", default="on", choices=["on", "off"],
+                   help=prefix + "fold per-channel multiplies after a convolution or matmul "
+                   "(batch norm's scale) into its weights (on, the default: a few float32 "
+                   "ulps from TF's rounding); off keeps the multiplies")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rstf", description="Polyhedral optimizer for TensorFlow "
                                 "graphs: supported subgraphs become generated custom ops.")
@@ -53,10 +61,7 @@ def _parser() -> argparse.ArgumentParser:
                    "6x fewer multiply-adds, 1e-6 to 6e-6 of the largest output away from the "
                    "direct sum); off keeps the direct kernels, bit-identical "
                    "to the textbook C")
-    o.add_argument("--fold-scales", default="on", choices=["on", "off"],
-                   help="poly: fold per-channel multiplies after a convolution or matmul "
-                   "(batch norm's scale) into its weights (on, the default: a few float32 "
-                   "ulps from TF's rounding); off keeps the multiplies")
+    _fold_scales_arg(o, "poly: ")
     o.add_argument("--occupancy", type=float, default=1.0,
                    help="versioned placement under a dynamic batch: distribute the batch loop "
                    "when N >= OCCUPANCY * threads (default 1)")
@@ -84,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--outputs", help="comma-separated output node names")
     i.add_argument("--max-ops", type=int, default=None,
                    help="split subgraphs larger than this many nodes with METIS (default 400)")
+    _fold_scales_arg(i, "as `optimize --optimizer poly` does: ")
     i.add_argument("--json", action="store_true", help="print one JSON object")
 
     c = sub.add_parser("compare", help="check an optimized graph against stock TensorFlow")
@@ -185,7 +191,8 @@ def _inspect(a) -> int:
     from .graph import parse_input_shapes
     from .inspect_graph import inspect, print_inspection
 
-    r = inspect(a.model, parse_input_shapes(a.input_shape), _outputs(a), _max_ops(a), a.svg)
+    r = inspect(a.model, parse_input_shapes(a.input_shape), _outputs(a), _max_ops(a), a.svg,
+                fold_scales=a.fold_scales == "on")
     if a.json:
         print(json.dumps(r))
     else:

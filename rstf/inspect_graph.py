@@ -1,7 +1,9 @@
 """`rstf inspect`: what `rstf optimize` would do with a model, without generating anything.
 
-`inspect(model, ...)` loads the model as `optimize` does (constants folded), and returns a
-dict (what `rstf inspect --json` prints):
+`inspect(model, ...)` loads the model as `optimize --optimizer poly` does (constants folded,
+and with `fold_scales`, the default, batch norm's per-channel scales folded into the
+weights: rstf/scalefold.py), so its node counts and partitions are those `optimize` cuts.
+It returns a dict (what `rstf inspect --json` prints):
 
 * `ops`: per op type, its node count, how many rstf supports and how many stay in
   TensorFlow (with the first reason), and its conv/matmul FLOPs (`pipeline.node_flops`);
@@ -23,7 +25,7 @@ from .errors import RstfError
 
 
 def inspect(model: str, input_shapes=None, outputs=None, max_ops: int | None = None,
-            svg: str | None = None) -> dict:
+            svg: str | None = None, fold_scales: bool = True) -> dict:
     """Inspect `model` (module docstring); draw it into `svg` when given."""
     from . import dot
     from .graph import load_model, split_tensor
@@ -34,8 +36,9 @@ def inspect(model: str, input_shapes=None, outputs=None, max_ops: int | None = N
         raise RstfError("--max-ops must be at least 1")
     if svg is not None:
         dot.check_output(svg)  # fail before the slow part: no `dot`, or nowhere to write
-    graph = load_model(model, input_shapes, outputs, fold=True)
-    dynamic, one, keep = dynamic_graphs(model, input_shapes, outputs, graph, lambda m: None)
+    graph = load_model(model, input_shapes, outputs, fold=True, fold_scales=fold_scales)
+    dynamic, one, keep = dynamic_graphs(model, input_shapes, outputs, graph, lambda m: None,
+                                        fold_scales)
     placeholders = graph.placeholders  # their shapes as given, dynamic batch included
     graph = one or graph  # a dynamic batch: what `optimize` generates code for, per sample
     sel = select(graph, keep)
@@ -80,6 +83,8 @@ def inspect(model: str, input_shapes=None, outputs=None, max_ops: int | None = N
         "max_ops": max_ops,
         "nodes_graph": len(graph.nodes),
         "nodes_folded": len(graph.folded),
+        "fold_scales": fold_scales,
+        "scales_folded": len(graph.scales_folded),
         "nodes_computing": len(sel.supported) + len(sel.reasons),
         "nodes_supported": len(sel.supported),
         "nodes_in_partitions": sum(p["nodes"] for p in partitions),
@@ -148,7 +153,8 @@ def print_inspection(r: dict, console=None) -> None:
     shapes = ", ".join(f"{k} {v if v is None else 'x'.join(map(str, v))}"
                        for k, v in r["inputs"].items())
     console.print(f"{r['model']}: {r['nodes_graph']} nodes ({r['nodes_folded']} folded "
-                  f"constants), inputs: {shapes or 'none'}", markup=False, soft_wrap=True)
+                  f"constants, {r['scales_folded']} per-channel scales folded into weights), "
+                  f"inputs: {shapes or 'none'}", markup=False, soft_wrap=True)
     console.print(f"supported: {r['nodes_supported']}/{r['nodes_computing']} computing nodes "
                   f"({pct(r['nodes_supported'], r['nodes_computing'])}); in partitions: "
                   f"{r['nodes_in_partitions']} nodes, "

@@ -89,3 +89,24 @@ def test_optimize_fold_scales(tmp_path, fold):
     # (compare's relative error has no meaning for out_inf's inf channel)
     outs = {o["name"]: o for o in res["outputs"]}
     assert outs["out:0"]["passed"] and outs["out_mm:0"]["passed"], outs
+
+
+@pytest.mark.parametrize("fold", ["on", "off"])
+def test_inspect_folds_as_optimize_does(tmp_path, fold, capsys):
+    """`rstf inspect` loads the model as `optimize` does, so its partitions are the ones
+    `optimize` generates: without the folded Muls by default, with them under `off`."""
+    from rstf import cli
+    from rstf.inspect_graph import inspect
+    from rstf.pipeline import _select
+
+    path = save_graph_def(make_graph_def(bn_chains), str(tmp_path))
+    on = fold == "on"
+    r = inspect(path, outputs=OUTS, fold_scales=on)
+    assert r["fold_scales"] is on and r["scales_folded"] == (3 if on else 0)
+    graph = load_model(path, outputs=OUTS, fold=True, fold_scales=on)
+    parts, _ = _select(graph, 400, lambda m: None)
+    assert [p["node_names"] for p in r["partitions"]] == parts
+    names = {n for p in parts for n in p}
+    assert ("conv_mul" in names) is not on and "two_mul" in names  # two_mul never folds
+    assert cli.main(["inspect", path, "--outputs", ",".join(OUTS), "--fold-scales", fold]) == 0
+    assert f"{3 if on else 0} per-channel scales folded" in capsys.readouterr().out
