@@ -28,17 +28,16 @@ def inspect(model: str, input_shapes=None, outputs=None, max_ops: int | None = N
             svg: str | None = None, fold_scales: bool = True) -> dict:
     """Inspect `model` (module docstring); draw it into `svg` when given."""
     from . import dot
-    from .graph import load_model, split_tensor
-    from .pipeline import DEFAULT_MAX_OPS, dynamic_graphs, node_flops, partition, select
+    from .graph import split_tensor
+    from .pipeline import DEFAULT_MAX_OPS, load_for_codegen, node_flops, partition, select
 
     max_ops = DEFAULT_MAX_OPS if max_ops is None else max_ops
     if max_ops < 1:
         raise RstfError("--max-ops must be at least 1")
     if svg is not None:
         dot.check_output(svg)  # fail before the slow part: no `dot`, or nowhere to write
-    graph = load_model(model, input_shapes, outputs, fold=True, fold_scales=fold_scales)
-    dynamic, one, keep = dynamic_graphs(model, input_shapes, outputs, graph, lambda m: None,
-                                        fold_scales)
+    graph, dynamic, one, keep = load_for_codegen(model, input_shapes, outputs, fold_scales,
+                                                 lambda m: None)
     placeholders = graph.placeholders  # their shapes as given, dynamic batch included
     graph = one or graph  # a dynamic batch: what `optimize` generates code for, per sample
     sel = select(graph, keep)

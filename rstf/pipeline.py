@@ -158,6 +158,19 @@ def dynamic_graphs(model, input_shapes, outputs, graph: Graph, log,
     return dynamic, one, lambda supported: batch.separable_nodes(graph, one, supported)
 
 
+def load_for_codegen(model, input_shapes, outputs, fold_scales: bool, log) -> tuple:
+    """(graph, dynamic inputs, batch-1 graph or None, `keep`): the model loaded as
+    `optimize` generates code from it (constants folded, batch norm's scales too with
+    `fold_scales`, then `dynamic_graphs`). `rstf inspect` loads through here as well, so
+    its counts and partitions are those `optimize` cuts."""
+    graph = load_model(model, input_shapes, outputs, fold=True, fold_scales=fold_scales)
+    if graph.folded:
+        log(f"folded {len(graph.folded)} constant subexpressions")
+    if graph.scales_folded:
+        log(f"folded {len(graph.scales_folded)} per-channel scales into conv/matmul weights")
+    return (graph, *dynamic_graphs(model, input_shapes, outputs, graph, log, fold_scales))
+
+
 def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=None,
              max_ops: int = DEFAULT_MAX_OPS, march: str = "native", force: bool = False,
              log=None, model_name: str | None = None, model_version: int = 1,
@@ -220,13 +233,8 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
     log = rep.message
     t0 = time.perf_counter()
     with rep.stage("load"):
-        graph = load_model(model, input_shapes, outputs, fold=True, fold_scales=fold_scales)
-        if graph.folded:
-            log(f"folded {len(graph.folded)} constant subexpressions")
-        if graph.scales_folded:
-            log(f"folded {len(graph.scales_folded)} per-channel scales into conv/matmul weights")
-        dynamic, one, keep = dynamic_graphs(model, input_shapes, outputs, graph, log,
-                                            fold_scales)
+        graph, dynamic, one, keep = load_for_codegen(model, input_shapes, outputs,
+                                                     fold_scales, log)
     for p in graph.placeholders:
         if not p.is_static(0) and p.name not in dynamic:
             log(f"input {p.name!r} has shape {_fmt_shape(p.shape(0))}: nodes depending on its "

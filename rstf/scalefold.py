@@ -142,8 +142,9 @@ def fold_scales(graph_def, keep: list[str]):
     # Readers of each removed Mul read what it multiplied instead (a Mul has one output).
     for n in gd.node:
         for i, t in enumerate(n.input):
-            if input_node(t) in renamed:
-                n.input[i] = ("^" if t.startswith("^") else "") + renamed[input_node(t)]
+            src = input_node(t)
+            if src in renamed:
+                n.input[i] = ("^" if t.startswith("^") else "") + renamed[src]
     gone = set(folded)
     kept = [n for n in gd.node if n.name not in gone] + new_nodes
     # Consts (old weights, scales) that lost their last reader go too.
