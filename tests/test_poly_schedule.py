@@ -131,6 +131,20 @@ CASES = {
     "depthwise_dilated_bn_in_registers": ((1, 12, 13, 24), lambda x: tf.raw_ops.DepthwiseConv2dNative(
         input=x, filter=_w(3, 3, 24, 1), strides=[1, 1, 1, 1], padding="SAME",
         dilations=[1, 2, 2, 1]) * _w(24) + _w(24)),
+    # Stride-1 rows of at most 16 outputs: one sliding-row kernel call per output row and
+    # channel vector, the border taps skipped inside it. 16 wide with 24 channels (a half-
+    # vector kernel for the last 8) and no epilogue; VALID (the window starts in bounds);
+    # 5x5 taps (two border taps each side).
+    "depthwise_row16_accumulates": ((1, 5, 16, 24), lambda x: tf.raw_ops.DepthwiseConv2dNative(
+        input=x, filter=_w(3, 3, 24, 1), strides=[1, 1, 1, 1], padding="SAME")),
+    "depthwise_row_valid_in_registers": ((1, 6, 10, 32), lambda x: tf.nn.relu6(
+        tf.raw_ops.DepthwiseConv2dNative(input=x, filter=_w(3, 3, 32, 1), strides=[1, 1, 1, 1],
+                                         padding="VALID") + _w(32))),
+    "depthwise_row_5x5_in_registers": ((1, 7, 12, 16), lambda x: tf.raw_ops.DepthwiseConv2dNative(
+        input=x, filter=_w(5, 5, 16, 1), strides=[1, 1, 1, 1], padding="SAME") * _w(16)),
+    # 17 outputs a row: the chunks of DW_MAX_RB rows, as for the wide maps.
+    "depthwise_row17_chunks": ((1, 4, 17, 16), lambda x: tf.raw_ops.DepthwiseConv2dNative(
+        input=x, filter=_w(3, 3, 16, 1), strides=[1, 1, 1, 1], padding="SAME")),
     "depthwise_pool_mean": ((1, 14, 14, 32), lambda x: tf.reduce_mean(tf.nn.max_pool2d(
         tf.raw_ops.DepthwiseConv2dNative(input=x, filter=_w(3, 3, 32, 1),
                                          strides=[1, 2, 2, 1], padding="SAME"), 3, 1, "SAME"),
@@ -202,9 +216,15 @@ def test_poly_equals_textbook_bitwise(case):
         assert [f["epilogue_in_registers"] for f in info["fused"]] == [True], info["fused"]
         assert all(t["depthwise"] and t["border_chunks"] and t["reduction"] == ["kh", "kw"]
                    for t in info["tiled"]), info["tiled"]
-        # one vector wide, at most DW_MAX_RB rows: the reused input window fits the registers
-        # (a remainder of 8 channels: a half-vector kernel)
-        assert all(t["tile"][1] <= 16 and t["tile"][0] <= 8 for t in info["tiled"]), info["tiled"]
+    if case.startswith("depthwise") and info["tiled"]:
+        # one vector wide (a remainder of 8 channels: a half-vector kernel); at most
+        # DW_MAX_RB rows, or a sliding row: stride 1 and a row of at most 16 outputs
+        width = shape[2] - (0 if "valid" not in case else 2)
+        slide = case in ("depthwise_bn_relu6", "depthwise_row16_accumulates",
+                         "depthwise_row_valid_in_registers", "depthwise_row_5x5_in_registers")
+        assert all(t["tile"][1] <= 16 and t["sliding_row"] == slide
+                   and (t["tile"][0] == width if slide else t["tile"][0] <= 8)
+                   for t in info["tiled"]), info["tiled"]
     if case == "depthwise_multiplier2_dilated":
         assert not info["tiled"], info["tiled"]
     if case == "chain_with_fan_out":  # `m` is read by two ops: fused, but not contracted

@@ -114,6 +114,7 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
                    "tile": [k.rb, k.width], "loops": [k.r, k.v],
                    "reduction": [x for x in (k.kin, k.k2, k.k) if x],
                    "depthwise": k.vec_a, "border_chunks": bool(k.ranged),
+                   "sliding_row": bool(k.slide),
                    "order": "column tiles outermost" if k.tile_outer else "rows outermost"}
                   for k in kernels],
         "refused": [r for cs in schedules for r in cs.refused],

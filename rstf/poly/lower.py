@@ -410,7 +410,10 @@ class _CallLowering:
             b = _plus(f"(const float *){pn.array} + {pn.rows * pn.vb} * {vals['u']}", w,
                       _operand_row(ab, env, k, pn.cols))
             sbk, sbin = str(w * ab.get(ki, 0) // pn.cols), str(w * ab.get(kin, 0) // pn.cols)
-        head = (f"({rows}, {depth}, &{self._ref(k.a, env)}, {aa.get(ri, 0) if ri else 0}, "
+        aenv = env
+        if k.slide:  # a sliding row's input pointer: its first column in bounds (D taps on)
+            aenv = dict(env, **{ki: str(k.k_lo + k.slide[2])})
+        head = (f"({rows}, {depth}, &{self._ref(k.a, aenv)}, {aa.get(ri, 0) if ri else 0}, "
                 f"{aa.get(ki, 0)}, {b}, {sbk}")
         if k.kin:  # the second reduction level: its trip count and strides
             head += f", {trip[k.kin]}, {aa.get(kin, 0)}, {sbin}"
@@ -595,7 +598,9 @@ def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
     what = [f"{k.name}: {k.rb}x{k.width} tiles of {k.statement} over ({k.r}, {k.v}), "
             f"reduction {' x '.join(x for x in (k.kin, k.k2, k.k) if x)} in one "
             f"{'depthwise ' if k.vec_a else ''}microkernel call"
-            + (" (border chunks with fewer taps)" if k.ranged else "")
+            + (f" (a whole row sliding over {k.k}: each input column loaded once, border "
+               f"taps skipped)" if k.slide else
+               " (border chunks with fewer taps)" if k.ranged else "")
             for k in cs.kernels]
     if cs.chain:
         fns = ", ".join(scop.calls[c].function for c in cs.chain.calls)
