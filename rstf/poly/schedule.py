@@ -34,7 +34,8 @@ accumulators, a row of taps' weights *and* its input window. At 3 vectors wide (
 spill to the stack; 16 wide they fit. Measured on MobileNet v2 (Zen 4, `ab_kernels.py`,
 300 pairs): every depthwise kernel 16 wide with up to 8 rows runs the model's kernels in
 0.987x the time of the GEMM-model tiles (5x64, 7x48, 8x48); 14 rows 0.986-0.988x, 10 rows
-1.006x and 6 rows 1.037x the 8-row time, 32 wide with up to 5 rows 1.045x.
+1.006x and 6 rows 1.037x the 8-row time, 32 wide with up to 5 rows 1.045x. A stride-1
+row of at most DW_ROW_MAX outputs is one *sliding-row* call instead (`_sliding_row`).
 
 A short reduction (at most KIN_DEPTH steps in all: the first conv's 3x3x3, a depthwise
 conv's 3x3 taps) also runs its next outer reduction loop inside the kernel (`Kernel.kin`:
@@ -247,7 +248,9 @@ def _sliding_row(kern: Kernel, scop: Scop, box: dict) -> None:
     a one-row kernel at each border. kh stays ranged per output row (`Kernel.ranged`).
     Measured on MobileNet v2's nine 14x14 and 7x7 stride-1 depthwise groups (hand-patched
     C, Zen 4, `ab_kernels.py`, 300 pairs each order): 0.108 -> 0.078 ms, the model's
-    kernels 0.991x and 1/1.011x."""
+    kernels 0.991x and 1/1.011x; as generated here, 0.995x and 1/1.010x (twice). Rows of
+    28 (its 28x28 blocks, DW_ROW_MAX = 28: 28 accumulators spill) gained nothing: 0.997x to
+    1.003x."""
     if not kern.kin or kern.k2 or kern.r is None:
         return
     col = _slide_column(kern)
