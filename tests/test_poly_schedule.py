@@ -371,6 +371,29 @@ def test_which_reductions_a_conv_kernel_runs(ic, padding, inside):
     assert k.depth == ic * (3 if inside else 1)
 
 
+def test_sliding_row_falls_back_to_chunks_when_its_border_rule_is_not_the_domains(monkeypatch):
+    """A sliding row is used only where isl finds its in-kernel border rule equal to the
+    domain (`_slides_exactly`); where it is not, the chunked depthwise kernel runs instead,
+    still bit-identical, never the textbook loops."""
+    import rstf.poly.schedule as sched
+
+    monkeypatch.setattr(sched, "_slides_exactly", lambda *a: False)
+    shape, body = CASES["depthwise_bn_relu6"]
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, shape, name="x")
+        tf.identity(body(x), name="out")
+
+    g, sg = _subgraph(build)
+    x = rng.randn(*shape).astype(np.float32)
+    ref, got, info, _ = _run_both(g, sg, {"x:0": x})
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k])
+    assert info["tiled"] and not info["refused"], info
+    assert all(not t["sliding_row"] and t["tile"][0] <= 8 for t in info["tiled"])
+    assert [f["epilogue_in_registers"] for f in info["fused"]] == [True]
+
+
 def test_tiling_that_breaks_a_dependence_is_refused():
     """A contraction with another statement inside its loop nest that reads each partial
     sum: tiling the contraction alone would run whole reductions before those reads, which

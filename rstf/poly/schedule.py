@@ -35,7 +35,7 @@ spill to the stack; 16 wide they fit. Measured on MobileNet v2 (Zen 4, `ab_kerne
 300 pairs): every depthwise kernel 16 wide with up to 8 rows runs the model's kernels in
 0.987x the time of the GEMM-model tiles (5x64, 7x48, 8x48); 14 rows 0.986-0.988x, 10 rows
 1.006x and 6 rows 1.037x the 8-row time, 32 wide with up to 5 rows 1.045x. A stride-1
-row of at most DW_ROW_MAX outputs is one *sliding-row* call instead (`_sliding_row`).
+row of at most DW_ROW_MAX outputs is one *sliding-row* call instead (`sliding_row`).
 
 A short reduction (at most KIN_DEPTH steps in all: the first conv's 3x3x3, a depthwise
 conv's 3x3 taps) also runs its next outer reduction loop inside the kernel (`Kernel.kin`:
@@ -97,7 +97,7 @@ class Kernel:
     # k2 or k. Empty: every chunk runs the whole ranges.
     ranged: list[str] = dataclasses.field(default_factory=list)
     fused: bool = True  # the step is `y = fmaf(a, b, y)`, not `y += a * b`: one rounding
-    # A sliding row (`_sliding_row`): (KW, J, D) of `Shape.slide`; each call computes a
+    # A sliding row (`sliding_row`): (KW, J, D) of `Shape.slide`; each call computes a
     # whole output row, k's taps outside the input skipped inside the kernel.
     slide: tuple = ()
 
@@ -220,8 +220,6 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
             kern.kin_lo, kern.kin_hi = box[kin]
         if kern.kin or vec_a:
             kern.ranged = [x for x in (kern.kin, kern.k2 or kern.k) if x]
-        if vec_a:
-            _sliding_row(kern, scop, box)
         return kern
     return None
 
@@ -239,36 +237,40 @@ def _slide_column(kern: Kernel) -> tuple[int, dict] | None:
     return dims[0], idx
 
 
-def _sliding_row(kern: Kernel, scop: Scop, box: dict) -> None:
-    """Make a depthwise kernel a sliding row (`Kernel.slide`) where it applies: stride 1
+def sliding_row(s: Statement, kern: Kernel, scop: Scop) -> Kernel | None:
+    """A depthwise kernel as a sliding row (`Kernel.slide`) where that applies: stride 1
     and dilation 1 along the rows, kh run inside (kin), and at most DW_ROW_MAX outputs a
     row. One call then computes a whole output row of 16 channels, loading each input
     column once for the up to KW outputs that read it; the kw taps a padding border cuts
     are skipped inside the kernel, so a row is one call instead of a chunk of RB rows plus
     a one-row kernel at each border. kh stays ranged per output row (`Kernel.ranged`).
+    None where it does not apply; the chunked kernel `kern` is then the one to use, and
+    also where the sliding row's border rule turns out not to be the domain's
+    (`_slides_exactly`).
     Measured on MobileNet v2's nine 14x14 and 7x7 stride-1 depthwise groups (hand-patched
     C, Zen 4, `ab_kernels.py`, 300 pairs each order): 0.108 -> 0.078 ms, the model's
     kernels 0.991x and 1/1.011x; as generated here, 0.995x and 1/1.010x (twice). Rows of
     28 (its 28x28 blocks, DW_ROW_MAX = 28: 28 accumulators spill) gained nothing: 0.997x to
-    1.003x."""
-    if not kern.kin or kern.k2 or kern.r is None:
-        return
+    1.003x.
+    """
+    if not kern.vec_a or not kern.kin or kern.k2 or kern.r is None:
+        return None
     col = _slide_column(kern)
     if col is None:
-        return
+        return None
     d, idx = col
+    box = dict(zip([_isl_name(x) for x in s.iterators], extents(s)))
     (r_lo, r_hi), (k_lo, k_hi) = box[_isl_name(kern.r)], box[_isl_name(kern.k)]
     rows, taps = r_hi - r_lo + 1, k_hi - k_lo + 1
     if not 1 < rows <= DW_ROW_MAX or rows + taps + 1 > MAX_REGISTERS + 1:
-        return  # (registers: the accumulators, the taps' weights and the input vector)
+        return None  # (registers: the accumulators, the taps' weights and the input vector)
     first = r_lo + k_lo + idx.get(1, 0)  # the input column of the row's first tap
     off = max(0, -first)  # the kernel's pointer is at column first + off, the first valid
     extent = scop.buffers[kern.a.array].shape[d]
     cols = min(extent - first - off, rows + taps - 1 - off)
     if off >= taps or cols < 1:
-        return
-    kern.rb, kern.slide = rows, (taps, cols, off)
-    kern.ranged = [kern.kin]
+        return None
+    return dataclasses.replace(kern, rb=rows, slide=(taps, cols, off), ranged=[kern.kin])
 
 
 DW_MAX_RB = 8  # rows of a depthwise kernel's tile (one vector wide; see the docstring)
@@ -379,8 +381,8 @@ def _covers_once(s: Statement, rel: isl.Map) -> bool:
     return rel.range().is_subset(s.domain) and rel.reverse().is_single_valued()
 
 
-def _slides_exactly(s: Statement, kern: Kernel, kdom: isl.Set, rel: isl.Map,
-                    extent: int, prefix: str) -> bool:
+def _slides_exactly(s: Statement, kern: Kernel, kdom: isl.Set, rel: isl.Map, scop: Scop,
+                    prefix: str) -> bool:
     """A sliding-row kernel computes, of its instance's box `rel` (instance -> points),
     the points whose input column is in [0, extent), each instance a whole row of RB outputs
     from the rows' first. That must be exactly the domain's points of the box, each
@@ -390,7 +392,8 @@ def _slides_exactly(s: Statement, kern: Kernel, kdom: isl.Set, rel: isl.Map,
     ends = kdom.project_out(isl.dim_type.set, 0, n - 2)
     if not ends.is_equal(isl.Set(f"{prefix}{{ [{lo}, {hi}] }}")) or hi - lo + 1 != kern.rb:
         return False
-    _, idx = _slide_column(kern)
+    d, idx = _slide_column(kern)
+    extent = scop.buffers[kern.a.array].shape[d]
     col = " + ".join(f"{c}*{x}" if x != 1 else str(c) for x, c in idx.items())
     iv = ", ".join(_isl_name(x) for x in s.iterators)
     inb = isl.Set(f"{prefix}{{ {s.name}[{iv}] : 0 <= {col} < {extent} }}")
@@ -461,9 +464,7 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str, scop: Scop
         rel = isl.Map(f"{prefix}{{ {kn.name}[{kd}] -> {s.name}[{', '.join(iv)}] : "
                       f"{row}{red_cond if ranged else ''}{vb}*u <= {v} < {vb}*u + {kn.width} }}")
         rel = rel.intersect_domain(kdom)
-        if kn.slide and not _slides_exactly(
-                s, kn, kdom, rel, scop.buffers[kn.a.array].shape[_slide_column(kn)[0]],
-                prefix):
+        if kn.slide and not _slides_exactly(s, kn, kdom, rel, scop, prefix):
             return None
         if ranged and not kn.slide and not _covers_once(s, rel):
             return None
@@ -514,11 +515,16 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
         _order(s, kern, scop)
         outs, reds, _, _, _ = _roles(s, kern)
         i2c = {_isl_name(c): c for c in s.iterators}
-        kern.dims = ([i2c[x] for x in outs] + ["u"] + [i2c[x] for x in reds]
-                     + [f"{b}{i}" for i in range(len(kern.ranged)) for b in ("lo", "hi")]
-                     + ["s", "e"])
-        kerns = [kern] + [x for x in [_remainder(s, kern)] if x is not None]
-        tiling = _tiling(s, kerns, s.path[0], prefix, scop)
+        tiling = None
+        # A sliding row where it applies and is exact, else the chunks of rows.
+        for kern in filter(None, (sliding_row(s, kern, scop), kern)):
+            kern.dims = ([i2c[x] for x in outs] + ["u"] + [i2c[x] for x in reds]
+                         + [f"{b}{i}" for i in range(len(kern.ranged)) for b in ("lo", "hi")]
+                         + ["s", "e"])
+            kerns = [kern] + [x for x in [_remainder(s, kern)] if x is not None]
+            tiling = _tiling(s, kerns, s.path[0], prefix, scop)
+            if tiling is not None:
+                break
         if tiling is None:
             cs.refused.append(f"{s.name} ({s.node}): its rows do not group by reduction "
                               f"range")
