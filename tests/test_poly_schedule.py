@@ -481,8 +481,9 @@ def test_failure_after_raising_keeps_the_textbook_c(monkeypatch):
 def test_column_tile_order_balances_the_threads():
     """MobileNet v2's block_16_project (7x7 rows, 960 -> 320): its 1.2 MB weight streams
     best one panel at a time (column tiles outermost), and then the tiles alone are the
-    parallel iterations. 5 tiles of 64 keep 2 threads 5/6 busy; the order model picks a
-    tile that divides among them, and keeps the widest tile for one thread."""
+    parallel iterations. 5 tiles of 64 keep 2 threads 5/6 busy (7 of 48, 7/8); the order
+    model picks a tile that divides among them, and keeps the tile that computes best
+    (`choose_tile`'s, 7x48) for one thread."""
     from rstf.poly.microkernel import VLEN, _balance, choose_order
 
     assert _balance(5, 2) == pytest.approx(5 / 6) and _balance(10, 2) == 1.0
@@ -490,7 +491,7 @@ def test_column_tile_order_balances_the_threads():
                 a_bytes=4 * 7 * 7 * 960, cache=1 << 20)
     one, two = choose_order(**args, n_threads=1), choose_order(**args, n_threads=2)
     assert one.tile_outer and two.tile_outer
-    assert one.nv == 4
+    assert (one.rb, one.nv) == choose_tile(7, 320)[:2] == (7, 3)
     tiles = -(-320 // (VLEN * two.nv))
     assert tiles % 2 == 0, two
 

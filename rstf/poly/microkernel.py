@@ -259,12 +259,23 @@ static void {dispatch_name(sh)}(int rows, {reduction_params(sh)},
     return "\n".join(out) + "\n"
 
 
+# The cost of streaming the column operand: a kernel call reads its B panel (K x VB) once
+# for RB rows, 64/RB bytes per FMA, mostly from L2 (a layer's whole weight cycles through
+# it per output row), so fewer rows a call cost more than their loads alone say. Measured
+# on Zen 4 (`ab_kernels.py`, B/A of the model's kernels, each order): with 0.3, 14-row
+# 1x1 convs take 7x48 tiles instead of 5x64 (5+5+4 rows, 12.8-16 B/FMA against 9.1) and
+# 7-row ones 7x48 or 7x32 instead of 4x64: MobileNet v2 0.989 and 1/1.010, 0.993 and
+# 1/1.012 (300 pairs); ResNet-50 0.981 and 1/1.017, Inception v3 0.999 and 1/1.003 (100
+# pairs). Its 14-row convs alone ran 4.3-4.5% faster (`group_profile.py`).
+B_STREAM = 0.3
+
+
 def _efficiency(rb: int, nv: int) -> float:
     """Rough fraction of the FMA peak a kernel of rb x nv accumulators reaches: RB*NV FMAs
-    a step for RB + NV loads, and at least 8 independent accumulators to hide the FMA
-    latency on two pipes."""
+    a step for RB + NV loads, at least 8 independent accumulators to hide the FMA
+    latency on two pipes, and the column operand streamed once per RB rows (B_STREAM)."""
     acc = rb * nv
-    return min(1.0, acc / 10) * acc / (acc + (rb + nv) / 2)
+    return min(1.0, acc / 10) * acc / (acc + (rb + nv) / 2) / (1 + B_STREAM / rb)
 
 
 def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1),
