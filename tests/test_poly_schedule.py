@@ -496,6 +496,22 @@ def test_column_tile_order_balances_the_threads():
     assert tiles % 2 == 0, two
 
 
+def test_row_order_balances_the_threads_when_a_partial_tile_breaks_the_collapse():
+    """MobileNet v2's 7-row projections to 160 channels: 3 tiles of 48 and one of 16 leave
+    the 7 rows alone parallel (the partial tile's call follows the tile loop, so rows x
+    tiles do not collapse): 2 threads 7/8 busy. 5 tiles of 32 collapse with the rows into
+    35 iterations, which wins on 2 threads; on 1 the better-computing 48 stays, and so it
+    does when 48 divides the columns."""
+    from rstf.poly.microkernel import choose_order
+
+    args = dict(rb=7, nv=3, rows=7, outer=7, depth_total=960, a_bytes=4 * 7 * 7 * 960,
+                cache=1 << 20)
+    two = choose_order(**args, cols=160, n_threads=2)
+    assert (two.rb, two.nv, two.tile_outer) == (7, 2, False)
+    assert choose_order(**args, cols=160, n_threads=1).nv == 3
+    assert choose_order(**args, cols=96, n_threads=2).nv == 3
+
+
 def _inverted_residual_tail(x, consumer):
     """MobileNet v2's block tail: depthwise + BN + ReLU6, then `consumer` on it."""
     c = x.shape[-1]
