@@ -34,6 +34,9 @@ class Slot:
     dtype: object  # numpy dtype
     offset: int = 0  # byte offset in the workspace (temps only)
     batched: bool = False  # leads with the dynamic batch; `shape` is one sample's (batch.py)
+    # A frozen weight (a constant input): the spliced op holds it as a tensor attribute,
+    # read once when TensorFlow builds the kernel, instead of a Const input (splice.py).
+    weight: bool = False
 
     @property
     def ctype(self) -> str:

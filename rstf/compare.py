@@ -163,12 +163,15 @@ def _errors(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
 # --------------------------------------------------------------------------- per subgraph
 
 
-def _custom_op_graph_def(op_type: str, slots) -> object:
-    """A GraphDef: one Placeholder per input slot feeding one node of the custom op."""
+def _custom_op_graph_def(op_type: str, slots, graph, prepacked: dict) -> object:
+    """A GraphDef: one node of the custom op, its weights set as the splice sets them, and
+    a Placeholder `in<i>` feeding each of its other inputs."""
+    from .splice import set_weight_attrs
     from .tfutil import tf
 
     gd = tf.compat.v1.GraphDef()
-    for i, s in enumerate(slots):
+    fed = [s for s in slots if not s.weight]
+    for i, s in enumerate(fed):
         p = gd.node.add()
         p.name = f"in{i}"
         p.op = "Placeholder"
@@ -177,7 +180,8 @@ def _custom_op_graph_def(op_type: str, slots) -> object:
     n = gd.node.add()
     n.name = "op"
     n.op = op_type
-    n.input.extend(f"in{i}" for i in range(len(slots)))
+    n.input.extend(f"in{i}" for i in range(len(fed)))
+    set_weight_attrs(n, graph, slots, prepacked)
     return gd
 
 
@@ -189,7 +193,8 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
     from .cexec import run_subgraph_c
     from .codegen import generate_subgraph
     from .opgen import get_handler
-    from .poly.prepack import as_fed, pack
+    from .poly.prepack import as_fed
+    from .splice import mark_weights
     from .tfutil import tf
 
     report = _read_report(out_dir)
@@ -234,13 +239,14 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
         # Weights the op reads in panel layout (or as Winograd's U, another shape) are fed
         # as the splice stores them.
         panels = entry.get("poly", {}).get("prepacked", {})
+        mark_weights(graph, [sg])
         slots = as_fed(sg.inputs, panels)
         g = tf.Graph()
         with g.as_default():
-            tf.graph_util.import_graph_def(_custom_op_graph_def(entry["op_type"], slots),
-                                           name="")
-        feed = {f"in{i}:0": pack(value(s.tensor), panels[s.cname])
-                if s.cname in panels else value(s.tensor) for i, s in enumerate(sg.inputs)}
+            tf.graph_util.import_graph_def(
+                _custom_op_graph_def(entry["op_type"], slots, graph, panels), name="")
+        feed = {f"in{i}:0": value(s.tensor)
+                for i, s in enumerate(s for s in sg.inputs if not s.weight)}
         with tf.compat.v1.Session(graph=g) as sess:
             got = sess.run([f"op:{j}" for j in range(len(sg.outputs))], feed)
         outs = []

@@ -27,7 +27,7 @@ from .partition import partition_subgraph, select_subgraphs
 from .poly.prepack import as_fed
 from .parallel import run_ordered
 from .progress import LOGGER, Reporter
-from .splice import custom_node_names, splice
+from .splice import custom_node_names, mark_weights, splice
 from .wrapper import generate_wrapper, library_digest, op_name
 
 DEFAULT_MAX_OPS = 400
@@ -271,6 +271,7 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
         if one is not None:
             batch.mark_batched(sg, graph, one)
             info["versions"] = batch.wrap(sg, occupancy)
+    mark_weights(graph, codes)
     digest = library_digest(codes, "" if optimizer in ("poly", "none") else
                             f"{toolchain.cc} {' '.join(toolchain.flags)}")
     op_types = [op_name(sg, digest) for sg in codes]

@@ -5,16 +5,28 @@ kept as it was, with inputs that read a replaced node rewired to the custom op's
 When a replaced node is one of the model's outputs, an Identity (IdentityN for several
 outputs) under its original name keeps it fetchable: users' names never change.
 
-A frozen weight the op's C reads in panel layout (`SubgraphCode.prepacked`, see
-rstf/poly/prepack.py), or as Winograd's transformed weights, is fed from a new Const,
-`<custom node>/<input>_panels`, holding the re-laid-out value (`prepack.pack`); the original Const (and the Identity nodes forwarding it) is dropped
-when nothing else reads it, so the graph does not carry the weight twice.
+The op's frozen weights (`Slot.weight`: constant inputs) are not inputs of its node but
+tensor attributes `w0`, `w1`, ... in input order, holding the value as the op's C reads it:
+as it is, or re-laid out for the kernels (`SubgraphCode.prepacked`, panel layout or
+Winograd's transformed weights, `prepack.pack`). The kernel reads and checks them once when
+TensorFlow builds it (custom_ops/rstf_kernel.h, LoadWeight), where a Const input would be
+a node run and an input checked on every call. The original Const (and the Identity nodes
+forwarding it) is dropped when nothing else reads it, so the graph does not carry the
+weight twice.
 """
 from __future__ import annotations
 
 from .codegen import SubgraphCode
 from .graph import Graph, split_tensor
 from .tfutil import tf
+
+
+def mark_weights(graph: Graph, subgraphs: list[SubgraphCode]) -> None:
+    """Set `Slot.weight` on every subgraph input that is a constant of `graph`: it becomes
+    an attribute of the op (the wrapper and the splice both follow the flag)."""
+    for sg in subgraphs:
+        for s in sg.inputs:
+            s.weight = graph.is_const(s.tensor)
 
 
 def _tensor_ref(node: str, index: int) -> str:
@@ -51,7 +63,6 @@ def splice(graph: Graph, subgraphs: list[SubgraphCode], op_types: list[str],
             return produced[f"{node}:{idx}"]
         return _tensor_ref(node, idx)
 
-    taken = set(graph.nodes) | set(node_names)
     out = tf.compat.v1.GraphDef()
     out.versions.CopyFrom(graph.graph_def.versions)
     out.library.CopyFrom(graph.graph_def.library)
@@ -67,28 +78,33 @@ def splice(graph: Graph, subgraphs: list[SubgraphCode], op_types: list[str],
         if i not in emitted:
             emitted.add(i)
             _add_custom_node(out, graph, subgraphs[i], op_types[i], node_names[i], owner,
-                             node_names, remap, taken)
+                             remap)
         if nd.name in graph.outputs:
             _add_output_alias(out, graph, nd.name, remap)
-    # The weights now read in panel layout, and the constants a covered node took as
+    # The weights, now the ops' attributes, and the constants a covered node took as
     # arguments (Pad's paddings, Mean's axes): the generated C has their values built in.
     folded = [t for n in owner for t in graph.nodes[n].inputs if graph.is_const(t)]
     _drop_unread_weights(out, graph, [s.tensor for sg in subgraphs for s in sg.inputs
-                                      if s.cname in sg.prepacked] + folded)
+                                      if s.weight] + folded)
     return out
 
 
-def _panels_const(out, graph: Graph, tensor: str, spec, name: str) -> None:
-    """A Const `name` holding the constant `tensor` as the op reads it (`spec`: a panel
-    width, or a Winograd spec: `winograd.spec`)."""
+def weight_value(graph: Graph, slot, spec=None):
+    """The constant `slot` as the op's C reads it: re-laid out by `spec` when prepacked (a
+    panel width, or a Winograd spec: `winograd.spec`), else as it is."""
+    value = graph.const_value(slot.tensor)
+    if spec is None:
+        return value
     from .poly.prepack import pack
 
-    value = pack(graph.const_value(tensor), spec)
-    node = out.node.add()
-    node.name = name
-    node.op = "Const"
-    node.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
-    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+    return pack(value, spec)
+
+
+def set_weight_attrs(node, graph: Graph, slots, prepacked: dict) -> None:
+    """The op node's attributes w0, w1, ...: its weight slots' values, in input order."""
+    for k, s in enumerate(x for x in slots if x.weight):
+        node.attr[f"w{k}"].tensor.CopyFrom(
+            tf.make_tensor_proto(weight_value(graph, s, prepacked.get(s.cname))))
 
 
 def _drop_unread_weights(out, graph: Graph, tensors: list[str]) -> None:
@@ -123,20 +139,12 @@ def _dedup(refs):
 
 
 def _add_custom_node(out, graph: Graph, sg: SubgraphCode, op_type: str, name: str, owner,
-                     node_names, remap, taken: set[str]) -> None:
+                     remap) -> None:
     node = out.node.add()
     node.name = name
     node.op = op_type
-    for s in sg.inputs:
-        if s.cname not in sg.prepacked:
-            node.input.append(remap(s.tensor))
-            continue
-        const, k = f"{name}/{s.cname}_panels", 1
-        while const in taken:
-            const, k = f"{name}/{s.cname}_panels_{k}", k + 1
-        taken.add(const)
-        _panels_const(out, graph, s.tensor, sg.prepacked[s.cname], const)
-        node.input.append(const)
+    set_weight_attrs(node, graph, sg.inputs, sg.prepacked)
+    node.input.extend(remap(s.tensor) for s in sg.inputs if not s.weight)
     members = set(sg.nodes)
     controls = []
     for m in sg.nodes:

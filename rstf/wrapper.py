@@ -11,7 +11,7 @@ import hashlib
 import numpy as np
 
 from . import __version__
-from .cescape import c_string
+from .cescape import c_comment, c_string
 from .codegen import Slot, SubgraphCode
 from .opgen.base import render
 
@@ -23,7 +23,8 @@ def library_digest(subgraphs: list[SubgraphCode], compiler: str = "") -> str:
     Graphite or Polly is another library, and must not register the same op names."""
     h = hashlib.sha256(__version__.encode() + compiler.encode())
     for sg in subgraphs:
-        h.update(sg.digest.encode())
+        # (which inputs are weights is part of the op's signature: attributes, not inputs)
+        h.update(sg.digest.encode() + bytes(s.weight for s in sg.inputs))
     return h.hexdigest()
 
 
@@ -42,21 +43,37 @@ def _tensor(slot: Slot) -> dict:
         dims[0], static[0] = "N", "-1"
     return {"tf_type": tf_type, "dt_enum": dt_enum, "ctype": slot.ctype, "dims": dims,
             "static_dims": static, "batched": slot.batched,
-            "name_literal": c_string(slot.tensor)}
+            "name_literal": c_string(slot.tensor), "comment": c_comment(slot.tensor)}
+
+
+def _args(sg: SubgraphCode) -> list[str]:
+    """The entry function's input arguments in its order: a weight from the kernel's
+    attribute tensor (`w<k>_`), any other input from the op's input list."""
+    out, n_in, n_w = [], 0, 0
+    for s in sg.inputs:
+        if s.weight:
+            out.append(f"w{n_w}_.flat<{s.ctype}>().data()")
+            n_w += 1
+        else:
+            out.append(f"ctx->input({n_in}).flat<{s.ctype}>().data()")
+            n_in += 1
+    return out
 
 
 def generate_wrapper(subgraphs: list[SubgraphCode], names: list[str], threads: int = 0) -> str:
     ops = []
     for sg, name in zip(subgraphs, names):
+        inputs = [s for s in sg.inputs if not s.weight]
         c_params = (["long", "long"] * sg.dynamic_batch
                     + [f"const {s.ctype} *" for s in sg.inputs]
                     + [f"{s.ctype} *" for s in sg.outputs] + ["void *"])
         ops.append({"index": sg.index, "entry": sg.entry, "name_literal": c_string(name),
                     "kernel": f"{name}Kernel", "node_count": len(sg.nodes),
                     "first_node": c_string(sg.nodes[0]), "c_params": c_params,
-                    "inputs": [_tensor(s) for s in sg.inputs],
-                    "outputs": [_tensor(s) for s in sg.outputs],
+                    "inputs": [_tensor(s) for s in inputs],
+                    "weights": [_tensor(s) for s in sg.inputs if s.weight],
+                    "args": _args(sg), "outputs": [_tensor(s) for s in sg.outputs],
                     "workspace": max(sg.workspace_bytes, 0), "dynamic": sg.dynamic_batch,
-                    "batch_input": next((k for k, s in enumerate(sg.inputs) if s.batched),
+                    "batch_input": next((k for k, s in enumerate(inputs) if s.batched),
                                         None)})
     return render("wrapper.cc.j2", version=__version__, ops=ops, threads=threads)

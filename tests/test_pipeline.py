@@ -12,7 +12,7 @@ from rstf.codegen import generate_subgraph
 from rstf.compare import compare
 from rstf.graph import load_model
 from rstf.pipeline import dataflow_dag, optimize, supported_nodes
-from rstf.splice import custom_node_names, splice
+from rstf.splice import custom_node_names, mark_weights, splice
 
 rng = np.random.RandomState(7)
 W1 = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
@@ -51,6 +51,7 @@ def test_splice_structure(small_model):
     assert len(parts) == 2  # before and after the unsupported Erf
     codes = [generate_subgraph(graph, p, i) for i, p in enumerate(parts)]
     names = custom_node_names(graph, len(codes))
+    mark_weights(graph, codes)
     gd = splice(graph, codes, ["RstfA", "RstfB"], names)
     by_name = {n.name: n for n in gd.node}
     for p in parts:
@@ -61,10 +62,19 @@ def test_splice_structure(small_model):
     # Erf now reads the first custom op's output; the second custom op reads Erf.
     assert by_name["erf"].input[0].startswith(names[0])
     assert any(i.startswith("erf") for i in by_name[names[1]].input)
-    # Weights stay Const nodes feeding the custom ops, not C source.
-    assert any(graph.is_const(s.tensor) for s in codes[0].inputs)
-    consts = {n.name for n in gd.node if n.op == "Const"}
-    assert any(i in consts for i in by_name[names[0]].input)
+    # Weights are not C source: they are the custom op's tensor attributes (its node
+    # holds each value, as a Const's does), in input order, not Const inputs; the Consts
+    # nothing else reads are gone.
+    weights = [s for s in codes[0].inputs if s.weight]
+    assert weights and all(graph.is_const(s.tensor) for s in weights)
+    assert not any(s.weight for s in codes[0].inputs if not graph.is_const(s.tensor))
+    node = by_name[names[0]]
+    for k, s in enumerate(weights):
+        np.testing.assert_array_equal(tf.make_ndarray(node.attr[f"w{k}"].tensor),
+                                      graph.const_value(s.tensor))
+    assert len(node.input) == len(codes[0].inputs) - len(weights) + sum(
+        i.startswith("^") for i in node.input)
+    assert not any(n.op == "Const" for n in gd.node)
 
 
 @pytest.mark.tfbuild
@@ -113,12 +123,28 @@ def test_optimize_and_compare(small_model, tmp_path):
 
     # The custom op checks its inputs at run time: feed a mis-shaped tensor straight in.
     op_name = report["subgraphs"][0]["op_type"]
-    n_in = len(report["subgraphs"][0]["inputs"])
+    node = next(n for n in gd.node if n.op == op_name)
+    n_in = sum(not i.startswith("^") for i in node.input)
+    weights = {a: v.tensor for a, v in node.attr.items() if a.startswith("w")}
+    assert weights and n_in + len(weights) == len(report["subgraphs"][0]["inputs"])
     fn = getattr(lib, _snake(op_name))
-    bad = [tf.zeros([1, 2, 2, 3])] + [tf.zeros([1])] * (n_in - 1)
+
+    def call(inputs, attrs):  # (graph mode: eager ops take no tensor-valued attributes)
+        with tf.Graph().as_default() as g:
+            y = fn(*[tf.constant(v) for v in inputs], **attrs)
+        with tf.compat.v1.Session(graph=g) as s:
+            return s.run(y)
+
+    bad = [np.zeros([1, 2, 2, 3], np.float32)] + [np.zeros([1], np.float32)] * (n_in - 1)
     with pytest.raises((tf.errors.InvalidArgumentError, ValueError)) as e:
-        fn(*bad)
+        call(bad, weights)
     assert "input 0" in str(e.value) or "Dimension" in str(e.value) or "shape" in str(e.value)
+    # Its weights are checked once, when the kernel is built: a mis-shaped one is named.
+    w0 = tf.make_ndarray(weights["w0"])
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+        call([x], dict(weights, w0=tf.make_tensor_proto(w0.ravel()[:1])))
+    assert "weight w0 (" in str(e.value) and f"expected {list(w0.shape)}".replace(
+        " ", "") in str(e.value).replace(" ", ""), str(e.value)
     # With the placeholder's shape unknown, graph construction lets a wrong shape through:
     # the op's own run-time check (CheckInput) names the input and both shapes.
     for n in gd.node:

@@ -61,14 +61,18 @@ def test_prepacked_weights_end_to_end(tmp_path):
     gd = tf.compat.v1.GraphDef()
     gd.ParseFromString(open(f"{out}/optimized.pb", "rb").read())
     nodes = {n.name: n for n in gd.node}
-    panels = [i for n in gd.node if n.name.startswith("rstf/") for i in n.input
-              if i.endswith("_panels")]
-    assert len(panels) == 3 and all(nodes[i].op == "Const" for i in panels)
-    # The weights only the ops read are gone (not stored twice); w_c, read by the Cumsum
-    # TF runs, stays as it was, and so does b_a.
-    assert "w_a" not in nodes and "w_b" not in nodes
+    # The packed weights are the ops' attributes, in panel layout (a Const input each
+    # before): one attribute per weight input, no Const left feeding an op.
+    ops = [n for n in gd.node if n.name.startswith("rstf/")]
+    shapes = [tuple(d.size for d in n.attr[a].tensor.tensor_shape.dim)
+              for n in ops for a in n.attr if a.startswith("w")]
+    assert len(shapes) >= 4  # w_a, w_b, w_c packed; b_a as it is
+    assert not any(nodes[i.lstrip("^").split(":")[0]].op == "Const"
+                   for n in ops for i in n.input)
+    # The weights only the ops read are gone (not stored twice), b_a too, which the op
+    # reads as it is; w_c, read by the Cumsum TF runs, stays as it was.
+    assert "w_a" not in nodes and "w_b" not in nodes and "b_a" not in nodes
     assert nodes["w_c"].op == "Const" and nodes["w_c_sums"].input[0] == "w_c"
-    assert "b_a" in nodes
     # Nor does any constant a covered node took as an argument (Mean's axes, Reshape's
     # shape, the slice bounds): their values are in the C. Nothing is left unread.
     read = {i.lstrip("^").split(":")[0] for n in gd.node for i in n.input}
