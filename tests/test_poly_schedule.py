@@ -152,11 +152,9 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_poly_equals_textbook_bitwise(case):
-    """Every op family, 2 OpenMP threads: the tiled, microkernel, parallel and simd C gives
-    bit-identical results (each output element's reduction runs in the original order).
-    With Winograd off: on, the 3x3 stride-1 convs agree to 1e-6 instead (test below)."""
+def _bitwise_case(case):
+    """(report entry, subgraph) of CASES[case], its optimized C checked bit-identical to
+    the textbook C on random input."""
     shape, body = CASES[case]
 
     def build():
@@ -168,6 +166,16 @@ def test_poly_equals_textbook_bitwise(case):
     ref, got, info, _ = _run_both(g, sg, {"x:0": x})
     for k in ref:
         np.testing.assert_array_equal(got[k], ref[k])
+    return info, sg
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_poly_equals_textbook_bitwise(case):
+    """Every op family, 2 OpenMP threads: the tiled, microkernel, parallel and simd C gives
+    bit-identical results (each output element's reduction runs in the original order).
+    With Winograd off: on, the 3x3 stride-1 convs agree to 1e-6 instead (test below)."""
+    shape = CASES[case][0]
+    info, sg = _bitwise_case(case)
     if case.startswith("conv") or case in ("matmul", "matmul_row"):
         assert info["tiled"] and info["kernel_calls"] > 0, info
     # 27 steps in all, or 21 (kw x ic) x 7 rows of taps in 21-step calls: kh runs in
@@ -378,17 +386,7 @@ def test_sliding_row_falls_back_to_chunks_when_its_border_rule_is_not_the_domain
     import rstf.poly.schedule as sched
 
     monkeypatch.setattr(sched, "_slides_exactly", lambda *a: False)
-    shape, body = CASES["depthwise_bn_relu6"]
-
-    def build():
-        x = tf.compat.v1.placeholder(tf.float32, shape, name="x")
-        tf.identity(body(x), name="out")
-
-    g, sg = _subgraph(build)
-    x = rng.randn(*shape).astype(np.float32)
-    ref, got, info, _ = _run_both(g, sg, {"x:0": x})
-    for k in ref:
-        np.testing.assert_array_equal(got[k], ref[k])
+    info, _ = _bitwise_case("depthwise_bn_relu6")
     assert info["tiled"] and not info["refused"], info
     assert all(not t["sliding_row"] and t["tile"][0] <= 8 for t in info["tiled"])
     assert [f["epilogue_in_registers"] for f in info["fused"]] == [True]
