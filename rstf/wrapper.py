@@ -48,11 +48,12 @@ def _tensor(slot: Slot) -> dict:
 
 def _args(sg: SubgraphCode) -> list[str]:
     """The entry function's input arguments in its order: a weight from the kernel's
-    attribute tensor (`w<k>_`), any other input from the op's input list."""
+    copy of its attribute tensor (`weights_`, rstf_kernel.h), any other input from the
+    op's input list."""
     out, n_in, n_w = [], 0, 0
     for s in sg.inputs:
         if s.weight:
-            out.append(f"w{n_w}_.flat<{s.ctype}>().data()")
+            out.append(f"weights_.at<{s.ctype}>({n_w})")
             n_w += 1
         else:
             out.append(f"ctx->input({n_in}).flat<{s.ctype}>().data()")

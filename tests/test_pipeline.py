@@ -213,3 +213,68 @@ def test_per_subgraph_names_the_first_bad_node(small_model, tmp_path, monkeypatc
     assert not r["passed"]
     f = r["first_failure"]
     assert f["subgraph"] == "rstf/subgraph_0" and f["node"] == "relu" and f["op"] == "Relu"
+
+
+W_BIG = rng.standard_normal((1024, 1024)).astype(np.float32) / 32  # 4 MB: two 2 MB pages
+
+
+def big_mlp():
+    x = tf.compat.v1.placeholder(tf.float32, [4, 1024], name="input")
+    h = tf.nn.relu(tf.matmul(x, W_BIG))
+    tf.nn.relu(tf.matmul(h, W_BIG) + 1.0, name="out")
+
+
+# Run in a fresh process: loads the library and the graph, calls it from 4 threads at once
+# (the kernel's one workspace must serve them one at a time), prints the largest error
+# against the expected values and the process's memory on transparent huge pages.
+_CONCURRENT = r"""
+import sys, threading, numpy as np, tensorflow as tf
+lib, pb, ref_path = sys.argv[1:4]
+tf.load_op_library(lib)
+gd = tf.compat.v1.GraphDef()
+gd.ParseFromString(open(pb, "rb").read())
+g = tf.Graph()
+with g.as_default():
+    tf.graph_util.import_graph_def(gd, name="")
+ref = np.load(ref_path)
+errs = []
+with tf.compat.v1.Session(graph=g) as s:
+    def work(k):
+        for r in range(15):
+            x = ref["x"][(k + r) % 4]
+            got = s.run("out:0", {"input:0": x})
+            errs.append(float(np.max(np.abs(got - ref["y"][(k + r) % 4]))))
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    huge = [int(l.split()[1]) for l in open("/proc/self/smaps_rollup")
+            if l.startswith("AnonHuge")]  # (while the session holds the kernel)
+print(len(errs), max(errs), huge[0] if huge else -1)
+"""
+
+
+@pytest.mark.tfbuild
+def test_weights_on_huge_pages_and_concurrent_calls(tmp_path):
+    """The kernel copies its weights into one buffer on 2 MB pages and keeps one workspace:
+    calls from several threads at once still get their own right results."""
+    pb = save_graph_def(make_graph_def(big_mlp), str(tmp_path))
+    out = str(tmp_path / "out")
+    report = optimize(pb, out, log=lambda m: None)
+    assert report["subgraphs"][0]["workspace_bytes"] > 0
+    xs = rng.standard_normal((4, 4, 1024)).astype(np.float32)
+    ys = np.stack([np.maximum(np.maximum(x @ W_BIG, 0) @ W_BIG + 1, 0) for x in xs])
+    np.savez(tmp_path / "ref.npz", x=xs, y=ys)
+    proc = subprocess.run([sys.executable, "-c", _CONCURRENT,
+                           os.path.join(out, report["library"]),
+                           os.path.join(out, "optimized.pb"), str(tmp_path / "ref.npz")],
+                          capture_output=True, text=True, env={**os.environ,
+                                                               "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    calls, err, huge_kb = proc.stdout.split()
+    assert int(calls) == 60 and float(err) < 1e-3 * float(np.max(np.abs(ys)))
+    try:
+        thp = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        thp = ""
+    if "[always]" in thp or "[madvise]" in thp:  # where huge pages may be had at all
+        assert int(huge_kb) >= 2048, "the weights are not on 2 MB pages"
