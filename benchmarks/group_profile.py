@@ -56,10 +56,23 @@ def load_subgraph(outdir: str, subgraph: int, tool: str) -> tuple[str, dict, dic
     return src, tensor_shapes(src), sg
 
 
-# C: the standalone programs' random buffers.
+# C: the standalone programs' random buffers, one after the other in one arena on 2 MB
+# pages, as the op library keeps its weights and workspace (custom_ops/rstf_kernel.h).
 ALLOC_RAND = """
+#include <sys/mman.h>
+extern int madvise(void *, size_t, int);  /* (hidden by -std=c11) */
+static char *rstf_arena;
+static long rstf_arena_used, rstf_arena_size;
 static float *alloc_rand(long n) {
-    float *p = aligned_alloc(64, ((n * 4 + 63) / 64) * 64);
+    const long bytes = ((n * 4 + 63) / 64) * 64;
+    if (rstf_arena_used + bytes > rstf_arena_size) {
+        rstf_arena_size = ((bytes + (64L << 20) - 1) >> 21) << 21;
+        rstf_arena = aligned_alloc(2L << 20, rstf_arena_size);
+        madvise(rstf_arena, rstf_arena_size, 14 /* MADV_HUGEPAGE */);
+        rstf_arena_used = 0;
+    }
+    float *p = (float *)(rstf_arena + rstf_arena_used);
+    rstf_arena_used += bytes;
     for (long i = 0; i < n; ++i) p[i] = (float)rand() / RAND_MAX - 0.5f;
     return p;
 }
@@ -71,7 +84,7 @@ def buffers(shapes: dict, ws_bytes: int) -> tuple[list[str], str]:
     names = sorted((k for k in shapes if k.startswith("in")), key=lambda k: int(k[2:]))
     names += sorted((k for k in shapes if k.startswith("out")), key=lambda k: int(k[3:]))
     alloc = [f"    float *{k} = alloc_rand({max(1, math.prod(shapes[k]))});" for k in names]
-    alloc.append(f"    void *ws = aligned_alloc(64, {((ws_bytes + 63) // 64) * 64 or 64});")
+    alloc.append(f"    void *ws = alloc_rand({(ws_bytes + 3) // 4 or 1});")
     return names + ["ws"], "\n".join(alloc)
 
 
