@@ -10,7 +10,10 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <functional>
 #include <initializer_list>
@@ -192,6 +195,43 @@ inline absl::Status MergeInput(tensorflow::shape_inference::InferenceContext* c,
   tensorflow::shape_inference::ShapeHandle merged;
   return c->Merge(c->input(i), MakeShape(c, dims), &merged);
 }
+
+// Per-call timestamps, compiled in only with RSTF_CALL_TIMES defined (the builds of
+// benchmarks/call_breakdown.py): RSTF_MARK(k) records phase k of the current call, 0 when
+// Compute starts, 1 before the hand-off, 2 when the master starts the kernels, 3 when they
+// end, 4 when Compute returns. At exit the calls go, one line each, to the file named by
+// the environment variable RSTF_CALL_TIMES_OUT. For calls made one after the other.
+#ifdef RSTF_CALL_TIMES
+class CallTimes {
+ public:
+  static void Mark(int phase) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    const double us = t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+    static int registered = std::atexit(&Dump);
+    (void)registered;
+    if (phase == 0 && n_ < kCalls) ++n_;
+    if (n_ > 0 && n_ <= kCalls) times_[n_ - 1][phase] = us;
+  }
+
+ private:
+  static constexpr int kCalls = 100000;
+  static void Dump() {
+    const char* path = std::getenv("RSTF_CALL_TIMES_OUT");
+    FILE* f = path != nullptr ? std::fopen(path, "w") : nullptr;
+    if (f == nullptr) return;
+    for (int i = 0; i < n_; ++i)
+      std::fprintf(f, "%.3f %.3f %.3f %.3f %.3f\n", times_[i][0], times_[i][1], times_[i][2],
+                   times_[i][3], times_[i][4]);
+    std::fclose(f);
+  }
+  static inline int n_ = 0;
+  static inline double times_[kCalls][5];
+};
+#define RSTF_MARK(k) ::rstf::CallTimes::Mark(k)
+#else
+#define RSTF_MARK(k) ((void)0)
+#endif
 
 // Runs every call of this library's generated C on one dedicated thread, so that all its
 // OpenMP parallel regions start from the same thread.

@@ -127,3 +127,24 @@ def test_winograd_probe_agrees_with_the_direct_convolution(probe, shape):
 def test_winograd_probe_rejects_shapes_it_does_not_handle(probe):
     r = subprocess.run([probe, "8", "8", "20", "64"], capture_output=True, text=True)
     assert r.returncode == 2 and "multiple of 16" in r.stderr
+
+
+@pytest.mark.tfbuild
+def test_call_breakdown_times_each_phase_of_an_op_call(tmp_path):
+    """benchmarks/call_breakdown.py rebuilds a real output folder's library with its call
+    timestamps and splits the end-to-end call into TensorFlow, checks, hand-off, kernels
+    and back: every phase measured for every call, and together within the client's call."""
+    from benchmarks.call_breakdown import PHASES, breakdown
+    from rstf.pipeline import optimize
+
+    model = save_graph_def(make_graph_def(_build), str(tmp_path))
+    out = str(tmp_path / "out")
+    optimize(model, out, log=lambda m: None)
+    res = breakdown(out, reps=40)
+    assert res["calls"] == 40 and res["client"] == "TF C API"
+    assert list(res["phases_us"]) == PHASES
+    for p, s in res["phases_us"].items():
+        assert 0 <= s["p10"] <= s["median"] <= s["p90"], (p, s)
+    inside = sum(res["phases_us"][p]["median"] for p in PHASES[1:])
+    assert inside <= 1.5 * res["end_to_end_ms"] * 1e3  # the op's part of the client's call
+    assert res["phases_us"]["kernels"]["median"] > 0
