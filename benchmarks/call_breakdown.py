@@ -15,9 +15,10 @@ microseconds over the op calls:
   TensorFlow's own work after and before the op; with several ops a run, also the TF
   nodes between them);
 - `checks`: the op's input checks and output allocations;
-- `hand-off`: from queuing the call to the library's OpenMP master thread starting it;
+- `hand-off`: from the checks' end to the kernels' start (with the library's own OpenMP
+  team, taking its lock; with libgomp, handing the call to the library's master thread);
 - `kernels`: the generated C;
-- `back`: from the kernels' end to the op returning;
+- `back`: from the kernels' end to the op returning (releasing the lock, or the master's wake-up);
 
 and the client's whole call (`end to end`, ms). No TensorFlow timing source is needed: the
 marks are CLOCK_MONOTONIC, written to a file when the process exits.

@@ -198,8 +198,8 @@ inline absl::Status MergeInput(tensorflow::shape_inference::InferenceContext* c,
 
 // Per-call timestamps, compiled in only with RSTF_CALL_TIMES defined (the builds of
 // benchmarks/call_breakdown.py): RSTF_MARK(k) records phase k of the current call, 0 when
-// Compute starts, 1 before the hand-off, 2 when the master starts the kernels, 3 when they
-// end, 4 when Compute returns. At exit the calls go, one line each, to the file named by
+// Compute starts, 1 before the hand-off, 2 when the kernels start (on the master thread
+// without RSTF_TEAM), 3 when they end, 4 when Compute returns. At exit the calls go, one line each, to the file named by
 // the environment variable RSTF_CALL_TIMES_OUT. For calls made one after the other.
 #ifdef RSTF_CALL_TIMES
 class CallTimes {
@@ -233,8 +233,29 @@ class CallTimes {
 #define RSTF_MARK(k) ((void)0)
 #endif
 
-// Runs every call of this library's generated C on one dedicated thread, so that all its
-// OpenMP parallel regions start from the same thread.
+#ifdef RSTF_TEAM
+// The op library carries its own OpenMP team (custom_ops/rstf_team.c, compiled in with
+// RSTF_TEAM defined): the calling thread is the team's thread 0, whichever TensorFlow thread
+// it is, and the library's worker threads are the others. The lock serialises calls, so
+// there is one team at a time; each call already uses all the threads it is given.
+extern "C" {
+void rstf_team_lock(void);
+void rstf_team_unlock(void);
+}
+
+// Runs fn (the generated C of one call) on the calling thread, as the team's thread 0.
+template <typename Fn>
+void RunKernels(Fn&& fn) {
+  struct Lock {
+    Lock() { rstf_team_lock(); }
+    ~Lock() { rstf_team_unlock(); }
+  } lock;
+  fn();
+}
+#else
+// Without RSTF_TEAM (the serving package, and code from --optimizer graphite or polly, whose
+// parallel loops call libgomp): every call of this library's generated C runs on one
+// dedicated thread, so that all its OpenMP parallel regions start from the same thread.
 //
 // Why: libgomp keeps one worker pool per thread that starts a parallel region, and
 // TensorFlow runs ops on whichever inter-op thread is free. With a pool per such thread,
@@ -294,6 +315,10 @@ class OmpMaster {
   std::condition_variable cv_;
   std::deque<Job*> queue_;
 };
+
+// Runs fn (the generated C of one call) on the library's OpenMP master thread.
+inline void RunKernels(const std::function<void()>& fn) { OmpMaster::Get().Run(fn); }
+#endif  // RSTF_TEAM
 
 }  // namespace rstf
 

@@ -3,7 +3,9 @@
 C sources are compiled by the optimizer's C toolchain (`c_toolchain`: gcc, gcc with Graphite,
 or clang-14 with Polly; each subgraph its own translation unit, in parallel), the C++ wrapper
 once by g++ with TensorFlow's compile flags (its headers are heavy, so all ops share one
-unit), and everything is linked by g++ with TensorFlow's link flags and libgomp. The cache key
+unit), and everything is linked by g++ with TensorFlow's link flags. The code of `poly` and
+`none` runs its parallel loops on the library's own OpenMP team (custom_ops/rstf_team.c,
+compiled in; see `uses_team`), Graphite's and Polly's on libgomp. The cache key
 covers every source byte, the C compiler, its flags and version, and the g++ and TensorFlow
 versions; a hit costs no compilation.
 """
@@ -25,6 +27,9 @@ from .errors import RstfError
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CUSTOM_OPS_DIR = os.path.join(REPO_ROOT, "custom_ops")
 RUNTIME_HEADERS = ["rstf_kernel.h"]
+# The library's own OpenMP team (the libgomp entry points gcc's code for the generated C
+# calls), compiled into the op libraries of `poly` and `none`.
+TEAM_SOURCE = "rstf_team.c"
 
 
 def c_flags(march: str = "native") -> list[str]:
@@ -50,6 +55,14 @@ class CToolchain:
     optimizer: str
     cc: str
     flags: tuple[str, ...]
+
+    @property
+    def uses_team(self) -> bool:
+        """Whether the library runs its parallel loops on its own team (rstf_team.c) instead
+        of libgomp: the calling TF thread is thread 0, with no hand-off to a master thread.
+        `poly` and `none` only: gcc's code for them calls nothing else of libgomp, while
+        Graphite's and Polly's loops may (GOMP_loop_*)."""
+        return self.optimizer in ("poly", "none") and self.cc == "gcc"
 
     def describe(self) -> dict:
         version = _compiler_version(self.cc).splitlines()
@@ -185,6 +198,8 @@ def build_library(c_sources: dict[str, str], cc_source: str, march: str = "nativ
     toolchain = toolchain or c_toolchain("poly", march)
     tf_cflags, tf_lflags = tf_flags()
     headers = {h: open(os.path.join(CUSTOM_OPS_DIR, h)).read() for h in RUNTIME_HEADERS}
+    if toolchain.uses_team:  # (hashed with the sources; a name no generated file has)
+        headers[TEAM_SOURCE] = open(os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)).read()
     digest = cache_key(c_sources, cc_source, headers, toolchain, tf.__version__, tf_cflags)
     final_dir = os.path.join(cache_dir(), digest)
     lib = os.path.join(final_dir, f"librstf_{digest[:16]}.so")
@@ -240,26 +255,39 @@ def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, diges
         for name, text in [*c_sources.items(), ("wrapper.cc", cc_source), *headers.items()]:
             with open(os.path.join(work, name), "w") as f:
                 f.write(text)
-        cxx = ["g++", "-O2", "-fPIC", "-w", "-I", work, *tf_cflags, "-c",
+        team = toolchain.uses_team
+        cxx = ["g++", "-O2", "-fPIC", "-w", "-I", work, *tf_cflags,
+               *(["-DRSTF_TEAM"] if team else []), "-c",
                os.path.join(work, "wrapper.cc"), "-o", os.path.join(work, "wrapper.o")]
         objs = [os.path.join(work, "wrapper.o")]
+        units = list(c_sources)
+        if team:
+            units.append(TEAM_SOURCE)
         with concurrent.futures.ThreadPoolExecutor(jobs or os.cpu_count() or 2) as pool:
             wrapper = pool.submit(_run, cxx, "the TensorFlow op wrapper")
             futures = [wrapper]
-            for name in c_sources:
+            runtime = None
+            for name in units:
                 obj = os.path.join(work, name + ".o")
                 objs.append(obj)
-                futures.append(pool.submit(
+                fut = pool.submit(
                     _run, [toolchain.cc, *toolchain.flags, "-c", os.path.join(work, name), "-o",
-                           obj], name))
+                           obj], name)
+                futures.append(fut)
+                if name == TEAM_SOURCE:
+                    runtime = fut
             for fut in concurrent.futures.as_completed(futures):
                 fut.result()
-                if fut is not wrapper:
+                if fut is not wrapper and fut is not runtime:
                     on_done()
         tmp_lib = os.path.join(work, os.path.basename(lib))
-        _run(["g++", "-shared", "-fopenmp", "-o", tmp_lib, *objs, *tf_lflags,
-              *sanitize_flags()],
+        # With its own team the library needs nothing of libgomp, and must not load it: its
+        # GOMP_* are the team's (hidden), so a libgomp loaded beside them is never used.
+        _run(["g++", "-shared", *(["-pthread"] if team else ["-fopenmp"]), "-o", tmp_lib,
+              *objs, *tf_lflags, *sanitize_flags()],
              "the op library (link)")
+        if team:
+            _check_no_libgomp(tmp_lib)
         on_done()
         with open(tmp_lib + ".sha256", "w") as f:
             f.write(_file_sha256(tmp_lib))
@@ -268,6 +296,20 @@ def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, diges
     finally:
         if os.path.exists(work):
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _check_no_libgomp(lib: str) -> None:
+    """An op library with its own team must call no libgomp entry point the team lacks
+    (gcc emits GOMP_loop_* for schedules other than static, GOMP_critical_* for `critical`,
+    and so on): such a symbol would stay undefined and fail only when TensorFlow loads it."""
+    proc = subprocess.run(["nm", "-D", "--undefined-only", lib], capture_output=True,
+                          text=True)
+    missing = sorted({ln.split()[-1].split("@")[0] for ln in proc.stdout.splitlines()
+                      if re.search(r"\b(GOMP_|omp_)", ln)})
+    if proc.returncode != 0 or missing:
+        raise RstfError(f"the op library calls libgomp entry points rstf's OpenMP team "
+                        f"(custom_ops/{TEAM_SOURCE}) does not have: "
+                        f"{', '.join(missing) or proc.stderr.strip()[:200]}")
 
 
 def compile_c_shared(source: str, out_path: str, march: str = "native",

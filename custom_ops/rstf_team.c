@@ -1,0 +1,235 @@
+/* rstf's OpenMP team: the few libgomp entry points that gcc's -fopenmp code for the
+ * generated C calls, implemented inside each op library (hidden, so they bind to nothing
+ * outside it and nothing outside binds to them).
+ *
+ * Why not libgomp: libgomp keeps one worker pool per thread that starts a parallel region,
+ * and TensorFlow runs an op on whichever of its inter-op threads is free. So the op library
+ * used to hand every call to one dedicated thread that started all its regions, and wait
+ * for it: on 2 vCPUs that hand-off and the way back cost 40-55 us a call (MobileNet v2's
+ * kernels take 3 ms), most of it the dedicated thread waiting for a CPU behind TensorFlow's
+ * threads. Here the calling thread itself is thread 0 of the team, whichever thread it is,
+ * and the other threads are the library's own workers, shared by every caller. Calls are
+ * serialised by the op wrapper (rstf_team_lock), so there is one team at a time.
+ *
+ * What gcc emits for the generated C (and rstf's batch loop) is all this implements:
+ *   GOMP_parallel(fn, data, num_threads, flags)   a parallel region (`parallel`, `parallel
+ *                                                 for`, `num_threads(P)`); a nested one runs
+ *                                                 on its calling thread alone, as libgomp's
+ *                                                 default (one active level) does
+ *   GOMP_barrier()                                the barrier that ends `omp for`
+ *   omp_get_thread_num(), omp_get_num_threads(), omp_set_num_threads(), omp_get_max_threads()
+ * `schedule(static)` loops and `collapse` are partitioned inline by gcc.
+ *
+ * Waiting: a worker waits for the next region for RSTF_SPIN_US microseconds after its last
+ * one (default 5000, about what libgomp's default spin lasts here; 0 sleeps at once),
+ * then sleeps on a futex; the next region wakes it. Threads waiting at a barrier or for the
+ * region's end do not sleep: regions follow each other within microseconds. Every wait
+ * spins for about 20 us, then yields the core between looks (rstf_relax).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define RSTF_PAUSE() _mm_pause()
+#else
+#define RSTF_PAUSE() ((void)0)
+#endif
+
+#define RSTF_HIDDEN __attribute__((visibility("hidden")))
+
+typedef void (*rstf_region_fn)(void *);
+
+/* The region word: a count bumped when a region starts (the workers' signal, and their
+ * futex) in the high 24 bits, the region's team size - 1 in the low 8, so that a worker
+ * reads which region and whether it is in it from one load. */
+#define RSTF_SIZE_BITS 8
+#define RSTF_MAX_THREADS (1 << RSTF_SIZE_BITS)
+
+static struct {
+    _Alignas(64) atomic_uint region;
+    _Alignas(64) atomic_uint sleepers; /* workers asleep on `region` (futex) */
+    _Alignas(64) atomic_uint running;  /* workers still in the current region */
+    _Alignas(64) atomic_uint arrived;  /* barrier: threads arrived in this phase */
+    _Alignas(64) atomic_uint phase;    /* barrier: bumped when all have arrived */
+    _Alignas(64) rstf_region_fn fn;    /* the current region (written before `region`) */
+    void *data;
+    int workers;                       /* worker threads started (thread numbers 1..) */
+    unsigned wanted;                   /* omp_set_num_threads */
+    long spin_ns;
+    pthread_mutex_t start_mu;          /* starting workers */
+} rstf_team = {.start_mu = PTHREAD_MUTEX_INITIALIZER, .spin_ns = -1};
+
+static _Thread_local unsigned rstf_tnum;     /* thread number in the current team */
+static _Thread_local unsigned rstf_tsize = 1; /* its size; 1 outside any region */
+static _Thread_local int rstf_in_region;
+
+/* One step of a wait: a pause for the first RSTF_SPINS steps (about 20 us on a 3-4 GHz
+ * core), then a yield. Why: a team larger than the free cores (--threads over the core
+ * count, or another process's load) would otherwise spin away the time slice that the thread
+ * it waits for needs; a yield with nothing else to run returns at once. */
+#define RSTF_SPINS 1024
+static inline void rstf_relax(unsigned *step) {
+    if (*step < RSTF_SPINS) {
+        ++*step;
+        RSTF_PAUSE();
+    } else {
+        sched_yield();
+    }
+}
+
+static long rstf_now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static void rstf_futex_wait(atomic_uint *addr, unsigned expected) {
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static void rstf_futex_wake_all(atomic_uint *addr) {
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+/* arg: the worker's thread number in the low 16 bits, above them the region word when it
+ * was started (it runs the regions after that one, whenever the thread gets to run). */
+static void *rstf_worker(void *arg) {
+    const unsigned me = (unsigned)((uintptr_t)arg & 0xffff);
+    unsigned seen = (unsigned)((uintptr_t)arg >> 16);
+    for (;;) {
+        /* Wait for the next region: spin a while, then sleep. */
+        unsigned now = atomic_load_explicit(&rstf_team.region, memory_order_acquire);
+        if (now == seen) {
+            const long deadline = rstf_now_ns() + rstf_team.spin_ns;
+            unsigned step = 0;
+            for (int i = 0;; ++i) {
+                now = atomic_load_explicit(&rstf_team.region, memory_order_acquire);
+                if (now != seen) break;
+                if ((i & 63) == 63 && rstf_now_ns() > deadline) {
+                    atomic_fetch_add(&rstf_team.sleepers, 1);
+                    now = atomic_load_explicit(&rstf_team.region, memory_order_acquire);
+                    if (now == seen) rstf_futex_wait(&rstf_team.region, seen);
+                    atomic_fetch_sub(&rstf_team.sleepers, 1);
+                    continue;
+                }
+                rstf_relax(&step);
+            }
+        }
+        seen = now;
+        const unsigned size = (now & (RSTF_MAX_THREADS - 1)) + 1;
+        if (me < size) {
+            rstf_tnum = me;
+            rstf_tsize = size;
+            rstf_in_region = 1;
+            rstf_team.fn(rstf_team.data);
+            rstf_in_region = 0;
+            atomic_fetch_sub_explicit(&rstf_team.running, 1, memory_order_release);
+        }
+    }
+    return NULL;
+}
+
+/* The op wrapper's lock around a call: one team at a time in this library. */
+static pthread_mutex_t rstf_call_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* In a child of fork() only the forking thread exists: no workers, and the locks as new. */
+static void rstf_after_fork_child(void) {
+    rstf_team.workers = 0;
+    atomic_store(&rstf_team.sleepers, 0);
+    atomic_store(&rstf_team.running, 0);
+    pthread_mutex_init(&rstf_team.start_mu, NULL);
+    pthread_mutex_init(&rstf_call_mu, NULL);
+}
+
+/* Start workers up to thread number n - 1; returns the team size it can have. */
+static unsigned rstf_start_workers(unsigned n) {
+    if (n > RSTF_MAX_THREADS) n = RSTF_MAX_THREADS;
+    if ((int)n - 1 <= rstf_team.workers) return n;
+    pthread_mutex_lock(&rstf_team.start_mu);
+    if (rstf_team.spin_ns < 0) { /* the first workers */
+        const char *s = getenv("RSTF_SPIN_US");
+        const long us = s && *s ? strtol(s, NULL, 10) : 5000;
+        rstf_team.spin_ns = (us < 0 ? 0 : us) * 1000L;
+        pthread_atfork(NULL, NULL, rstf_after_fork_child);
+    }
+    while (rstf_team.workers < (int)n - 1) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        const uintptr_t word = atomic_load(&rstf_team.region);
+        int rc = pthread_create(&t, &attr, rstf_worker,
+                                (void *)(word << 16 | (uintptr_t)(rstf_team.workers + 1)));
+        pthread_attr_destroy(&attr);
+        if (rc != 0) break; /* no more threads: a smaller team */
+        ++rstf_team.workers;
+    }
+    pthread_mutex_unlock(&rstf_team.start_mu);
+    return (unsigned)rstf_team.workers + 1 < n ? (unsigned)rstf_team.workers + 1 : n;
+}
+
+RSTF_HIDDEN void GOMP_parallel(rstf_region_fn fn, void *data, unsigned num_threads,
+                               unsigned flags) {
+    (void)flags;
+    unsigned n = num_threads ? num_threads : (rstf_team.wanted ? rstf_team.wanted : 1);
+    if (rstf_in_region || n <= 1) {
+        /* Nested (or one thread): the calling thread alone, as thread 0 of a team of 1. */
+        const unsigned tnum = rstf_tnum, tsize = rstf_tsize;
+        const int in = rstf_in_region;
+        rstf_tnum = 0, rstf_tsize = 1, rstf_in_region = 1;
+        fn(data);
+        rstf_tnum = tnum, rstf_tsize = tsize, rstf_in_region = in;
+        return;
+    }
+    n = rstf_start_workers(n);
+    rstf_team.fn = fn;
+    rstf_team.data = data;
+    atomic_store_explicit(&rstf_team.arrived, 0, memory_order_relaxed);
+    atomic_store_explicit(&rstf_team.running, n - 1, memory_order_relaxed);
+    const unsigned word = atomic_load_explicit(&rstf_team.region, memory_order_relaxed);
+    /* seq_cst, as is the load of `sleepers` after it: a worker going to sleep either sees
+     * the new word or is seen and woken (it counts itself before its last look). */
+    atomic_store(&rstf_team.region, ((word >> RSTF_SIZE_BITS) + 1) << RSTF_SIZE_BITS | (n - 1));
+    if (atomic_load(&rstf_team.sleepers)) rstf_futex_wake_all(&rstf_team.region);
+    rstf_tnum = 0, rstf_tsize = n, rstf_in_region = 1;
+    fn(data);
+    rstf_tnum = 0, rstf_tsize = 1, rstf_in_region = 0;
+    /* Workers past the team's size skip the region; wait for the others. */
+    unsigned step = 0;
+    while (atomic_load_explicit(&rstf_team.running, memory_order_acquire) != 0)
+        rstf_relax(&step);
+}
+
+RSTF_HIDDEN void GOMP_barrier(void) {
+    const unsigned n = rstf_tsize;
+    if (n <= 1) return;
+    const unsigned phase = atomic_load_explicit(&rstf_team.phase, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&rstf_team.arrived, 1, memory_order_acq_rel) == n - 1) {
+        atomic_store_explicit(&rstf_team.arrived, 0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&rstf_team.phase, 1, memory_order_release);
+        return;
+    }
+    unsigned step = 0;
+    while (atomic_load_explicit(&rstf_team.phase, memory_order_acquire) == phase)
+        rstf_relax(&step);
+}
+
+RSTF_HIDDEN int omp_get_thread_num(void) { return (int)rstf_tnum; }
+RSTF_HIDDEN int omp_get_num_threads(void) { return (int)rstf_tsize; }
+RSTF_HIDDEN void omp_set_num_threads(int n) { rstf_team.wanted = n > 0 ? (unsigned)n : 1; }
+RSTF_HIDDEN int omp_get_max_threads(void) {
+    return rstf_team.wanted ? (int)rstf_team.wanted : 1;
+}
+
+RSTF_HIDDEN void rstf_team_lock(void) { pthread_mutex_lock(&rstf_call_mu); }
+RSTF_HIDDEN void rstf_team_unlock(void) { pthread_mutex_unlock(&rstf_call_mu); }

@@ -1,0 +1,136 @@
+"""rstf's own OpenMP team (custom_ops/rstf_team.c): the libgomp entry points gcc's -fopenmp
+code calls, as the op libraries of `poly` and `none` carry them. A C program compiled with
+-fopenmp and linked with the team instead of libgomp checks what the generated C relies on:
+every iteration of a (collapsed) static loop run exactly once by a thread of the requested
+team, the barrier that ends `omp for`, a nested region (rstf's batch loop around parallel
+sample code) running on its caller alone, team sizes changing from region to region, the
+workers' sleep and wake-up, and a child of fork() starting its own workers."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from rstf.build import CUSTOM_OPS_DIR, TEAM_SOURCE
+
+PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int omp_get_thread_num(void);
+int omp_get_num_threads(void);
+void omp_set_num_threads(int);
+void rstf_team_lock(void);
+void rstf_team_unlock(void);
+
+#define FAIL(...) do { printf(__VA_ARGS__); printf("\n"); exit(1); } while (0)
+enum { R = 37, C = 29, N = 1000 };
+static int count[R][C], seen[64], b[N], c[N];
+
+/* A collapsed static loop: each (i, j) once, by threads 0..threads-1 only. */
+static void loop(int threads) {
+    omp_set_num_threads(threads);
+    memset(count, 0, sizeof count);
+    memset(seen, 0, sizeof seen);
+    #pragma omp parallel for collapse(2)
+    for (int i = 0; i < R; ++i)
+        for (int j = 0; j < C; ++j) {
+            count[i][j] += 1;
+            seen[omp_get_thread_num()] = omp_get_num_threads();
+        }
+    for (int i = 0; i < R; ++i)
+        for (int j = 0; j < C; ++j)
+            if (count[i][j] != 1) FAIL("threads %d: (%d, %d) ran %d times", threads, i, j, count[i][j]);
+    for (int t = 0; t < 64; ++t)
+        if (seen[t] != (t < threads && t < R * C ? threads : 0))
+            FAIL("threads %d: thread %d saw a team of %d", threads, t, seen[t]);
+}
+
+/* Two loops in one region: the second reads what other threads wrote in the first. */
+static void barrier(int threads, int round) {
+    omp_set_num_threads(threads);
+    #pragma omp parallel
+    {
+        #pragma omp for schedule(static)
+        for (int i = 0; i < N; ++i) b[i] = i + round;
+        #pragma omp for schedule(static)
+        for (int i = 0; i < N; ++i) c[i] = b[N - 1 - i];
+    }
+    for (int i = 0; i < N; ++i)
+        if (c[i] != N - 1 - i + round) FAIL("threads %d: barrier broken at %d", threads, i);
+}
+
+/* The batch loop: an outer num_threads(P) region, an inner region in each iteration. */
+static void nested(void) {
+    int outer[8] = {0}, inner[8] = {0};
+    omp_set_num_threads(3);
+    #pragma omp parallel for num_threads(2) schedule(static)
+    for (int s = 0; s < 8; ++s) {
+        outer[s] = omp_get_thread_num();
+        #pragma omp parallel for
+        for (int k = 0; k < 4; ++k) inner[s] += omp_get_num_threads();
+        if (omp_get_thread_num() != outer[s]) FAIL("nested region changed the thread number");
+    }
+    for (int s = 0; s < 8; ++s) {
+        if (inner[s] != 4) FAIL("a nested region ran with more than its caller");
+        if (outer[s] != s / 4) FAIL("sample %d on thread %d", s, outer[s]);
+    }
+}
+
+int main(void) {
+    static const int sizes[] = {2, 1, 3, 2, 4, 2, 3, 1, 4, 4, 2};
+    rstf_team_lock();
+    for (int r = 0; r < 1500; ++r) {
+        const int t = sizes[r % 11];
+        loop(t);
+        barrier(t, r);
+        if (r % 500 == 0) usleep(3000);  /* past RSTF_SPIN_US: the workers sleep */
+    }
+    nested();
+    rstf_team_unlock();
+    pid_t pid = fork();
+    if (pid == 0) {
+        rstf_team_lock();
+        for (int r = 0; r < 200; ++r) { loop(sizes[r % 11]); barrier(3, r); }
+        rstf_team_unlock();
+        _exit(0);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        FAIL("the child of fork() failed");
+    loop(2);
+    printf("ok\n");
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    d = tmp_path_factory.mktemp("team")
+    src, exe = d / "t.c", d / "t"
+    src.write_text(PROGRAM)
+    objs = []
+    for c in (str(src), os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)):
+        obj = str(d / (os.path.basename(c) + ".o"))
+        subprocess.run(["gcc", "-O2", "-std=c11", "-fopenmp", "-fvisibility=hidden", "-c", c,
+                        "-o", obj], check=True)
+        objs.append(obj)
+    # Linked without -fopenmp: everything OpenMP must come from the team.
+    subprocess.run(["gcc", *objs, "-o", str(exe), "-pthread"], check=True)
+    libs = subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout
+    assert "libgomp" not in libs
+    return str(exe)
+
+
+@pytest.mark.parametrize("spin_us", ["5000", "100", "0"])
+def test_team_runs_what_the_generated_c_needs(program, spin_us):
+    # 0: a worker sleeps after every region, so each region start is a futex wake-up.
+    proc = subprocess.run([program], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RSTF_SPIN_US": spin_us})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == "ok"
