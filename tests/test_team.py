@@ -4,7 +4,7 @@ code calls, as the op libraries of `poly` and `none` carry them. A C program com
 every iteration of a (collapsed) static loop run exactly once by a thread of the requested
 team, the barrier that ends `omp for`, a nested region (rstf's batch loop around parallel
 sample code) running on its caller alone, team sizes changing from region to region, the
-workers' sleep and wake-up, and a child of fork() starting its own workers."""
+workers' sleep and wake-up (within a call and between calls), and a child of fork() starting its own workers."""
 from __future__ import annotations
 
 import os
@@ -88,7 +88,12 @@ int main(void) {
         const int t = sizes[r % 11];
         loop(t);
         barrier(t, r);
-        if (r % 500 == 0) usleep(3000);  /* past RSTF_SPIN_US: the workers sleep */
+        if (r % 500 == 250) usleep(3000);  /* in a call, past RSTF_SPIN_US 100 and 0 */
+        if (r % 500 == 0) {  /* between calls: the workers sleep 100 us after its end */
+            rstf_team_unlock();
+            usleep(3000);
+            rstf_team_lock();
+        }
     }
     nested();
     rstf_team_unlock();
