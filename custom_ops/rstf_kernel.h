@@ -199,8 +199,9 @@ inline absl::Status MergeInput(tensorflow::shape_inference::InferenceContext* c,
 // Per-call timestamps, compiled in only with RSTF_CALL_TIMES defined (the builds of
 // benchmarks/call_breakdown.py): RSTF_MARK(k) records phase k of the current call, 0 when
 // Compute starts, 1 before the hand-off, 2 when the kernels start (on the master thread
-// without RSTF_TEAM), 3 when they end, 4 when Compute returns. At exit the calls go, one line each, to the file named by
-// the environment variable RSTF_CALL_TIMES_OUT. For calls made one after the other.
+// without RSTF_TEAM), 3 when they end, 4 when Compute returns. At exit the calls go, one
+// line each, to the file named by the environment variable RSTF_CALL_TIMES_OUT. For calls
+// made one after the other.
 #ifdef RSTF_CALL_TIMES
 class CallTimes {
  public:

@@ -28,7 +28,6 @@
  * spins for about 20 us, then yields the core between looks (rstf_relax).
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -104,8 +103,6 @@ static void rstf_futex_wake_all(atomic_uint *addr) {
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
 }
 
-/* arg: the worker's thread number in the low 16 bits, above them the region word when it
- * was started (it runs the regions after that one, whenever the thread gets to run). */
 /* Whether a waiting worker should go to sleep: RSTF_SPIN_US after its last region within
  * a call, but RSTF_IDLE_SPIN_NS after the call itself ended. Between two calls TensorFlow
  * works for 50-150 us on one core (MobileNet v2 back to back), and may run other ops on the
@@ -121,6 +118,8 @@ static int rstf_idle_enough(long deadline) {
                      RSTF_IDLE_SPIN_NS;
 }
 
+/* arg: the worker's thread number in the low 16 bits, above them the region word when it
+ * was started (it runs the regions after that one, whenever the thread gets to run). */
 static void *rstf_worker(void *arg) {
     const unsigned me = (unsigned)((uintptr_t)arg & 0xffff);
     unsigned seen = (unsigned)((uintptr_t)arg >> 16);

@@ -265,20 +265,16 @@ def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, diges
             units.append(TEAM_SOURCE)
         with concurrent.futures.ThreadPoolExecutor(jobs or os.cpu_count() or 2) as pool:
             wrapper = pool.submit(_run, cxx, "the TensorFlow op wrapper")
-            futures = [wrapper]
-            runtime = None
+            futures = {wrapper: None}
             for name in units:
                 obj = os.path.join(work, name + ".o")
                 objs.append(obj)
-                fut = pool.submit(
+                futures[pool.submit(
                     _run, [toolchain.cc, *toolchain.flags, "-c", os.path.join(work, name), "-o",
-                           obj], name)
-                futures.append(fut)
-                if name == TEAM_SOURCE:
-                    runtime = fut
+                           obj], name)] = name
             for fut in concurrent.futures.as_completed(futures):
                 fut.result()
-                if fut is not wrapper and fut is not runtime:
+                if futures[fut] in c_sources:  # (the progress counts the subgraphs' units)
                     on_done()
         tmp_lib = os.path.join(work, os.path.basename(lib))
         # With its own team the library needs nothing of libgomp, and must not load it: its
