@@ -258,11 +258,14 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
     if optimizer == "poly":
         with rep.stage("optimise", len(codes)) as st:
             from .poly import optimize_source
+            from .poly.target import detect
 
+            # The C is shaped for the vector ISA the build's -march enables (poly/target.py).
+            vec = detect(march, toolchain.cc).name
             # Frozen weights may be re-laid out for the kernels (poly/prepack.py).
             tasks = [(sg.source, sg.entry, True, True,
                       frozenset(s.cname for s in sg.inputs if gen.is_const(s.tensor)),
-                      winograd)
+                      winograd, vec)
                      for sg in codes]
             results = run_ordered(optimize_source, tasks, jobs, st.advance,
                                   [len(sg.source) for sg in codes])

@@ -19,8 +19,11 @@ __all__ = ["Access", "ArrayInfo", "Call", "Dependences", "NotRaisable", "Scop", 
 
 def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = True,
                     constants: frozenset[str] = frozenset(),
-                    winograd: bool = True) -> tuple[str, dict]:
+                    winograd: bool = True, target=None) -> tuple[str, dict]:
     """Run the polyhedral pass on one subgraph's C. Returns (new source, report entry).
+
+    `target` (a `target.Target`, its name, or None: this machine's) is the vector ISA the
+    C is shaped for: its vector width and register count pick the tiles and the types.
 
     `constants` names the entry's input arrays whose values are fixed when the op is built
     (frozen weights). The new C may read some of them in the microkernels' panel layout:
@@ -29,7 +32,8 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
     another shape), and the op must then be fed `prepack.pack(value, spec)` instead of the
     value (the splice does).
 
-    The report entry: `optimizer` ('poly', or 'none' with a `diagnostic`), `statements`,
+    The report entry: `optimizer` ('poly', or 'none' with a `diagnostic`), `target` (the
+    vector ISA's name), `statements`,
     `calls`, `tiled` (contractions tiled around microkernels, with their tile sizes, the
     reduction loops one kernel call runs, whether it is a depthwise kernel and whether
     border rows run in kernels with fewer taps),
@@ -49,6 +53,17 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
     textbook C; off: every conv keeps its direct kernels), listed in `winograd` (node,
     algorithm, tiles, channels, scratch bytes).
     """
+    from .target import resolve, use
+
+    t = resolve(target)
+    with use(t):
+        new, info = _optimize_source(source, entry, tile, fuse, constants, winograd)
+    if info["optimizer"] == "poly":
+        info["target"] = t.name
+    return new, info
+
+
+def _optimize_source(source, entry, tile, fuse, constants, winograd) -> tuple[str, dict]:
     import time
 
     import islpy as isl

@@ -27,7 +27,7 @@ import islpy as isl
 
 from .deps import Dependences
 from .raise_c import Scop, Statement, _isl_name, is_accumulation
-from .microkernel import VLEN
+from .microkernel import vlen
 from .schedule import CallSchedule, _addr, _pad, _roles, _violations, extents, tile_order
 
 
@@ -186,7 +186,7 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
         return None
     pos = upd.path[0]
 
-    vb = VLEN * kern.nv
+    vb = vlen() * kern.nv
 
     def row_time(s: Statement, mid: int, last: int) -> isl.Map:
         iv = [_isl_name(v) for v in s.iterators]

@@ -25,7 +25,7 @@ from pycparser import c_ast, c_generator
 
 from .deps import Dependences
 from . import regepi
-from .microkernel import PRELUDE, VLEN, Shape, dispatch_name, dispatch_source
+from .microkernel import Shape, dispatch_name, dispatch_source, prelude, vlen
 from .raise_c import Scop, Statement, _isl_name, _text
 from .band import BandGroup, parts_of
 from . import prepack
@@ -383,7 +383,7 @@ class _CallLowering:
             if c == k.r:
                 env[_isl_name(c)] = vals["s"]
             elif c == k.v:
-                env[_isl_name(c)] = f"{VLEN * k.nv} * {vals['u']}"
+                env[_isl_name(c)] = f"{vlen() * k.nv} * {vals['u']}"
             elif c in first:
                 env[_isl_name(c)] = first[c]
             else:
@@ -507,7 +507,7 @@ def _packing(scop: Scop, k: Kernel) -> Packing | None:
     operand = column_operand(k, scop)
     if operand is None:
         return None
-    return Packing(k.b.array, *operand, VLEN * k.nv)
+    return Packing(k.b.array, *operand, vlen() * k.nv)
 
 
 def _operand_row(ab: dict, env: dict[str, str], k: Kernel, cols: int) -> str:
@@ -719,11 +719,11 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     includes = ("#include <math.h>\n#include <stddef.h>\n#include <stdlib.h>\n"
                 "#include <string.h>\n\n")
     if epi_kernels or any(wp.chain for wp in wino.values()):
-        kernels += regepi.PRELUDE + "\n" + "".join(epi_kernels)
+        kernels += regepi.prelude() + "\n" + "".join(epi_kernels)
     if wino:
         kernels += winograd_helpers({wd for wp in wino.values() for wd in wp.widths})
     src = (header + includes + MACROS + "\n"
-           + (PRELUDE + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
+           + (prelude() + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
            + entry)
     return src, stats
 

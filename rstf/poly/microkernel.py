@@ -1,7 +1,7 @@
 """Register-blocked microkernels for contractions (PolyScientist's split: a microkernel for
 the innermost loops, polyhedral loops around it; shared/papers/polyscientist.txt).
 
-A kernel `rstf_mk_<RB>x<NV>` computes, for a tile of RB rows and VB = 16*NV contiguous
+A kernel `rstf_mk_<RB>x<NV>` computes, for a tile of RB rows and VB = VLEN*NV contiguous
 columns, `y[r][0:VB] += sum_k a[r, k] * b[k][0:VB]` over K reduction steps, keeping the
 RB x NV accumulators in vector registers for the whole reduction (the textbook loop nest
 reloads and stores them on every step). Rows and reduction steps are at arbitrary element
@@ -27,7 +27,7 @@ chunk of rows plus a one-row kernel at each border.
 
 GCC vector extensions rather than intrinsics: the code stays portable C (any -march
 compiles it; AVX-512 makes one vector one register). The one exception is the step itself,
-`rstf_fma16`: a vector fused multiply-add, the intrinsic where the target has one, because
+`rstf_fma<N>`: a vector fused multiply-add, the intrinsic where the target has one, because
 the compiler's own contraction of `acc += a * b` is not guaranteed (with contraction off,
 as in every rstf build, it never happens) and the textbook C rounds once a step (fmaf).
 """
@@ -36,50 +36,64 @@ from __future__ import annotations
 import dataclasses
 import os
 
-VLEN = 16  # floats per vector: one AVX-512 register
-MAX_REGISTERS = 31  # of the 32 zmm registers, leave one for the broadcast operand
+from .target import current
+
+
+def vlen() -> int:
+    """Floats per vector: one register of the target (`target.current()`)."""
+    return current().vlen
 
 
 def fits_registers(rb: int, nv: int) -> bool:
     """RB x NV accumulators + NV loaded b vectors + one broadcast fit in the registers."""
-    return rb * nv + nv + 1 <= MAX_REGISTERS
+    return rb * nv + nv + 1 <= current().max_registers
 
 
-PRELUDE = """\
-/* Microkernel vector types: 16 floats (one AVX-512 register) and 8 (a tile's last half
-   vector); unaligned, may alias. */
-typedef float rstf_v16 __attribute__((vector_size(64), aligned(4), may_alias));
-typedef float rstf_v8 __attribute__((vector_size(32), aligned(4), may_alias));
-/* A float in every lane (spelled out: gcc makes one broadcast of it, not of a loop). */
-static inline rstf_v16 rstf_splat16(float x)
-{ return (rstf_v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
-static inline rstf_v8 rstf_splat8(float x) { return (rstf_v8){x, x, x, x, x, x, x, x}; }
-/* a * b + c rounded once in every lane: the templates' fmaf step, as vectors. The
-   intrinsics where the target has them; elsewhere lane by lane (exact, and slow). */
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#define rstf_fma16(a, b, c) ((rstf_v16)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
-#else
-static inline rstf_v16 rstf_fma16(rstf_v16 a, rstf_v16 b, rstf_v16 c)
-{ for (int i = 0; i < 16; ++i) c[i] = __builtin_fmaf(a[i], b[i], c[i]); return c; }
-#endif
-#if defined(__FMA__)
-#include <immintrin.h>
-#define rstf_fma8(a, b, c) ((rstf_v8)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
-#else
-static inline rstf_v8 rstf_fma8(rstf_v8 a, rstf_v8 b, rstf_v8 c)
-{ for (int i = 0; i < 8; ++i) c[i] = __builtin_fmaf(a[i], b[i], c[i]); return c; }
-#endif
-"""
+# Where the target has a fused multiply-add of a vector type's width, its intrinsic: the
+# macro that says so, the intrinsic, its vector type.
+_FMA_INTRINSICS = {16: ("__AVX512F__", "_mm512_fmadd_ps", "__m512"),
+                   8: ("__FMA__", "_mm256_fmadd_ps", "__m256"),
+                   4: ("__FMA__", "_mm_fmadd_ps", "__m128")}
 
-HALF = VLEN // 2  # a tile's width is a multiple of this: full vectors, then maybe a half
+
+def prelude() -> str:
+    """The microkernels' vector types, broadcasts and fused multiply-adds for the target:
+    `rstf_v<N>` of one register's N floats and of N/2 (a tile's last half vector)."""
+    t = current()
+    out = [f"/* Microkernel vector types ({t.name}): {t.vlen} floats (one register) and "
+           f"{t.half} (a tile's last\n   half vector); unaligned, may alias. */"]
+    for n in (t.vlen, t.half):
+        out.append(f"typedef float rstf_v{n} __attribute__((vector_size({4 * n}), aligned(4), "
+                   "may_alias));")
+    out.append("/* A float in every lane (spelled out: gcc makes one broadcast of it, not of "
+               "a loop). */")
+    for n in (t.vlen, t.half):
+        out.append(f"static inline rstf_v{n} rstf_splat{n}(float x) "
+                   f"{{ return (rstf_v{n}){{{', '.join(['x'] * n)}}}; }}")
+    out.append("/* a * b + c rounded once in every lane: the templates' fmaf step, as vectors. "
+               "The\n   intrinsics where the target has them; elsewhere lane by lane (exact, "
+               "and slow). */")
+    for n in (t.vlen, t.half):
+        lane = (f"static inline rstf_v{n} rstf_fma{n}(rstf_v{n} a, rstf_v{n} b, rstf_v{n} c)\n"
+                f"{{ for (int i = 0; i < {n}; ++i) c[i] = __builtin_fmaf(a[i], b[i], c[i]); "
+                "return c; }")
+        if n not in _FMA_INTRINSICS:
+            out.append(lane)
+            continue
+        macro, fn, mt = _FMA_INTRINSICS[n]
+        out += [f"#if defined({macro})", "#include <immintrin.h>",
+                f"#define rstf_fma{n}(a, b, c) ((rstf_v{n}){fn}(({mt})(a), ({mt})(b), "
+                f"({mt})(c)))", "#else", lane, "#endif"]
+    return "\n".join(out) + "\n"
 
 
 def vectors(width: int) -> list[tuple[str, int]]:
-    """The (vector type, first column) of each vector of a tile `width` columns wide."""
-    assert width % HALF == 0 and width > 0, width
-    out = [("rstf_v16", VLEN * i) for i in range(width // VLEN)]
-    return out + ([("rstf_v8", width - HALF)] if width % VLEN else [])
+    """The (vector type, first column) of each vector of a tile `width` columns wide: whole
+    registers, then maybe a half one (tile widths are multiples of the half)."""
+    t = current()
+    assert width % t.half == 0 and width > 0, width
+    out = [(t.vtype(), t.vlen * i) for i in range(width // t.vlen)]
+    return out + ([(t.vtype(t.half), width - t.half)] if width % t.vlen else [])
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -107,13 +121,18 @@ class Shape:
         return dataclasses.replace(self, rb=rb)
 
 
+def lanes(vt: str) -> int:
+    """The floats of vector type `vt` (`rstf_v<N>`)."""
+    return int(vt.removeprefix("rstf_v"))
+
+
 def splat(vt: str) -> str:
-    """The broadcast of a float to vector type `vt` (PRELUDE)."""
-    return "rstf_splat16" if vt == "rstf_v16" else "rstf_splat8"
+    """The broadcast of a float to vector type `vt` (`prelude`)."""
+    return f"rstf_splat{lanes(vt)}"
 
 
 def _fma(vt: str) -> str:
-    return "rstf_fma16" if vt == "rstf_v16" else "rstf_fma8"
+    return f"rstf_fma{lanes(vt)}"
 
 
 def kernel_name(shape: Shape) -> str:
@@ -133,7 +152,7 @@ def reduction_args(shape: Shape) -> str:
 
 def kernel_source(shape: Shape) -> str:
     """The C of one microkernel (static inline; needs PRELUDE): RB rows of `width` columns,
-    unrolled over its vectors (a half vector for width % 16 == 8)."""
+    unrolled over its vectors (a half vector when the width is not a whole number of them)."""
     rb, width = shape.rb, shape.width
     vecs = vectors(width)
     store = [f"*({t} *)(y + r * syr + {c}) = acc{v}[r];" for v, (t, c) in enumerate(vecs)]
@@ -281,16 +300,16 @@ def _efficiency(rb: int, nv: int) -> float:
 def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1),
                 max_rb: int = 14) -> tuple[int, int, float] | None:
     """(RB, NV, estimated cost per output) for a contraction over `rows` x `cols` outputs,
-    or None when no kernel tile fits (cols < 16). RB is at most `max_rb`.
+    or None when no kernel tile fits (cols < VLEN). RB is at most `max_rb`.
 
     The cost model: a row of the tiling is cut into chunks of RB rows and one shorter
     remainder chunk (run by the RB = remainder kernel), each at its `_efficiency`; the
-    columns are covered by floor(cols/VB) tiles of VB = 16*NV, then by one narrower tile
-    (a multiple of 8 columns), and the rest runs in the residual textbook loops.
+    columns are covered by floor(cols/VB) tiles of VB = VLEN*NV, then by one narrower tile
+    (a multiple of a half vector), and the rest runs in the residual textbook loops.
     """
     best = None
     for nv in nvs:
-        vb = VLEN * nv
+        vb = vlen() * nv
         if cols < vb:
             continue
         covered = cols // vb * vb / cols
@@ -300,11 +319,12 @@ def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1),
             full, rem = divmod(rows, rb)
             per_row = (full * rb / _efficiency(rb, nv)
                        + (rem / _efficiency(rem, nv) if rem else 0.0)) / rows
-            # Columns past the last whole tile: a narrower kernel for a multiple of 8 of
+            # Columns past the last whole tile: a narrower kernel for a multiple of a half vector of
             # them (charged 1.5x: fewer FMAs per loaded a), the textbook loops (about 4x
             # slower) for the rest.
             left = cols - cols // vb * vb
-            rem_k = left // HALF * HALF / cols
+            half = current().half
+            rem_k = left // half * half / cols
             cost = covered * per_row + rem_k * per_row * 1.5 + (1 - covered - rem_k) * 4.0
             if best is None or cost < best[2] - 1e-9:
                 best = (rb, nv, cost)
@@ -378,7 +398,7 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
     base = choose_tile(rows, cols, (nv,))[2]
 
     def rows_outer(rb_: int, nv_: int, cost: float) -> Order:
-        vb = VLEN * nv_
+        vb = vlen() * nv_
         par = outer * -(-cols // vb) if cols % vb == 0 or outer <= 1 else outer
         return Order(rb_, nv_, False, (a_bytes + b_bytes * (outer if b_bytes > cache else 1))
                      * cost / base / _balance(par, n_threads))
@@ -396,7 +416,7 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
         tile = choose_tile(rows, cols, (nv_,))
         if tile is None:
             continue
-        vb = VLEN * nv_
+        vb = vlen() * nv_
         panel = 4 * depth_total * vb + a_bytes // outer
         n_u = -(-cols // vb)
         traffic = (a_bytes * (n_u if a_bytes > cache else 1)

@@ -29,7 +29,7 @@ import dataclasses
 
 import numpy as np
 
-from .microkernel import VLEN
+from .microkernel import vlen
 from .raise_c import Scop, _isl_name
 from .schedule import Kernel, _addr
 
@@ -77,7 +77,7 @@ def plan(scop: Scop, kernels: list[Kernel], scalar_statements: set[str],
     for name in sorted(constants & set(by_array)):
         ks = by_array[name]
         operands = {column_operand(k, scop) for k in ks}
-        widths = {VLEN * k.nv for k in ks}
+        widths = {vlen() * k.nv for k in ks}
         if None in operands or len(operands) != 1 or len(widths) != 1:
             continue
         (rows, cols), = operands
@@ -101,7 +101,7 @@ def plan(scop: Scop, kernels: list[Kernel], scalar_statements: set[str],
 
 def pack(value: np.ndarray, spec) -> np.ndarray:
     """`value` as the op reads it under `spec` (a `prepacked` entry of the pass's report):
-    a panel width (`pack_panels`), or "winograd F(mh x mw,KH x KW)": a [KH][KW][C][K] weight
+    a panel width (`pack_panels`), or "winograd F(mh x mw,KH x KW)[ panel P]": a [KH][KW][C][K] weight
     as that algorithm's transformed weights ([E][C][K] floats, `winograd.transform_weights`)."""
     from .winograd import parse_spec, transform_weights
     if (tile := parse_spec(spec)) is not None:
@@ -113,7 +113,7 @@ def packed_shape(shape: tuple, spec) -> tuple:
     """The shape of `pack(value, spec)` for a value of `shape`: the same but for Winograd."""
     from .winograd import fed_shape, parse_spec
     if (tile := parse_spec(spec)) is not None:
-        return fed_shape(tuple(shape), *tile)
+        return fed_shape(tuple(shape), *tile[:2])
     return tuple(shape)
 
 

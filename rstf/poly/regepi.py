@@ -12,11 +12,12 @@ last reduction step, runs the chain on them in registers and stores only the cha
 store of the tile and the chain's reload: for MobileNet v2's 16-deep expansion conv, a
 quarter of the group's time.
 
-The chain is translated statement by statement into GCC vector code, one vector of 16 (or
-8) output columns at a time: the conv's output element is the accumulator, a scalar
-contracted between two statements is a vector variable, and every other array reference
-must advance along the output columns at unit stride (a vector load or store: a
-per-channel scale, another tensor of the output's shape) or not at all (a broadcast scalar).
+The chain is translated statement by statement into GCC vector code, one vector register
+of output columns (or half of one) at a time: the conv's output element is the
+accumulator, a scalar contracted between two statements is a vector variable, and every
+other array reference must advance along the output columns at unit stride (a vector load
+or store: a per-channel scale, another tensor of the output's shape) or not at all (a
+broadcast scalar).
 Arithmetic, negation, comparisons and `?:` are translated (a `?:` on vectors is a bitwise
 select, which keeps NaN and signed-zero behaviour); anything else (a math function call, a
 cast) leaves the group to the row-buffer epilogue. A `?:` that picks one of its two compared
@@ -36,38 +37,46 @@ import dataclasses
 import islpy as isl
 from pycparser import c_ast
 
-from .microkernel import kernel_text, reduction_args, reduction_params, splat, vectors
+from .microkernel import (kernel_text, lanes, reduction_args, reduction_params, splat,
+                          vectors)
 from .raise_c import Scop, Statement, _isl_name
 from .schedule import CallSchedule, Kernel, _addr, _roles, extents
+from .target import current
 
 _ARITH = {"+", "-", "*", "/"}
 _COMPARE = {"<", ">", "<=", ">=", "==", "!="}
 
-PRELUDE = """\
-/* Epilogues in registers: comparison masks and select for the vector types. */
-typedef int rstf_m16 __attribute__((vector_size(64)));
-typedef int rstf_m8 __attribute__((vector_size(32)));
-static inline rstf_v16 rstf_sel16(rstf_m16 m, rstf_v16 a, rstf_v16 b)
-{ return (rstf_v16)((m & (rstf_m16)a) | (~m & (rstf_m16)b)); }
-static inline rstf_v8 rstf_sel8(rstf_m8 m, rstf_v8 a, rstf_v8 b)
-{ return (rstf_v8)((m & (rstf_m8)a) | (~m & (rstf_m8)b)); }
-/* a > b ? a : b and a < b ? a : b, lane by lane (b where either is NaN): one MAXPS or MINPS,
-   whose definition this is, where the target has it. */
-#if defined(__AVX512F__)
-#define rstf_max16(a, b) ((rstf_v16)_mm512_max_ps((__m512)(a), (__m512)(b)))
-#define rstf_min16(a, b) ((rstf_v16)_mm512_min_ps((__m512)(a), (__m512)(b)))
-#else
-static inline rstf_v16 rstf_max16(rstf_v16 a, rstf_v16 b) { return rstf_sel16(a > b, a, b); }
-static inline rstf_v16 rstf_min16(rstf_v16 a, rstf_v16 b) { return rstf_sel16(a < b, a, b); }
-#endif
-#if defined(__AVX__)
-#define rstf_max8(a, b) ((rstf_v8)_mm256_max_ps((__m256)(a), (__m256)(b)))
-#define rstf_min8(a, b) ((rstf_v8)_mm256_min_ps((__m256)(a), (__m256)(b)))
-#else
-static inline rstf_v8 rstf_max8(rstf_v8 a, rstf_v8 b) { return rstf_sel8(a > b, a, b); }
-static inline rstf_v8 rstf_min8(rstf_v8 a, rstf_v8 b) { return rstf_sel8(a < b, a, b); }
-#endif
-"""
+# Where the target has a vector type's MAXPS / MINPS: the macro that says so, the
+# intrinsics' prefix, their vector type.
+_MAX_MIN = {16: ("__AVX512F__", "_mm512", "__m512"), 8: ("__AVX__", "_mm256", "__m256"),
+            4: ("__SSE__", "_mm", "__m128")}
+
+
+def prelude() -> str:
+    """Comparison masks, select, max and min for the target's vector types (after
+    `microkernel.prelude`)."""
+    t = current()
+    out = ["/* Epilogues in registers: comparison masks and select for the vector types. */"]
+    for n in (t.vlen, t.half):
+        out += [f"typedef int rstf_m{n} __attribute__((vector_size({4 * n})));",
+                f"static inline rstf_v{n} rstf_sel{n}(rstf_m{n} m, rstf_v{n} a, rstf_v{n} b)",
+                f"{{ return (rstf_v{n})((m & (rstf_m{n})a) | (~m & (rstf_m{n})b)); }}"]
+    out.append("/* a > b ? a : b and a < b ? a : b, lane by lane (b where either is NaN): one "
+               "MAXPS or MINPS,\n   whose definition this is, where the target has it. */")
+    for n in (t.vlen, t.half):
+        sel = [f"static inline rstf_v{n} rstf_max{n}(rstf_v{n} a, rstf_v{n} b) "
+               f"{{ return rstf_sel{n}(a > b, a, b); }}",
+               f"static inline rstf_v{n} rstf_min{n}(rstf_v{n} a, rstf_v{n} b) "
+               f"{{ return rstf_sel{n}(a < b, a, b); }}"]
+        if n not in _MAX_MIN:
+            out += sel
+            continue
+        macro, pre, mt = _MAX_MIN[n]
+        out += [f"#if defined({macro})", "#include <immintrin.h>"]
+        out += [f"#define rstf_{f}{n}(a, b) ((rstf_v{n}){pre}_{f}_ps(({mt})(a), ({mt})(b)))"
+                for f in ("max", "min")]
+        out += ["#else", *sel, "#endif"]
+    return "\n".join(out) + "\n"
 
 
 class _Refused(Exception):
@@ -294,7 +303,7 @@ class _Vector:
             return f"(({x} {c.op} {y}) ? {self._vec(a, va)} : {self._vec(b, vb)})", True
         x, y = self._vec(x, vx), self._vec(y, vy)
         a, b = self._vec(a, va), self._vec(b, vb)
-        width = "16" if self.vt == "rstf_v16" else "8"
+        width = str(lanes(self.vt))
         # A select of one compared operand or the other: exactly MAXPS(p, q) = p > q ? p : q
         # or MINPS(p, q) = p < q ? p : q, with the operands in the order that keeps which
         # one a NaN (false comparison) or an equal pair (x < y false) picks.

@@ -11,9 +11,10 @@ into four roles:
 - r: an output row loop (absent from B), register-blocked;
 - the others: outer output loops and outer reduction loops, in their original order.
 
-The column loop is tiled by VB = 16*NV and the rows by chunks of RB (sizes from
-`microkernel.choose_tile`): for each outer point and column tile, the rows whose whole
-tile row lies in the domain (the domain is convex, so testing the corners suffices) form
+The column loop is tiled by VB = VLEN*NV (VLEN: the floats of a vector register) and the
+rows by chunks of RB (sizes from `microkernel.choose_tile`): for each outer point and
+column tile, the rows whose whole tile row lies in the domain (the domain is convex, so
+testing the corners suffices) form
 an interval, cut into RB-row chunks from its start, the last one shorter. Each chunk is one
 instance of a kernel statement `K<S>`, emitted as a microkernel call over the whole k range
 (a kernel of that many rows). The order is `outer outputs, column tile, outer reductions,
@@ -27,7 +28,7 @@ convolution's kw around 3 input channels) is merged into the kernel's reduction.
 
 A *depthwise* contraction `Y[.., c] += A[.., c] * B[.., c]` (the column loop at unit stride
 in both operands) gets the same tiling around a kernel that loads A as vectors
-(`Kernel.vec_a`), one vector (16 channels) wide and at most DW_MAX_RB rows: inlined with
+(`Kernel.vec_a`), one vector (16 channels with AVX-512) wide and at most DW_MAX_RB rows: inlined with
 its constant strides, gcc loads each input vector once for the taps that share it (a
 sliding window) and keeps it in a register, so a tile needs registers for its
 accumulators, a row of taps' weights *and* its input window. At 3 vectors wide (8x48) they
@@ -59,7 +60,8 @@ import islpy as isl
 from pycparser import c_ast
 
 from .deps import Dependences, check_schedule_legal
-from .microkernel import HALF, MAX_REGISTERS, VLEN, Shape, choose_order, choose_tile
+from .microkernel import Shape, choose_order, choose_tile, vlen
+from .target import current
 from .raise_c import Scop, Statement, _isl_name, multiply_add
 
 
@@ -85,7 +87,8 @@ class Kernel:
     k2_lo: int = 0
     k2_hi: int = 0
     tile_outer: bool = False  # column tiles outside the outer output loops (choose_order)
-    # A remainder kernel: the last, partial column tile `u_last`, `cols` (a multiple of 8)
+    # A remainder kernel: the last, partial column tile `u_last`, `cols` (a multiple of a
+    # half vector)
     # of its columns. 0 for the whole tiles' kernel.
     cols: int = 0
     u_last: int = 0
@@ -109,7 +112,7 @@ class Kernel:
     @property
     def width(self) -> int:
         """Columns one call computes."""
-        return self.cols or VLEN * self.nv
+        return self.cols or vlen() * self.nv
 
     @property
     def depth(self) -> int:
@@ -262,7 +265,7 @@ def sliding_row(s: Statement, kern: Kernel, scop: Scop) -> Kernel | None:
     box = dict(zip([_isl_name(x) for x in s.iterators], extents(s)))
     (r_lo, r_hi), (k_lo, k_hi) = box[_isl_name(kern.r)], box[_isl_name(kern.k)]
     rows, taps = r_hi - r_lo + 1, k_hi - k_lo + 1
-    if not 1 < rows <= DW_ROW_MAX or rows + taps + 1 > MAX_REGISTERS + 1:
+    if not 1 < rows <= DW_ROW_MAX or rows + taps + 1 > current().max_registers + 1:
         return None  # (registers: the accumulators, the taps' weights and the input vector)
     first = r_lo + k_lo + idx.get(1, 0)  # the input column of the row's first tap
     off = max(0, -first)  # the kernel's pointer is at column first + off, the first valid
@@ -332,7 +335,7 @@ def _chunks(s: Statement, kern: Kernel, prefix: str) -> isl.Set:
     ranged loop is its lexmin/lexmax, and the rows are chunked per (outer point, ranges)."""
     outs, reds, r, k, v = _roles(s, kern)
     iv = [_isl_name(x) for x in s.iterators]
-    vb, rb = VLEN * kern.nv, kern.rb
+    vb, rb = vlen() * kern.nv, kern.rb
     o = outs + ["u"] + reds
     rr = r or "r0"
     ranged = [_isl_name(x) for x in kern.ranged]
@@ -444,7 +447,7 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str, scop: Scop
     kern = kerns[0]
     outs, reds, r, k, v = _roles(s, kern)
     iv = [_isl_name(x) for x in s.iterators]
-    vb = VLEN * kern.nv
+    vb = vlen() * kern.nv
     o = outs + ["u"] + reds
     ranged = [_isl_name(x) for x in kern.ranged]
     rg = [f"{b}{i}" for i in range(len(ranged)) for b in ("lo", "hi")]
@@ -487,13 +490,14 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str, scop: Scop
 
 
 def _remainder(s: Statement, kern: Kernel) -> Kernel | None:
-    """A kernel for the last, partial column tile's first multiple-of-8 columns (24 output
-    channels: one tile of 16, then 8; 1000 classes: 15 tiles of 64, then 40), or None."""
+    """A kernel for the last, partial column tile's first multiple of a half vector of
+    columns (AVX-512, 24 output channels: one tile of 16, then 8; 1000 classes: 15 tiles of
+    64, then 40), or None."""
     _, _, _, _, v = _roles(s, kern)
     lo, hi = dict(zip([_isl_name(x) for x in s.iterators], extents(s)))[v]
-    vb = VLEN * kern.nv
+    vb, half = vlen() * kern.nv, current().half
     u_last = hi // vb
-    cols = (hi - max(lo, vb * u_last) + 1) // HALF * HALF
+    cols = (hi - max(lo, vb * u_last) + 1) // half * half
     if cols == 0 or cols >= vb or lo > vb * u_last:
         return None
     return dataclasses.replace(kern, name=f"{kern.name}r", cols=cols, u_last=u_last,

@@ -67,11 +67,11 @@ import islpy as isl
 import numpy as np
 
 from . import regepi
-from .microkernel import VLEN
+from .microkernel import vlen
 from .raise_c import Scop, Statement, _isl_name
 from .schedule import CallSchedule, _addr, extents
+from .target import current
 
-PANEL = 64  # output channels of one panel: 4 vectors of the 6x4 register tile
 RB = 6  # tiles of one register tile
 MIN_PIXELS = 196  # outputs per image below which Winograd does not pay (docstring)
 WHOLE_V_BYTES = 4 << 20  # V up to this size is transformed whole first (probe: 56x56x64
@@ -167,16 +167,26 @@ def choose(kh: int, kw: int, oh: int, ow: int) -> tuple[int, int]:
     return min(ALGORITHMS[kh, kw], key=lambda m: cost(*m))
 
 
-def spec(mh: int, mw: int, kh: int, kw: int) -> str:
-    """The `prepack` spec of a weight fed as the U of F(mh x mw, KH x KW)."""
-    return f"winograd F({mh}x{mw},{kh}x{kw})"
+def panel_width() -> int:
+    """Output channels of one panel: the vectors of the widest RB-row register tile whose
+    accumulators, a row of loaded vectors and the broadcast fit the target's registers
+    (AVX-512: 4 vectors, 64 channels; AVX2: 2 vectors, 16 channels)."""
+    t = current()
+    nv = max(n for n in range(1, 9) if RB * n + n + 1 <= t.max_registers + 1)
+    return nv * t.vlen
 
 
-def parse_spec(text) -> tuple[int, int] | None:
-    """(mh, mw) of a `spec` string; None for anything else (a panel width)."""
-    m = re.fullmatch(r"winograd F\((\d+)x(\d+),(\d+)x(\d+)\)", text) \
+def spec(mh: int, mw: int, kh: int, kw: int, panel: int = 64) -> str:
+    """The `prepack` spec of a weight fed as the U of F(mh x mw, KH x KW) in panels of
+    `panel` output channels (said when it is not 64)."""
+    return f"winograd F({mh}x{mw},{kh}x{kw})" + (f" panel {panel}" if panel != 64 else "")
+
+
+def parse_spec(text) -> tuple[int, int, int] | None:
+    """(mh, mw, panel) of a `spec` string; None for anything else (a panel width)."""
+    m = re.fullmatch(r"winograd F\((\d+)x(\d+),(\d+)x(\d+)\)(?: panel (\d+))?", text) \
         if isinstance(text, str) else None
-    return (int(m[1]), int(m[2])) if m else None
+    return (int(m[1]), int(m[2]), int(m[5] or 64)) if m else None
 
 
 def fed_shape(shape: tuple, mh: int, mw: int) -> tuple:
@@ -222,6 +232,7 @@ class Plan:
     # The weight is a frozen constant only this conv reads: the op is fed U itself
     # (`transform_weights`, the prepack spec `spec`) instead of computing it in every call.
     u_given: bool = False
+    panel: int = 64  # output channels of one panel (`panel_width`)
 
     @property
     def rows(self) -> Transform:
@@ -240,7 +251,7 @@ class Plan:
     @property
     def spec(self) -> str:
         """The `prepack` spec of the weight when it is fed as U."""
-        return spec(self.mh, self.mw, self.kh, self.kw)
+        return spec(self.mh, self.mw, self.kh, self.kw, self.panel)
 
     @property
     def e(self) -> int:
@@ -258,7 +269,7 @@ class Plan:
     @property
     def panels(self) -> list[tuple[int, int]]:
         """(first channel, width) of each output-channel panel."""
-        return _panels(self.k)
+        return _panels(self.k, self.panel)
 
     @property
     def widths(self) -> set[int]:
@@ -283,7 +294,7 @@ class Plan:
 
 def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) -> Plan | None:
     """The Winograd plan of a scheduled group, or None when the group is not a batch-1
-    stride-1 convolution with a filter of `ALGORITHMS`, C and K multiples of 16 and at
+    stride-1 convolution with a filter of `ALGORITHMS`, C and K multiples of VLEN and at
     least MIN_PIXELS outputs, zeroed first, then accumulated, maybe followed by a pointwise
     chain `regepi` can translate, reading the output at the same element. When its weight
     is one of `constants` (the op's frozen inputs) and nothing else reads it, the op is fed
@@ -327,7 +338,7 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
         return None
     u_given = wa.array in constants and all(
         s is upd for s in scop.statements for a in s.accesses if a.array == wa.array)
-    if ws_[2] != c or c % VLEN or k % VLEN or oh * ow < MIN_PIXELS:
+    if ws_[2] != c or c % vlen() or k % vlen() or oh * ow < MIN_PIXELS:
         return None
     # The domain: the whole box, less the taps that fall in the zero padding, which the
     # input transform reads as zeros.
@@ -370,16 +381,17 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
             [regepi.Operand(o.array, 0, o.ch, o.write) for o in operands], chain, contracted)
         try:
             # per panel width (the kernel name regepi keys them by)
-            epi.lines = {wd: regepi.chain_lines(epi, wd) for _, wd in _panels(k)}
+            epi.lines = {wd: regepi.chain_lines(epi, wd) for _, wd in _panels(k, panel_width())}
         except regepi.Refused:
             return None
     return Plan(cs.call, upd.node, xa.array, wa.array, ya.array, ih, iwid, oh, ow, c, k,
-                ph, pw, fh, fw, *choose(fh, fw, oh, ow), chain, epi, operands, u_given)
+                ph, pw, fh, fw, *choose(fh, fw, oh, ow), chain, epi, operands, u_given,
+                panel_width())
 
 
-def transform_weights(w: np.ndarray, mh: int, mw: int) -> np.ndarray:
+def transform_weights(w: np.ndarray, mh: int, mw: int, panel: int = 64) -> np.ndarray:
     """U = G_h g G_w^T of a [KH][KW][C][K] float32 weight, as the Winograd code reads it:
-    for each 64-channel panel (the last maybe narrower), [E][C][panel width], panel after
+    for each `panel`-channel panel (the last maybe narrower), [E][C][panel width], panel after
     panel; shape `fed_shape` = (E, C, K), E = alpha_h * alpha_w, for F(mh x mw, KH x KW).
     Computed in float64 and rounded once."""
     g = np.asarray(w, dtype=np.float64)
@@ -389,13 +401,13 @@ def transform_weights(w: np.ndarray, mh: int, mw: int) -> np.ndarray:
     Gh, Gw = (np.array(transform(m, r).G, dtype=np.float64)
               for m, r in ((mh, g.shape[0]), (mw, g.shape[1])))
     u = np.einsum("ai,ijck,bj->abck", Gh, g, Gw).reshape(fed_shape(g.shape, mh, mw))
-    blocks = [u[:, :, p:p + PANEL].reshape(-1) for p in range(0, g.shape[3], PANEL)]
+    blocks = [u[:, :, p:p + panel].reshape(-1) for p in range(0, g.shape[3], panel)]
     return np.concatenate(blocks).reshape(u.shape).astype(np.float32)
 
 
-def _panels(k: int) -> list[tuple[int, int]]:
+def _panels(k: int, panel: int) -> list[tuple[int, int]]:
     """(first channel, width) of each panel of k output channels."""
-    return [(p, min(PANEL, k - p)) for p in range(0, k, PANEL)]
+    return [(p, min(panel, k - p)) for p in range(0, k, panel)]
 
 
 def _operands(scop: Scop, chain: list[Statement], y: str, contracted: set[str],
@@ -447,10 +459,11 @@ PRELUDE = f"""\
 
 def _gemm(width: int) -> str:
     """acc[r][0..nv) += sum_c a[r*sar + c] * b[c*width + 0..width) for r < m (m <= 6)."""
-    nv = width // VLEN
-    loads = " ".join(f"const rstf_v16 b{j} = *(const rstf_v16 *)(b + c * {width} + {j * VLEN});"
+    n = vlen()
+    nv = width // n
+    loads = " ".join(f"const rstf_v{n} b{j} = *(const rstf_v{n} *)(b + c * {width} + {j * n});"
                      for j in range(nv))
-    fmas = " ".join(f"acc[r][{j}] = rstf_fma16(s, b{j}, acc[r][{j}]);" for j in range(nv))
+    fmas = " ".join(f"acc[r][{j}] = rstf_fma{n}(s, b{j}, acc[r][{j}]);" for j in range(nv))
     # One copy per tile count: a constant trip count keeps the accumulators in registers
     # for a row's last, partial register tile too (a 9-tile row: 6 + 3).
     cases = "\n".join(f"""\
@@ -458,7 +471,7 @@ def _gemm(width: int) -> str:
         for (int c = 0; c < n; ++c) {{
             {loads}
             for (int r = 0; r < {m}; ++r) {{
-                const rstf_v16 s = rstf_splat16(a[r * sar + c]);
+                const rstf_v{n} s = rstf_splat{n}(a[r * sar + c]);
                 {fmas}
             }}
         }}
@@ -467,10 +480,10 @@ def _gemm(width: int) -> str:
 /* Tiles r < m (m <= 6) of one {width}-channel panel: acc[r] = sum over c < n of a[r * sar + c]
    * b[c][0..{width}), the m x {nv} accumulators in registers. */
 static inline void rstf_wg_gemm{width}(int m, int n, const float *restrict a, long sar,
-                                      const float *restrict b, rstf_v16 acc[RSTF_WG_RB][{nv}])
+                                      const float *restrict b, rstf_v{n} acc[RSTF_WG_RB][{nv}])
 {{
     for (int r = 0; r < RSTF_WG_RB; ++r)
-        for (int j = 0; j < {nv}; ++j) acc[r][j] = rstf_splat16(0.0f);
+        for (int j = 0; j < {nv}; ++j) acc[r][j] = rstf_splat{n}(0.0f);
     switch (m) {{
 {cases}
     }}
@@ -498,7 +511,7 @@ def _combo(row, terms: list[str]) -> str:
             continue
         mag = t if abs(c) == 1 else f"{_lit(abs(c))} * {t}"
         out += (f" - {mag}" if c < 0 else f" + {mag}") if out else (f"-{mag}" if c < 0 else mag)
-    return out or "rstf_splat16(0.0f)"
+    return out or f"rstf_splat{vlen()}(0.0f)"
 
 
 def _separable(rows, cols, src: str, tmp: str, dst) -> list[str]:
@@ -579,24 +592,24 @@ def _matrix(name: str, m) -> str:
 
 def _weight_transform(p: Plan) -> list[str]:
     """U = G_h g G_w^T for every (input channel, output vector), into the panel layout."""
-    C, K, E, ah, aw = p.c, p.k, p.e, p.rows.alpha, p.cols.alpha
+    C, K, E, ah, aw, n, P = p.c, p.k, p.e, p.rows.alpha, p.cols.alpha, vlen(), p.panel
     body = _separable(p.rows.G, p.cols.G, "g", "t", lambda i, j: f"e[{i * aw + j}]")
     return [
         f"    /* U = G g G^T, {_matrix('G_h', p.rows.G)}, {_matrix('G_w', p.cols.G)} */",
         "    #pragma omp parallel for collapse(2)",
         f"    for (int c = 0; c < {C}; ++c)",
-        f"        for (int kv = 0; kv < {K // VLEN}; ++kv) {{",
-        f"            rstf_v16 g[{p.kh}][{p.kw}], t[{ah}][{p.kw}], e[{E}];",
+        f"        for (int kv = 0; kv < {K // n}; ++kv) {{",
+        f"            rstf_v{n} g[{p.kh}][{p.kw}], t[{ah}][{p.kw}], e[{E}];",
         f"            for (int i = 0; i < {p.kh}; ++i)",
         f"                for (int j = 0; j < {p.kw}; ++j)",
-        f"                    g[i][j] = *(const rstf_v16 *)(w + ((long)(i * {p.kw} + j) * {C} + c)"
-        f" * {K} + kv * 16);",
+        f"                    g[i][j] = *(const rstf_v{n} *)(w + ((long)(i * {p.kw} + j) * {C} + c)"
+        f" * {K} + kv * {n});",
     ] + ["            " + s for s in body] + [
-        f"            const int p0 = kv * 16 / {PANEL} * {PANEL};  /* the panel's first channel */",
-        f"            const int pw = rstf_min({PANEL}, {K} - p0), col = kv * 16 - p0;",
+        f"            const int p0 = kv * {n} / {P} * {P};  /* the panel's first channel */",
+        f"            const int pw = rstf_min({P}, {K} - p0), col = kv * {n} - p0;",
         f"            float *restrict u = U + (long)p0 * {E} * {C};",
         f"            for (int q = 0; q < {E}; ++q)",
-        f"                *(rstf_v16 *)(u + ((long)q * {C} + c) * pw + col) = e[q];",
+        f"                *(rstf_v{n} *)(u + ((long)q * {C} + c) * pw + col) = e[q];",
         "        }",
     ]
 
@@ -604,9 +617,9 @@ def _weight_transform(p: Plan) -> list[str]:
 def _input_transform(p: Plan) -> list[str]:
     """rstf_wg_in_<call>(x, v, th, tw): V[e][tw][0..C) of the alpha_h x alpha_w input tile
     of output tile (th, tw): B_h^T d B_w. Padding is zeros."""
-    C, TW, ah, aw = p.c, p.tw, p.rows.alpha, p.cols.alpha
+    C, TW, ah, aw, n = p.c, p.tw, p.rows.alpha, p.cols.alpha, vlen()
     body = _separable(p.rows.BT, p.cols.BT, "d", "t",
-                      lambda i, j: f"*(rstf_v16 *)(v + ((long){i * aw + j} * {TW} + tw) * {C}"
+                      lambda i, j: f"*(rstf_v{n} *)(v + ((long){i * aw + j} * {TW} + tw) * {C}"
                                    " + cv)")
     return [
         f"/* {p.node}: V = B^T d B of the {ah}x{aw} input tile of output tile (th, tw), every "
@@ -615,14 +628,14 @@ def _input_transform(p: Plan) -> list[str]:
         "int th, int tw)",
         "{",
         f"    const int r0 = {p.rows.m} * th - {p.ph}, s0 = {p.cols.m} * tw - {p.pw};",
-        f"    for (int cv = 0; cv < {C}; cv += 16) {{",
-        f"        rstf_v16 d[{ah}][{aw}], t[{ah}][{aw}];",
+        f"    for (int cv = 0; cv < {C}; cv += {n}) {{",
+        f"        rstf_v{n} d[{ah}][{aw}], t[{ah}][{aw}];",
         f"        for (int i = 0; i < {ah}; ++i)",
         f"            for (int j = 0; j < {aw}; ++j) {{",
         "                const int r = r0 + i, s = s0 + j;",
         f"                d[i][j] = (r >= 0 && r < {p.ih} && s >= 0 && s < {p.iw})",
-        f"                    ? *(const rstf_v16 *)(x + ((long)r * {p.iw} + s) * {C} + cv)",
-        "                    : rstf_splat16(0.0f);",
+        f"                    ? *(const rstf_v{n} *)(x + ((long)r * {p.iw} + s) * {C} + cv)",
+        f"                    : rstf_splat{n}(0.0f);",
         "            }",
     ] + ["        " + s for s in body] + [
         "    }",
@@ -646,19 +659,20 @@ def _tile_row(p: Plan) -> list[str]:
            "    switch (panel) {"]
     body = _separable(p.rows.AT, p.cols.AT, "mt", "s", lambda i, j: f"o[{i * mw + j}][j]")
     for i, (p0, wd) in enumerate(p.panels):
-        nv = wd // VLEN
+        n = vlen()
+        nv = wd // n
         out += [f"    case {i}:",
                 f"        for (int tw0 = 0; tw0 < {TW}; tw0 += RSTF_WG_RB) {{",
                 f"            const int m = rstf_min(RSTF_WG_RB, {TW} - tw0);",
-                f"            rstf_v16 M[{E}][RSTF_WG_RB][{nv}];",
+                f"            rstf_v{n} M[{E}][RSTF_WG_RB][{nv}];",
                 f"            for (int e = 0; e < {E}; ++e)",
                 f"                rstf_wg_gemm{wd}(m, {C}, v + ((long)e * {TW} + tw0) * {C}, {C}, "
                 f"U + (long){p0 * E * C} + (long)e * {C * wd}, M[e]);",
                 "            for (int r = 0; r < m; ++r) {",
-                f"                rstf_v16 o[{mh * mw}][{nv}];",
+                f"                rstf_v{n} o[{mh * mw}][{nv}];",
                 f"                for (int j = 0; j < {nv}; ++j) {{",
-                f"                    rstf_v16 s[{mh}][{aw}];",
-                f"                    rstf_v16 mt[{ah}][{aw}];  /* this tile's M, vector j */",
+                f"                    rstf_v{n} s[{mh}][{aw}];",
+                f"                    rstf_v{n} mt[{ah}][{aw}];  /* this tile's M, vector j */",
                 f"                    for (int a = 0; a < {ah}; ++a)",
                 f"                        for (int b = 0; b < {aw}; ++b) "
                 f"mt[a][b] = M[a * {aw} + b][r][j];",
@@ -681,13 +695,14 @@ def _tile_row(p: Plan) -> list[str]:
 
 def _pixel(p: Plan, p0: int, wd: int) -> list[str]:
     """Output pixel (oh, ow), channels p0 .. p0 + wd, from o[q][*]: the chain, or the store."""
-    nv = wd // VLEN
+    n = vlen()
+    nv = wd // n
     if not p.chain:
         return ["{",
                 f"    float *restrict y_p = y + ((long)oh * {p.ow} + ow) * {p.k} + {p0};"]\
-            + [f"    *(rstf_v16 *)(y_p + {j * VLEN}) = o[q][{j}];" for j in range(nv)] + ["}"]
+            + [f"    *(rstf_v{n} *)(y_p + {j * n}) = o[q][{j}];" for j in range(nv)] + ["}"]
     out = ["{", "    const int r = 0;  /* the epilogue's row: this pixel's pointers */"]
-    out += [f"    rstf_v16 acc{j}[1] = {{o[q][{j}]}};" for j in range(nv)]
+    out += [f"    rstf_v{n} acc{j}[1] = {{o[q][{j}]}};" for j in range(nv)]
     for o in p.operands:
         off = " + ".join(t for t in (f"{o.h} * oh" if o.h else "", f"{o.w} * ow" if o.w else "",
                                        f"{p0 * o.ch + o.const}") if t)
