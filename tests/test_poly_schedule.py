@@ -12,13 +12,26 @@ import pytest
 from harness import generate_subgraph, load_graph_def, make_graph_def
 from rstf.cexec import run_subgraph_c
 from rstf.poly import compute_dependences, optimize_source, raise_subgraph
+from rstf.poly import microkernel
 from rstf.poly.microkernel import choose_tile, fits_registers
 from rstf.poly.prepack import as_fed, pack, packed_shape
 from rstf.poly.raise_c import is_accumulation
 from rstf.poly.schedule import call_dependences, find_contraction, schedule_call
+from rstf.poly.target import AVX2, AVX512, use
 from rstf.tfutil import tf
 
 rng = np.random.RandomState(7)
+
+
+@pytest.fixture(autouse=True)
+def _avx512_shapes(monkeypatch):
+    """The tile sizes these tests name are AVX-512's (16-float vectors, 32 registers) with
+    a 1 MiB L2 a core (Zen 4): shape the C for that whatever this machine has (it still
+    compiles and runs, bit for bit, on an AVX2 one). The AVX2 shapes have their own tests
+    (`use(AVX2)` inside)."""
+    monkeypatch.setattr(microkernel, "l2_bytes", lambda: 1 << 20)
+    with use(AVX512):
+        yield
 
 
 def _w(*shape):
@@ -240,6 +253,23 @@ def test_poly_equals_textbook_bitwise(case):
                                      for f in info["fused"])
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_poly_equals_textbook_bitwise_avx2(case):
+    """The same cases shaped for AVX2 (8-float vectors, 16 registers): still bit-identical,
+    the contractions still in microkernels, and no type wider than an AVX2 register in the
+    C (gcc would keep it in memory: poly/target.py)."""
+    with use(AVX2):
+        info, sg = _bitwise_case(case)
+        new = optimize_source(sg.source, sg.entry)[0]
+    assert info["target"] == "avx2"
+    if case.startswith("conv") or case in ("matmul", "matmul_row"):
+        assert info["tiled"] and info["kernel_calls"] > 0, info
+    for t in info["tiled"]:
+        rb, width = t["tile"]
+        assert width % 4 == 0 and rb * -(-width // 8) + -(-width // 8) + 1 <= 16, t
+    assert "rstf_v16" not in new and "vector_size(64)" not in new
+
+
 def test_register_epilogue_clamps_with_max_min_bit_for_bit():
     """ReLU6 and ReLU in a kernel's registers run as vector max/min instructions
     (regepi._select), which must pick the same bits as the templates' selects: NaN stays
@@ -449,11 +479,18 @@ void rstf_sg_0""")
     assert info["optimizer"] == "poly" and info["refused"] and info["calls"] == 2, info
 
 
-def test_tile_choice_fits_registers():
-    for rows, cols in [(35, 64), (17, 192), (8, 448), (1, 1000), (149, 32)]:
-        rb, nv, _ = choose_tile(rows, cols)
-        assert fits_registers(rb, nv) and rb <= rows and 16 * nv <= cols
-    assert choose_tile(10, 15) is None
+@pytest.mark.parametrize("target", [AVX512, AVX2])
+def test_tile_choice_fits_registers(target):
+    """The tiles fit the target's registers (AVX2: 16 of 8 floats, so 6x16 at most two
+    vectors wide, the classic AVX2 GEMM tile) and its vectors."""
+    with use(target):
+        for rows, cols in [(35, 64), (17, 192), (8, 448), (1, 1000), (149, 32)]:
+            rb, nv, _ = choose_tile(rows, cols)
+            assert rb * nv + nv + 1 <= target.registers
+            assert fits_registers(rb, nv) and rb <= rows and target.vlen * nv <= cols
+        assert choose_tile(10, target.vlen - 1) is None
+        if target is AVX2:
+            assert choose_tile(36, 64)[:2] == (6, 2)
 
 
 def test_failure_after_raising_keeps_the_textbook_c(monkeypatch):
@@ -482,7 +519,7 @@ def test_column_tile_order_balances_the_threads():
     parallel iterations. 5 tiles of 64 keep 2 threads 5/6 busy (7 of 48, 7/8); the order
     model picks a tile that divides among them, and keeps the tile that computes best
     (`choose_tile`'s, 7x48) for one thread."""
-    from rstf.poly.microkernel import VLEN, _balance, choose_order
+    from rstf.poly.microkernel import _balance, choose_order
 
     assert _balance(5, 2) == pytest.approx(5 / 6) and _balance(10, 2) == 1.0
     args = dict(rb=4, nv=4, rows=7, cols=320, outer=7, depth_total=960,
@@ -490,7 +527,7 @@ def test_column_tile_order_balances_the_threads():
     one, two = choose_order(**args, n_threads=1), choose_order(**args, n_threads=2)
     assert one.tile_outer and two.tile_outer
     assert (one.rb, one.nv) == choose_tile(7, 320)[:2] == (7, 3)
-    tiles = -(-320 // (VLEN * two.nv))
+    tiles = -(-320 // (16 * two.nv))
     assert tiles % 2 == 0, two
 
 
@@ -723,6 +760,23 @@ def test_winograd_conv_agrees_with_textbook(case, tiles, monkeypatch):
         assert not np.array_equal(got[k], ref[k])  # another summation order, for real
     chain = info["winograd"][0]["fused_chain"]
     assert (len(chain) > 0) == ("stored" not in case), chain
+
+
+@pytest.mark.parametrize("case", ["1x7_same_two_panels", "same_bn_relu6_two_panels"])
+def test_winograd_on_avx2_uses_its_own_panels(case):
+    """Shaped for AVX2, a Winograd conv's register tile is 6 tiles x 2 vectors (16
+    channels a panel, `winograd.panel_width`); U is fed in those panels (the spec says so)
+    and the result agrees with the textbook C as on AVX-512."""
+    shape, body, algo = WINOGRAD[case]
+    with use(AVX2):
+        ref, got, info, new = _run_on_x(shape, body, winograd=True)
+    assert info["prepacked"] == {"in1": f"winograd {algo} panel 16"}, info["prepacked"]
+    assert "rstf_wg_gemm16" in new and "rstf_v16" not in new
+    # (1e-4, the product's tolerance: F(4x4,3x3)'s rounding reaches 1.1e-5 on some of the
+    # random data this test's place in the run gives it; a panel laid out wrong is O(1).)
+    for k in ref:
+        err = np.abs(got[k].astype(np.float64) - ref[k]).max() / np.abs(ref[k]).max()
+        assert err < 1e-4, (k, err)
 
 
 @pytest.mark.parametrize("shape,conv", [

@@ -22,8 +22,9 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
                     winograd: bool = True, target=None) -> tuple[str, dict]:
     """Run the polyhedral pass on one subgraph's C. Returns (new source, report entry).
 
-    `target` (a `target.Target`, its name, or None: this machine's) is the vector ISA the
-    C is shaped for: its vector width and register count pick the tiles and the types.
+    `target` (a `target.Target`, its name, or None: `target.current()`, by default this
+    machine's) is the vector ISA the C is shaped for: its vector width and register count
+    pick the tiles and the types.
 
     `constants` names the entry's input arrays whose values are fixed when the op is built
     (frozen weights). The new C may read some of them in the microkernels' panel layout:

@@ -94,9 +94,10 @@ def detect(march: str = "native", cc: str = "gcc") -> Target:
 
 
 def resolve(target: Target | str | None) -> Target:
-    """A Target from a Target, its name, or None (the machine's own)."""
+    """A Target from a Target, its name, or None (`current()`: the innermost `use`, else
+    the machine's own)."""
     if target is None:
-        return detect()
+        return current()
     if isinstance(target, Target):
         return target
     if target not in TARGETS:
