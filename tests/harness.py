@@ -58,9 +58,11 @@ def run_generated(graph: Graph, nodes: list[str], feeds: dict, index: int = 0):
 
 
 def check_against_tf(build, feeds: dict, fetch: str = "out:0", rtol: float = 1e-5,
-                     require_all: bool = True):
+                     require_all: bool = True, reference=None):
     """Build a graph, generate every non-constant node as one subgraph, and compare the C
     result of `fetch` with TensorFlow's (max error relative to the largest magnitude).
+    `reference`: another builder whose graph TensorFlow runs for the expected values (an
+    equivalent form of an op that this TensorFlow build cannot run; default `build`).
 
     Returns (max relative error, SubgraphCode) so tests can also inspect the C.
     """
@@ -76,7 +78,8 @@ def check_against_tf(build, feeds: dict, fetch: str = "out:0", rtol: float = 1e-
             reason = check_node(graph.nodes[n], graph)
             assert reason is None, f"{n}: {reason}"
     outs, sg = run_generated(graph, nodes, feeds)
-    ref = np.asarray(run_tf(gd, feeds, [fetch])[0])
+    ref_gd = gd if reference is None else make_graph_def(reference)
+    ref = np.asarray(run_tf(ref_gd, feeds, [fetch])[0])
     got = outs[fetch]
     assert got.shape == ref.shape, (got.shape, ref.shape)
     scale = max(float(np.max(np.abs(ref))), 1e-30) if ref.size else 1.0

@@ -291,10 +291,12 @@ B_STREAM = 0.3
 
 def _efficiency(rb: int, nv: int) -> float:
     """Rough fraction of the FMA peak a kernel of rb x nv accumulators reaches: RB*NV FMAs
-    a step for RB + NV loads, at least 8 independent accumulators to hide the FMA
-    latency on two pipes, and the column operand streamed once per RB rows (B_STREAM)."""
-    acc = rb * nv
-    return min(1.0, acc / 10) * acc / (acc + (rb + nv) / 2) / (1 + B_STREAM / rb)
+    a step for RB + NV loads (each costing the target's `load_cost` of an FMA), enough
+    independent accumulators (`fma_chains`) to hide the FMA latency on two pipes, and the
+    column operand streamed once per RB rows (B_STREAM)."""
+    acc, t = rb * nv, current()
+    return (min(1.0, acc / t.fma_chains) * acc / (acc + (rb + nv) * t.load_cost)
+            / (1 + B_STREAM / rb))
 
 
 def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1),

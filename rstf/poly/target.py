@@ -32,6 +32,10 @@ class Target:
     name: str
     vlen: int  # floats in one vector register
     registers: int  # vector registers
+    # The tile cost model's (`microkernel._efficiency`): the accumulators that hide the
+    # FMA latency, and what one load (a broadcast or a vector) costs against an FMA.
+    fma_chains: float = 10.0
+    load_cost: float = 0.5
 
     @property
     def half(self) -> int:
@@ -49,9 +53,14 @@ class Target:
         return f"rstf_v{floats or self.vlen}"
 
 
+# The model's constants were tuned on Zen 4 (AVX-512, the tiles measured in microkernel.py)
+# and fitted on Zen 3 (AVX2): there 7 chains and loads at 0.2 of an FMA pick 7x8 tiles for
+# the 7-row convs of 7x7 maps instead of 4x16 + 3x16 (MobileNet v2's kernels 0.956x, one
+# thread, `ab_kernels.py` over 100 pairs) and keep every other tile; the AVX-512 constants
+# there pick the 4x16s, and 7x8 for 14 rows too was slower (1.046x).
 AVX512 = Target("avx512", 16, 32)
-AVX2 = Target("avx2", 8, 16)
-SSE = Target("sse", 4, 16)
+AVX2 = Target("avx2", 8, 16, fma_chains=7.0, load_cost=0.2)
+SSE = Target("sse", 4, 16, fma_chains=7.0, load_cost=0.2)
 TARGETS = {t.name: t for t in (AVX512, AVX2, SSE)}
 
 _CURRENT: contextvars.ContextVar[Target | None] = contextvars.ContextVar(
