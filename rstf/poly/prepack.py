@@ -101,8 +101,9 @@ def plan(scop: Scop, kernels: list[Kernel], scalar_statements: set[str],
 
 def pack(value: np.ndarray, spec) -> np.ndarray:
     """`value` as the op reads it under `spec` (a `prepacked` entry of the pass's report):
-    a panel width (`pack_panels`), or "winograd F(mh x mw,KH x KW)[ panel P]": a [KH][KW][C][K] weight
-    as that algorithm's transformed weights ([E][C][K] floats, `winograd.transform_weights`)."""
+    a panel width (`pack_panels`), or "winograd F(mh x mw,KH x KW)[ panel P]": a
+    [KH][KW][C][K] weight as that algorithm's transformed weights ([E][C][K] floats in
+    panels of P output channels, 64 unless said; `winograd.transform_weights`)."""
     from .winograd import parse_spec, transform_weights
     if (tile := parse_spec(spec)) is not None:
         return transform_weights(value, *tile)

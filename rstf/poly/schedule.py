@@ -28,9 +28,9 @@ convolution's kw around 3 input channels) is merged into the kernel's reduction.
 
 A *depthwise* contraction `Y[.., c] += A[.., c] * B[.., c]` (the column loop at unit stride
 in both operands) gets the same tiling around a kernel that loads A as vectors
-(`Kernel.vec_a`), one vector (16 channels with AVX-512) wide and at most DW_MAX_RB rows: inlined with
-its constant strides, gcc loads each input vector once for the taps that share it (a
-sliding window) and keeps it in a register, so a tile needs registers for its
+(`Kernel.vec_a`), one vector (16 channels with AVX-512) wide and at most DW_MAX_RB rows:
+inlined with its constant strides, gcc loads each input vector once for the taps that
+share it (a sliding window) and keeps it in a register, so a tile needs registers for its
 accumulators, a row of taps' weights *and* its input window. At 3 vectors wide (8x48) they
 spill to the stack; 16 wide they fit. Measured on MobileNet v2 (Zen 4, `ab_kernels.py`,
 300 pairs): every depthwise kernel 16 wide with up to 8 rows runs the model's kernels in
