@@ -267,6 +267,8 @@ def test_poly_equals_textbook_bitwise(case, target):
                    for t in info["tiled"]), info["tiled"]
     if case.startswith("depthwise") and info["tiled"]:
         _check_depthwise_tiles(case, shape, info, AVX512)
+    if "depthwise" in case:
+        assert all(t["order"] == "rows outermost" for t in info["tiled"])
     if case == "depthwise_multiplier2_dilated":
         assert not info["tiled"], info["tiled"]
     if case == "chain_with_fan_out":  # `m` is read by two ops: fused, but not contracted
@@ -303,6 +305,8 @@ def _check_avx2_case(case, shape, info):
         assert [f["epilogue_in_registers"] for f in info["fused"]] == [True], info["fused"]
     if case.startswith("depthwise") and info["tiled"]:
         _check_depthwise_tiles(case, shape, info, AVX2)
+    if "depthwise" in case:  # (schedule.tile_time)
+        assert all(t["order"] == "column tiles inside row chunks" for t in info["tiled"])
 
 
 def test_register_epilogue_clamps_with_max_min_bit_for_bit():

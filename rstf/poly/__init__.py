@@ -131,7 +131,8 @@ def _optimize_source(source, entry, tile, fuse, constants, winograd) -> tuple[st
                    "reduction": [x for x in (k.kin, k.k2, k.k) if x],
                    "depthwise": k.vec_a, "border_chunks": bool(k.ranged),
                    "sliding_row": bool(k.slide),
-                   "order": "column tiles outermost" if k.tile_outer else "rows outermost"}
+                   "order": "column tiles outermost" if k.tile_outer else
+                   "column tiles inside row chunks" if k.chunk_outer else "rows outermost"}
                   for k in kernels],
         "refused": [r for cs in schedules for r in cs.refused],
         "fused": [{"nodes": [scop.calls[c].node for c in

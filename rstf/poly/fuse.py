@@ -189,9 +189,12 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     vb = vlen() * kern.nv
 
     def row_time(s: Statement, mid: int, last: int) -> isl.Map:
+        # (Tiles below the chunks, `kern.chunk_outer`: the epilogue runs after the row's
+        # every tile, its tile below `mid`.)
         iv = [_isl_name(v) for v in s.iterators]
-        t = [str(pos), *tile_order(kern, iv[:m], f"floor(({iv[-1]})/{vb})", []), str(mid),
-             *iv[m:], str(last)]
+        u = f"floor(({iv[-1]})/{vb})"
+        t = [str(pos), *tile_order(kern, iv[:m], u, []), str(mid),
+             *([u] if kern.chunk_outer else []), *iv[m:], str(last)]
         return _pad(isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(t)}] }}")
                     .intersect_domain(s.domain), depth)
 
