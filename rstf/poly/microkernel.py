@@ -56,6 +56,15 @@ _FMA_INTRINSICS = {16: ("__AVX512F__", "_mm512_fmadd_ps", "__m512"),
                    4: ("__FMA__", "_mm_fmadd_ps", "__m128")}
 
 
+def guarded(macro: str | None, intrinsic: list[str], portable: list[str]) -> list[str]:
+    """C lines: the `intrinsic` definitions where the target defines `macro` (x86's
+    <immintrin.h>), else the `portable` ones; `portable` alone when there is no macro."""
+    if macro is None:
+        return portable
+    return [f"#if defined({macro})", "#include <immintrin.h>", *intrinsic, "#else",
+            *portable, "#endif"]
+
+
 def prelude() -> str:
     """The microkernels' vector types, broadcasts and fused multiply-adds for the target:
     `rstf_v<N>` of one register's N floats and of N/2 (a tile's last half vector)."""
@@ -77,13 +86,9 @@ def prelude() -> str:
         lane = (f"static inline rstf_v{n} rstf_fma{n}(rstf_v{n} a, rstf_v{n} b, rstf_v{n} c)\n"
                 f"{{ for (int i = 0; i < {n}; ++i) c[i] = __builtin_fmaf(a[i], b[i], c[i]); "
                 "return c; }")
-        if n not in _FMA_INTRINSICS:
-            out.append(lane)
-            continue
-        macro, fn, mt = _FMA_INTRINSICS[n]
-        out += [f"#if defined({macro})", "#include <immintrin.h>",
-                f"#define rstf_fma{n}(a, b, c) ((rstf_v{n}){fn}(({mt})(a), ({mt})(b), "
-                f"({mt})(c)))", "#else", lane, "#endif"]
+        macro, fn, mt = _FMA_INTRINSICS.get(n, (None, "", ""))
+        out += guarded(macro, [f"#define rstf_fma{n}(a, b, c) ((rstf_v{n}){fn}(({mt})(a), "
+                               f"({mt})(b), ({mt})(c)))"], [lane])
     return "\n".join(out) + "\n"
 
 
@@ -321,9 +326,9 @@ def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1),
             full, rem = divmod(rows, rb)
             per_row = (full * rb / _efficiency(rb, nv)
                        + (rem / _efficiency(rem, nv) if rem else 0.0)) / rows
-            # Columns past the last whole tile: a narrower kernel for a multiple of a half vector of
-            # them (charged 1.5x: fewer FMAs per loaded a), the textbook loops (about 4x
-            # slower) for the rest.
+            # Columns past the last whole tile: a narrower kernel for a multiple of half a
+            # vector of them (charged 1.5x: fewer FMAs per loaded a), the textbook loops
+            # (about 4x slower) for the rest.
             left = cols - cols // vb * vb
             half = current().half
             rem_k = left // half * half / cols

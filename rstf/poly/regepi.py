@@ -37,8 +37,8 @@ import dataclasses
 import islpy as isl
 from pycparser import c_ast
 
-from .microkernel import (kernel_text, lanes, reduction_args, reduction_params, splat,
-                          vectors)
+from .microkernel import (guarded, kernel_text, lanes, reduction_args, reduction_params,
+                          splat, vectors)
 from .raise_c import Scop, Statement, _isl_name
 from .schedule import CallSchedule, Kernel, _addr, _roles, extents
 from .target import current
@@ -68,14 +68,9 @@ def prelude() -> str:
                f"{{ return rstf_sel{n}(a > b, a, b); }}",
                f"static inline rstf_v{n} rstf_min{n}(rstf_v{n} a, rstf_v{n} b) "
                f"{{ return rstf_sel{n}(a < b, a, b); }}"]
-        if n not in _MAX_MIN:
-            out += sel
-            continue
-        macro, pre, mt = _MAX_MIN[n]
-        out += [f"#if defined({macro})", "#include <immintrin.h>"]
-        out += [f"#define rstf_{f}{n}(a, b) ((rstf_v{n}){pre}_{f}_ps(({mt})(a), ({mt})(b)))"
-                for f in ("max", "min")]
-        out += ["#else", *sel, "#endif"]
+        macro, pre, mt = _MAX_MIN.get(n, (None, "", ""))
+        out += guarded(macro, [f"#define rstf_{f}{n}(a, b) ((rstf_v{n}){pre}_{f}_ps(({mt})(a), "
+                               f"({mt})(b)))" for f in ("max", "min")], sel)
     return "\n".join(out) + "\n"
 
 

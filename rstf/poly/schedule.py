@@ -14,8 +14,8 @@ into four roles:
 The column loop is tiled by VB = VLEN*NV (VLEN: the floats of a vector register) and the
 rows by chunks of RB (sizes from `microkernel.choose_tile`): for each outer point and
 column tile, the rows whose whole tile row lies in the domain (the domain is convex, so
-testing the corners suffices) form
-an interval, cut into RB-row chunks from its start, the last one shorter. Each chunk is one
+testing the corners suffices) form an interval, cut into RB-row chunks from its start, the
+last one shorter. Each chunk is one
 instance of a kernel statement `K<S>`, emitted as a microkernel call over the whole k range
 (a kernel of that many rows). The order is `outer outputs, column tile, outer reductions,
 chunk, k, r, v`: every output element still sees its reduction in the original order, so
@@ -87,9 +87,8 @@ class Kernel:
     k2_lo: int = 0
     k2_hi: int = 0
     tile_outer: bool = False  # column tiles outside the outer output loops (choose_order)
-    # A remainder kernel: the last, partial column tile `u_last`, `cols` (a multiple of a
-    # half vector)
-    # of its columns. 0 for the whole tiles' kernel.
+    # A remainder kernel: the last, partial column tile `u_last`, `cols` (a multiple of half
+    # a vector) of its columns. 0 for the whole tiles' kernel.
     cols: int = 0
     u_last: int = 0
     vec_a: bool = False  # a depthwise kernel: A is read as vectors along v too

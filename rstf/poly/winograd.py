@@ -67,10 +67,9 @@ import islpy as isl
 import numpy as np
 
 from . import regepi
-from .microkernel import vlen
+from .microkernel import fits_registers, vlen
 from .raise_c import Scop, Statement, _isl_name
 from .schedule import CallSchedule, _addr, extents
-from .target import current
 
 RB = 6  # tiles of one register tile
 MIN_PIXELS = 196  # outputs per image below which Winograd does not pay (docstring)
@@ -171,9 +170,7 @@ def panel_width() -> int:
     """Output channels of one panel: the vectors of the widest RB-row register tile whose
     accumulators, a row of loaded vectors and the broadcast fit the target's registers
     (AVX-512: 4 vectors, 64 channels; AVX2: 2 vectors, 16 channels)."""
-    t = current()
-    nv = max(n for n in range(1, 9) if RB * n + n + 1 <= t.max_registers + 1)
-    return nv * t.vlen
+    return max(n for n in range(1, 9) if fits_registers(RB, n)) * vlen()
 
 
 def spec(mh: int, mw: int, kh: int, kw: int, panel: int = 64) -> str:
