@@ -128,6 +128,16 @@ CASES = {
     # and read back by the chain's next op from the register it was computed in.
     "conv_1x1_fan_out_in_registers": ((1, 6, 6, 8), lambda x: (lambda m: tf.nn.relu(m) + m[..., :1])(
         tf.nn.conv2d(x, _w(1, 1, 8, 32), 1, "SAME") + _w(32))),
+    # A 7x7 map's 1x1 conv: its rows and columns follow each other in memory, so the 49
+    # pixels are one row of kernel chunks (schedule.merge_rows), the residual add (rows at
+    # the same strides) still in registers.
+    "conv_1x1_7x7_merged_rows_residual_in_registers": ((1, 7, 7, 160), lambda x: (
+        tf.nn.conv2d(x, _w(1, 1, 160, 160), 1, "VALID") * _w(160) + _w(160) + x)),
+    # Merged rows whose epilogue reads a tensor broadcast along the map's rows: not at Y's
+    # strides, so no register epilogue; the 7x7x1344 output (263 KB) is too big for a stack
+    # row and stays in the workspace.
+    "conv_1x1_7x7_merged_rows_broadcast_epilogue": ((1, 7, 7, 16), lambda x: (
+        tf.nn.conv2d(x, _w(1, 1, 16, 1344), 1, "VALID") + _w(1, 1, 7, 1344))),
     "matmul": ((20, 70), lambda x: tf.matmul(x, _w(70, 50))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
     "matmul_transposed_b": ((3, 33), lambda x: tf.matmul(x, _w(48, 33), transpose_b=True)),
@@ -303,6 +313,14 @@ def _check_avx2_case(case, shape, info):
         assert (widths[1:] == [cols % widths[0]] if cols % widths[0] else len(widths) == 1)
     if case.endswith("_in_registers"):
         assert [f["epilogue_in_registers"] for f in info["fused"]] == [True], info["fused"]
+    if "merged_rows" in case:  # 7x8 tiles a row unmerged; 5x16 (9 and a 4-row chunk) merged
+        assert [(t["loops"], t["tile"]) for t in info["tiled"]] == [
+            (["oh x ow", "oc"], [5, 16])], info["tiled"]
+    elif case.startswith("conv_1x1"):  # 6 to 10 rows of 6 to 9 pixels: the rows stay
+        assert all(t["loops"][0] == "ow" for t in info["tiled"]), info["tiled"]
+    if case == "conv_1x1_7x7_merged_rows_broadcast_epilogue":
+        assert [f["epilogue_in_registers"] for f in info["fused"]] == [False], info["fused"]
+        assert info["fused"][0]["contracted"] == [], info["fused"]
     if case.startswith("depthwise") and info["tiled"]:
         _check_depthwise_tiles(case, shape, info, AVX2)
     if "depthwise" in case:  # (schedule.tile_time)

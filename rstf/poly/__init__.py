@@ -127,7 +127,7 @@ def _optimize_source(source, entry, tile, fuse, constants, winograd) -> tuple[st
     return format_c(new), {
         "optimizer": "poly", "statements": len(scop.statements), "calls": len(scop.calls),
         "tiled": [{"statement": k.statement, "node": scop.statement(k.statement).node,
-                   "tile": [k.rb, k.width], "loops": [k.r, k.v],
+                   "tile": [k.rb, k.width], "loops": [k.rows_text, k.v],
                    "reduction": [x for x in (k.kin, k.k2, k.k) if x],
                    "depthwise": k.vec_a, "border_chunks": bool(k.ranged),
                    "sliding_row": bool(k.slide),

@@ -55,11 +55,10 @@ import islpy as isl
 
 from . import regepi
 from .deps import Dependences
-from .fuse import array_users
+from .fuse import ROW_BYTES, array_users
 from .raise_c import Scop
 from .schedule import CallSchedule, _eq, _union, _violations, call_dependences
 
-ROW_BYTES = 256 * 1024  # largest contracted row (a stack buffer per iteration)
 # Fewer band rows: the groups' own finer parallel loops balance better. 14 (MobileNet v2's
 # 14x14 depthwise + projection pairs fused too) measured 1.004x on its kernels (Zen 4).
 MIN_ROWS = 16

@@ -22,9 +22,11 @@ share bytes.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import islpy as isl
 
+from . import regepi
 from .deps import Dependences
 from .raise_c import Scop, Statement, _isl_name, is_accumulation
 from .microkernel import vlen
@@ -150,6 +152,7 @@ def legal(chain: Chain, deps: Dependences) -> bool:
 
 # Far after every column tile of a row: the epilogue runs once a row is complete.
 _AFTER_ROW = 1 << 20
+ROW_BYTES = 256 * 1024  # largest contracted row (a stack buffer per iteration)
 
 
 def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
@@ -259,5 +262,11 @@ def _row_group(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     if _violations(stmts, deps, time):
         return None
     ast_time = {**cs.ast_time, **own, init.name: time[init.name], first.name: time[first.name]}
-    return CallSchedule(cs.call, stmts, time, ast_time, list(cs.kernels), list(cs.refused),
-                        chain=chain, rows=rows)
+    group = CallSchedule(cs.call, stmts, time, ast_time, list(cs.kernels), list(cs.refused),
+                         chain=chain, rows=rows)
+    # A row is a stack buffer, unless the register epilogue keeps it in the kernel's
+    # registers: a large one (merged rows: a whole 14x14x576 map) stays in the workspace.
+    if rows and 4 * math.prod(scop.buffers[y].shape[m:]) > ROW_BYTES \
+            and regepi.plan(scop, group) is None:
+        group.rows = {}
+    return group

@@ -380,7 +380,11 @@ class _CallLowering:
                 first[c], trip[c] = str(lo), str(hi - lo + 1)
         env = {}
         for c in s.iterators:
-            if c == k.r:
+            if c == k.r and k.merged:  # the chunk's first row m: o = m / n, r = m % n
+                env[_isl_name(c)] = f"({vals['s']} % {k.merged_n})"
+            elif c == k.merged:
+                env[_isl_name(c)] = f"({vals['s']} / {k.merged_n})"
+            elif c == k.r:
                 env[_isl_name(c)] = vals["s"]
             elif c == k.v:
                 env[_isl_name(c)] = f"{vlen() * k.nv} * {vals['u']}"
@@ -595,7 +599,7 @@ def _local(cs) -> set[str]:
 
 def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
     """What the scheduled function does for one group, for its leading comment."""
-    what = [f"{k.name}: {k.rb}x{k.width} tiles of {k.statement} over ({k.r}, {k.v}), "
+    what = [f"{k.name}: {k.rb}x{k.width} tiles of {k.statement} over ({k.rows_text}, {k.v}), "
             f"reduction {' x '.join(x for x in (k.kin, k.k2, k.k) if x)} in one "
             f"{'depthwise ' if k.vec_a else ''}microkernel call"
             + (f" (a whole row sliding over {k.k}: each input column loaded once, border "

@@ -147,6 +147,13 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
         if len(rdims) != 1 or yidx[rdims[0]] != {r: 1}:
             return None
         rdim = rdims[0]
+    odim = None
+    if kern.merged:  # merged rows: o alone in one of Y's dimensions too
+        o = _isl_name(kern.merged)
+        odims = [d for d, i in enumerate(yidx) if o in i]
+        if len(odims) != 1 or yidx[odims[0]] != {o: 1}:
+            return None
+        odim = odims[0]
     chain = cs.chain.statements
     written = {s.accesses[-1].array for s in chain}
     contracted = set(cs.chain.contracted)
@@ -167,6 +174,8 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
             row = addr.get(iv[rdim], 0) if rdim is not None else 0
             if col not in (0, 1) or (a.write and col != 1):
                 return None
+            if odim is not None and addr.get(iv[odim], 0) != kern.merged_n * row:
+                return None  # the operand's rows do not follow each other as Y's do
             op = Operand(a.array, row, col, a.write)
             if not a.write and a.array in written:
                 # A chain output read back (stored too: it is read outside the chain):
