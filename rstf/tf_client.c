@@ -13,12 +13,20 @@
  *   reps N                        timed calls after the one warm-up call
  *   lib PATH                      an op library to load (TF_LoadLibrary), any number
  *   graph PATH                    the frozen GraphDef
+ *   also PATH                     another frozen GraphDef with the same feeds and fetches,
+ *                                 timed interleaved with the first (after `graph`, before
+ *                                 any feed or fetch; any number)
  *   feed DTYPE NDIMS D0 .. TENSOR a feed, in order: its bytes are DIR/in<i>.bin
  *   fetch TENSOR                  a fetch, in order: the warm-up's value goes to DIR/out<i>.bin
  * DTYPE is TensorFlow's TF_DataType number, TENSOR is "node:index".
  *
  * Prints one JSON line: {"times_ms": [...], "outputs": [{"dtype": N, "shape": [...]}, ...]},
- * or {"error": "..."} with exit status 1.
+ * with "also_times_ms": [[...], ...] per `also` graph, or {"error": "..."} with exit status 1.
+ *
+ * With `also` graphs, every timed round calls each graph once, in order and then in reverse
+ * order on alternate rounds (A B, B A, ...): the machines we measure on are shared, their
+ * load comes in bursts, and interleaving lands a burst on every graph instead of one. Only
+ * the first graph's warm-up outputs are saved; the others' are fetched and dropped.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -30,6 +38,7 @@
 #include "tensorflow/c/c_api.h"
 
 #define MAX_DIMS 16
+#define MAX_GRAPHS 8
 
 static void put_escaped(const char *text) {
   for (const unsigned char *p = (const unsigned char *)text; *p; ++p) {
@@ -93,13 +102,17 @@ int main(int argc, char **argv) {
   spec[spec_size] = '\0';
 
   TF_Status *status = TF_NewStatus();
-  TF_Graph *graph = TF_NewGraph();
+  TF_Graph *graphs[MAX_GRAPHS];
+  int n_graphs = 0;
   const char *dir = ".";
   long reps = 0;
   /* At most one feed or fetch per spec line. */
-  TF_Output *in_ports = malloc((spec_size + 1) * sizeof(TF_Output));
+  TF_Output *in_ports[MAX_GRAPHS], *out_ports[MAX_GRAPHS];
+  for (int g = 0; g < MAX_GRAPHS; ++g) {
+    in_ports[g] = malloc((spec_size + 1) * sizeof(TF_Output));
+    out_ports[g] = malloc((spec_size + 1) * sizeof(TF_Output));
+  }
   TF_Tensor **in_values = malloc((spec_size + 1) * sizeof(TF_Tensor *));
-  TF_Output *out_ports = malloc((spec_size + 1) * sizeof(TF_Output));
   int n_feeds = 0, n_fetches = 0;
   char path[8192];
 
@@ -115,7 +128,11 @@ int main(int argc, char **argv) {
       TF_Library *lib = TF_LoadLibrary(arg, status);
       check(status, "loading the op library");
       (void)lib; /* kept loaded for the process's life */
-    } else if (!strcmp(line, "graph")) {
+    } else if (!strcmp(line, "graph") || !strcmp(line, "also")) {
+      if (!strcmp(line, "graph") != (n_graphs == 0)) fail("`also` before `graph`, or two `graph`s", arg);
+      if (n_feeds || n_fetches) fail("a graph after a feed or fetch", arg);
+      if (n_graphs == MAX_GRAPHS) fail("too many graphs", arg);
+      TF_Graph *graph = graphs[n_graphs++] = TF_NewGraph();
       size_t n;
       char *bytes = read_file(arg, &n);
       TF_Buffer *buf = TF_NewBufferFromString(bytes, n);
@@ -139,35 +156,45 @@ int main(int argc, char **argv) {
       if (!value || TF_TensorByteSize(value) != n) fail("bad feed size", tensor);
       memcpy(TF_TensorData(value), bytes, n);
       free(bytes);
-      in_ports[n_feeds] = lookup(graph, tensor);
+      if (!n_graphs) fail("a feed before the graph", tensor);
+      for (int g = 0; g < n_graphs; ++g) in_ports[g][n_feeds] = lookup(graphs[g], tensor);
       in_values[n_feeds++] = value;
     } else if (!strcmp(line, "fetch")) {
-      out_ports[n_fetches++] = lookup(graph, arg);
+      if (!n_graphs) fail("a fetch before the graph", arg);
+      for (int g = 0; g < n_graphs; ++g) out_ports[g][n_fetches] = lookup(graphs[g], arg);
+      n_fetches++;
     } else {
       fail("unknown spec directive", line);
     }
   }
 
+  if (!n_graphs) fail("no graph in the spec", "");
   TF_SessionOptions *opts = TF_NewSessionOptions();
-  TF_Session *session = TF_NewSession(graph, opts, status);
-  check(status, "creating the session");
+  TF_Session *sessions[MAX_GRAPHS];
+  double *times[MAX_GRAPHS];
+  for (int g = 0; g < n_graphs; ++g) {
+    sessions[g] = TF_NewSession(graphs[g], opts, status);
+    check(status, "creating the session");
+    times[g] = malloc((reps + 1) * sizeof(double));
+  }
 
   TF_Tensor **out_values = calloc(n_fetches + 1, sizeof(TF_Tensor *));
-  double *times = malloc((reps + 1) * sizeof(double));
 
   /* Call 0 is the warm-up (graph optimisation, allocations); its outputs are saved. */
   int *out_dtype = calloc(n_fetches + 1, sizeof(int)), *out_rank = calloc(n_fetches + 1, sizeof(int));
   int64_t *out_dims = calloc((size_t)(n_fetches + 1) * MAX_DIMS, sizeof(int64_t));
-  for (long r = -1; r < reps; ++r) {
+  for (long r = -1; r < reps; ++r)
+  for (int j = 0; j < n_graphs; ++j) {
+    int g = r % 2 ? n_graphs - 1 - j : j;  /* A B .., then .. B A */
     double t0 = now_ms();
-    TF_SessionRun(session, NULL, in_ports, in_values, n_feeds, out_ports, out_values,
+    TF_SessionRun(sessions[g], NULL, in_ports[g], in_values, n_feeds, out_ports[g], out_values,
                   n_fetches, NULL, 0, NULL, status);
     double t1 = now_ms();
     check(status, "running the graph");
-    if (r >= 0) times[r] = t1 - t0;
+    if (r >= 0) times[g][r] = t1 - t0;
     for (int i = 0; i < n_fetches; ++i) {
       TF_Tensor *t = out_values[i];
-      if (r < 0) {
+      if (r < 0 && g == 0) {
         if (TF_TensorType(t) == TF_STRING || TF_NumDims(t) > MAX_DIMS)
           fail("cannot save this output (a string, or rank over 16)", "");
         snprintf(path, sizeof path, "%s/out%d.bin", dir, i);
@@ -190,10 +217,22 @@ int main(int argc, char **argv) {
     printf("]}");
   }
   printf("], \"times_ms\": [");
-  for (long r = 0; r < reps; ++r) printf("%s%.6f", r ? ", " : "", times[r]);
-  printf("]}\n");
+  for (long r = 0; r < reps; ++r) printf("%s%.6f", r ? ", " : "", times[0][r]);
+  printf("]");
+  if (n_graphs > 1) {
+    printf(", \"also_times_ms\": [");
+    for (int g = 1; g < n_graphs; ++g) {
+      printf("%s[", g > 1 ? ", " : "");
+      for (long r = 0; r < reps; ++r) printf("%s%.6f", r ? ", " : "", times[g][r]);
+      printf("]");
+    }
+    printf("]");
+  }
+  printf("}\n");
 
-  TF_CloseSession(session, status);
-  TF_DeleteSession(session, status);
+  for (int g = 0; g < n_graphs; ++g) {
+    TF_CloseSession(sessions[g], status);
+    TF_DeleteSession(sessions[g], status);
+  }
   return 0;
 }

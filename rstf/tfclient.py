@@ -114,13 +114,24 @@ def run_graph(graph_path: str, libs: list[str], feeds: dict[str, np.ndarray],
     libraries to load first. A fetch that is also fed returns the fed value, as a Python
     Session does (TensorFlow's C API refuses it). Raises RstfError with TensorFlow's
     message on failure."""
+    outputs, times = run_graphs([graph_path], libs, feeds, fetches, reps)
+    return outputs, times[0]
+
+
+def run_graphs(graph_paths: list[str], libs: list[str], feeds: dict[str, np.ndarray],
+               fetches: list[str], reps: int) -> tuple[list[np.ndarray], list[list[float]]]:
+    """`run_graph` of several frozen graphs with the same feeds and fetches in one process,
+    their timed calls interleaved (A B, B A, ...: the client's `also` graphs): (the first
+    graph's warm-up outputs, each graph's `reps` times in ms)."""
     exe = client_path()
+    graph_path, *also = graph_paths
     asked = fetches
     fetches = [t for t in dict.fromkeys(fetches) if t not in feeds]
     with tempfile.TemporaryDirectory(prefix="rstf-run-") as work:
         spec = [_line("dir", work), f"reps {int(reps)}\n"]
         spec += [_line("lib", os.path.abspath(x)) for x in _unique_by_content(libs)]
         spec.append(_line("graph", os.path.abspath(graph_path)))
+        spec += [_line("also", os.path.abspath(x)) for x in also]
         for i, (name, value) in enumerate(feeds.items()):
             value = np.asarray(value, order="C")  # (ascontiguousarray makes a scalar 1-d)
             if value.dtype not in TF_DTYPES:
@@ -152,4 +163,4 @@ def run_graph(graph_path: str, libs: list[str], feeds: dict[str, np.ndarray],
             outputs.append(data.reshape(meta["shape"]))
     got = dict(zip(fetches, outputs))
     return [got[t] if t in got else np.asarray(feeds[t]).copy() for t in asked], \
-        result["times_ms"]
+        [result["times_ms"], *result.get("also_times_ms", [])]

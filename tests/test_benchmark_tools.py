@@ -148,3 +148,29 @@ def test_call_breakdown_times_each_phase_of_an_op_call(tmp_path):
     inside = sum(res["phases_us"][p]["median"] for p in PHASES[1:])
     assert inside <= 1.5 * res["end_to_end_ms"] * 1e3  # the op's part of the client's call
     assert res["phases_us"]["kernels"]["median"] > 0
+
+
+@pytest.mark.tfbuild
+def test_ab_graphs_interleaves_two_optimized_graphs_and_tensorflow(tmp_path):
+    """benchmarks/ab_graphs.py runs two output folders of one model (`none`, `poly`) and
+    the original graph in one TensorFlow process, round by round: every median and
+    per-round ratio measured; folders of different models are refused in one line."""
+    from benchmarks.ab_graphs import ab, main
+    from rstf.pipeline import optimize
+
+    model = save_graph_def(make_graph_def(_build), str(tmp_path))
+    outs = {o: str(tmp_path / o) for o in ("none", "poly")}
+    for o, d in outs.items():
+        optimize(model, d, optimizer=o, log=lambda m: None)
+    res = ab(outs["none"], outs["poly"], reps=30)
+    assert res["reps"] == 30 and min(res["a_ms"], res["b_ms"], res["tf_ms"]) > 0, res
+    # (medians of per-round ratios: near, not equal to, the ratio of the medians)
+    assert 0.5 < res["speedup"] / (res["a_ms"] / res["b_ms"]) < 2, res
+    assert 0.5 < res["b_over_tf"] / (res["b_ms"] / res["tf_ms"]) < 2, res
+    other = str(tmp_path / "other")
+    os.makedirs(other)
+    with open(os.path.join(outs["poly"], "report.json")) as f:
+        report = json.load(f)
+    with open(os.path.join(other, "report.json"), "w") as f:
+        json.dump({**report, "model": model + ".elsewhere"}, f)
+    assert main([outs["none"], other]) == 1

@@ -7,7 +7,7 @@ import pytest
 
 from rstf import runner
 from rstf.errors import RstfError
-from rstf.tfclient import run_graph
+from rstf.tfclient import run_graph, run_graphs
 from rstf.tfutil import tf
 
 
@@ -47,6 +47,27 @@ def test_client_runs_the_graph_and_times_every_call(tmp_path):
     np.testing.assert_array_equal(outs[4], k)  # fed and fetched: the fed value
     np.testing.assert_array_equal(outs[5], outs[0])  # fetched twice
     assert len(times) == 4 and all(t > 0 for t in times)
+
+
+def test_client_times_several_graphs_interleaved(tmp_path):
+    """`also` graphs: the same feeds and fetches, each graph called once a round; the first
+    graph's outputs come back, and every graph's times. A graph without a fetched node is
+    refused in one line."""
+    a, b = str(tmp_path / "a.pb"), str(tmp_path / "b.pb")
+    _graph(a)
+    _graph(b)
+    feeds = _feeds()
+    outs, times = run_graphs([a, b, a], [], feeds, ["y:0", "s:0"], reps=5)
+    np.testing.assert_array_equal(outs[0], feeds["x:0"] * 0.5 * feeds["k:0"].astype(np.float32))
+    assert [len(t) for t in times] == [5, 5, 5] and all(x > 0 for t in times for x in t)
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.placeholder(tf.float32, (2, 3), name="x")
+    other = str(tmp_path / "other.pb")
+    with open(other, "wb") as f:
+        f.write(g.as_graph_def().SerializeToString())
+    with pytest.raises(RstfError, match="no such node in the graph: k"):
+        run_graphs([a, other], [], feeds, ["y:0"], reps=1)
 
 
 def test_client_errors_are_one_line(tmp_path):
