@@ -254,10 +254,12 @@ def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float) -> Kernel | 
     thread, the 7x7x960 -> 320 projection, interleaved): 360-444 us as generated, 324-374
     merged. Exact when r runs 0..n-1 whole, o's range is cut by nothing, the strides line
     up in A and Y and B does not depend on o. Only for o of fewer than `band.MIN_ROWS`
-    rows: a row band, which fuses groups over o, cannot take those anyway."""
+    rows: a row band, which fuses groups over o, cannot take those anyway. On the targets
+    that say so (`Target.merge_rows`: AVX2, where it was measured)."""
     from .band import MIN_ROWS
 
-    if kern.vec_a or kern.kin or kern.ranged or kern.slide or kern.r is None:
+    if not current().merge_rows or kern.vec_a or kern.kin or kern.ranged or kern.slide \
+            or kern.r is None:
         return None
     outs, _, r, _, v = _roles(s, kern)
     if not outs:

@@ -38,6 +38,10 @@ class Target:
     load_cost: float = 0.5
     # A depthwise conv's channel tiles run inside each chunk of rows (`schedule.tile_time`).
     depthwise_tiles_in_chunks: bool = False
+    # A small map's 1x1 conv runs its pixels as one row of chunks (`schedule.merge_rows`):
+    # measured on AVX2 only (Zen 3); AVX-512's per-row tiles were tuned on Zen 4 and stay
+    # until merged rows are measured there.
+    merge_rows: bool = False
 
     @property
     def half(self) -> int:
@@ -61,8 +65,10 @@ class Target:
 # thread, `ab_kernels.py` over 100 pairs) and keep every other tile; the AVX-512 constants
 # there pick the 4x16s, and 7x8 for 14 rows too was slower (1.046x).
 AVX512 = Target("avx512", 16, 32)
-AVX2 = Target("avx2", 8, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True)
-SSE = Target("sse", 4, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True)
+AVX2 = Target("avx2", 8, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True,
+              merge_rows=True)
+SSE = Target("sse", 4, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True,
+             merge_rows=True)
 TARGETS = {t.name: t for t in (AVX512, AVX2, SSE)}
 
 _CURRENT: contextvars.ContextVar[Target | None] = contextvars.ContextVar(
