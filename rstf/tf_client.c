@@ -10,7 +10,10 @@
  * Usage: tf_client SPEC. SPEC is a text file, one directive per line; a name or a path is
  * always the rest of its line, so it may hold any character but a newline:
  *   dir PATH                      where the feed files are and the output files go
- *   reps N                        timed calls after the one warm-up call
+ *   reps N                        timed calls after the one warm-up call (with `also`
+ *                                 graphs: timed rounds)
+ *   block N                       each graph's calls in a round, in a row (default 1);
+ *                                 every one is timed
  *   lib PATH                      an op library to load (TF_LoadLibrary), any number
  *   graph PATH                    the frozen GraphDef
  *   also PATH                     another frozen GraphDef with the same feeds and fetches,
@@ -23,10 +26,13 @@
  * Prints one JSON line: {"times_ms": [...], "outputs": [{"dtype": N, "shape": [...]}, ...]},
  * with "also_times_ms": [[...], ...] per `also` graph, or {"error": "..."} with exit status 1.
  *
- * With `also` graphs, every timed round calls each graph once, in order and then in reverse
- * order on alternate rounds (A B, B A, ...): the machines we measure on are shared, their
- * load comes in bursts, and interleaving lands a burst on every graph instead of one. Only
- * the first graph's warm-up outputs are saved; the others' are fetched and dropped.
+ * With `also` graphs, every timed round calls each graph `block` times in a row, the graphs
+ * in order and then in reverse order on alternate rounds (A B, B A, ...): the machines we
+ * measure on are shared, their load comes in bursts, and interleaving lands a burst on every
+ * graph instead of one. A graph's first call of its block finds the caches holding the
+ * other graphs' weights; the caller may leave it out. Times are listed call by call (round
+ * r's block is calls r*block .. r*block+block-1). Only the first graph's warm-up outputs
+ * are saved; the others' are fetched and dropped.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -105,7 +111,7 @@ int main(int argc, char **argv) {
   TF_Graph *graphs[MAX_GRAPHS];
   int n_graphs = 0;
   const char *dir = ".";
-  long reps = 0;
+  long reps = 0, block = 1;
   /* At most one feed or fetch per spec line. */
   TF_Output *in_ports[MAX_GRAPHS], *out_ports[MAX_GRAPHS];
   for (int g = 0; g < MAX_GRAPHS; ++g) {
@@ -124,6 +130,9 @@ int main(int argc, char **argv) {
       dir = arg;
     } else if (!strcmp(line, "reps")) {
       reps = atol(arg);
+    } else if (!strcmp(line, "block")) {
+      block = atol(arg);
+      if (block < 1) fail("bad block", arg);
     } else if (!strcmp(line, "lib")) {
       TF_Library *lib = TF_LoadLibrary(arg, status);
       check(status, "loading the op library");
@@ -175,7 +184,7 @@ int main(int argc, char **argv) {
   for (int g = 0; g < n_graphs; ++g) {
     sessions[g] = TF_NewSession(graphs[g], opts, status);
     check(status, "creating the session");
-    times[g] = malloc((reps + 1) * sizeof(double));
+    times[g] = malloc((reps * block + 1) * sizeof(double));
   }
 
   TF_Tensor **out_values = calloc(n_fetches + 1, sizeof(TF_Tensor *));
@@ -184,14 +193,15 @@ int main(int argc, char **argv) {
   int *out_dtype = calloc(n_fetches + 1, sizeof(int)), *out_rank = calloc(n_fetches + 1, sizeof(int));
   int64_t *out_dims = calloc((size_t)(n_fetches + 1) * MAX_DIMS, sizeof(int64_t));
   for (long r = -1; r < reps; ++r)
-  for (int j = 0; j < n_graphs; ++j) {
+  for (int j = 0; j < n_graphs; ++j)
+  for (long c = 0; c < (r < 0 ? 1 : block); ++c) {
     int g = r % 2 ? n_graphs - 1 - j : j;  /* A B .., then .. B A */
     double t0 = now_ms();
     TF_SessionRun(sessions[g], NULL, in_ports[g], in_values, n_feeds, out_ports[g], out_values,
                   n_fetches, NULL, 0, NULL, status);
     double t1 = now_ms();
     check(status, "running the graph");
-    if (r >= 0) times[g][r] = t1 - t0;
+    if (r >= 0) times[g][r * block + c] = t1 - t0;
     for (int i = 0; i < n_fetches; ++i) {
       TF_Tensor *t = out_values[i];
       if (r < 0 && g == 0) {
@@ -217,13 +227,13 @@ int main(int argc, char **argv) {
     printf("]}");
   }
   printf("], \"times_ms\": [");
-  for (long r = 0; r < reps; ++r) printf("%s%.6f", r ? ", " : "", times[0][r]);
+  for (long r = 0; r < reps * block; ++r) printf("%s%.6f", r ? ", " : "", times[0][r]);
   printf("]");
   if (n_graphs > 1) {
     printf(", \"also_times_ms\": [");
     for (int g = 1; g < n_graphs; ++g) {
       printf("%s[", g > 1 ? ", " : "");
-      for (long r = 0; r < reps; ++r) printf("%s%.6f", r ? ", " : "", times[g][r]);
+      for (long r = 0; r < reps * block; ++r) printf("%s%.6f", r ? ", " : "", times[g][r]);
       printf("]");
     }
     printf("]");

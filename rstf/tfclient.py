@@ -119,16 +119,18 @@ def run_graph(graph_path: str, libs: list[str], feeds: dict[str, np.ndarray],
 
 
 def run_graphs(graph_paths: list[str], libs: list[str], feeds: dict[str, np.ndarray],
-               fetches: list[str], reps: int) -> tuple[list[np.ndarray], list[list[float]]]:
+               fetches: list[str], reps: int, block: int = 1
+               ) -> tuple[list[np.ndarray], list[list[float]]]:
     """`run_graph` of several frozen graphs with the same feeds and fetches in one process,
-    their timed calls interleaved (A B, B A, ...: the client's `also` graphs): (the first
-    graph's warm-up outputs, each graph's `reps` times in ms)."""
+    their timed calls interleaved in `reps` rounds (A B, B A, ...: the client's `also`
+    graphs), each graph called `block` times in a row a round: (the first graph's warm-up
+    outputs, each graph's reps x block times in ms, call by call)."""
     exe = client_path()
     graph_path, *also = graph_paths
     asked = fetches
     fetches = [t for t in dict.fromkeys(fetches) if t not in feeds]
     with tempfile.TemporaryDirectory(prefix="rstf-run-") as work:
-        spec = [_line("dir", work), f"reps {int(reps)}\n"]
+        spec = [_line("dir", work), f"reps {int(reps)}\n", f"block {int(block)}\n"]
         spec += [_line("lib", os.path.abspath(x)) for x in _unique_by_content(libs)]
         spec.append(_line("graph", os.path.abspath(graph_path)))
         spec += [_line("also", os.path.abspath(x)) for x in also]

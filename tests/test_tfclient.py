@@ -60,6 +60,8 @@ def test_client_times_several_graphs_interleaved(tmp_path):
     outs, times = run_graphs([a, b, a], [], feeds, ["y:0", "s:0"], reps=5)
     np.testing.assert_array_equal(outs[0], feeds["x:0"] * 0.5 * feeds["k:0"].astype(np.float32))
     assert [len(t) for t in times] == [5, 5, 5] and all(x > 0 for t in times for x in t)
+    _, times = run_graphs([a, b], [], feeds, ["y:0"], reps=4, block=3)  # 3 calls a round
+    assert [len(t) for t in times] == [12, 12] and all(x > 0 for t in times for x in t)
     g = tf.Graph()
     with g.as_default():
         tf.compat.v1.placeholder(tf.float32, (2, 3), name="x")
