@@ -14,9 +14,10 @@ after the other, and a burst that lands on one of them moves the ratio by 2x. He
 lands on every graph. A graph's first call of a block is not counted: the other graphs'
 weights have just been through the caches (three copies of MobileNet v2's 14 MB against
 the AVX2 host's 32 MB L3). Measured there, that first call costs little: poly 5.70 against
-5.63 ms, none 22.2 against 21.9, TF Eigen 20.6 against 20.0 (60 rounds of 4). Prints each graph's median latency (over the counted calls) and the medians of
-the per-round ratios A/B (B's speed-up over A) and B/TF, each round's figure the median of
-its block's counted calls. TF is stock TensorFlow with Eigen kernels (TF_ENABLE_ONEDNN_OPTS
+5.63 ms, none 22.2 against 21.9, TF Eigen 20.6 against 20.0 (60 rounds of 4). Prints each
+graph's median latency (over the counted calls) and the medians of the per-round ratios A/B
+(B's speed-up over A) and B/TF, each round's figure the median of its block's counted
+calls. TF is stock TensorFlow with Eigen kernels (TF_ENABLE_ONEDNN_OPTS
 is read once per process), or with oneDNN given --onednn. The numbers themselves are
 `rstf compare`'s business: the first graph's outputs are checked against TF's only there.
 """
@@ -61,9 +62,9 @@ def ab(out_a: str, out_b: str, rounds: int = 100, block: int = 4, seed: int = 0)
     skip = 1 if block > 1 else 0
     # [graph][round] -> the block's counted calls
     per = [[t[r * block + skip:(r + 1) * block] for r in range(rounds)] for t in times]
+    a_ms, b_ms, tf_ms = (med(x for c in g for x in c) for g in per)
     ta, tb, tt = ([med(x) for x in g] for g in per)
-    return {"a_ms": med(x for c in per[0] for x in c), "b_ms": med(x for c in per[1] for x in c),
-            "tf_ms": med(x for c in per[2] for x in c),
+    return {"a_ms": a_ms, "b_ms": b_ms, "tf_ms": tf_ms,
             "speedup": med(a / b for a, b in zip(ta, tb)),
             "b_over_tf": med(b / t for b, t in zip(tb, tt)), "rounds": rounds, "block": block}
 

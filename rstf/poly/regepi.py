@@ -141,19 +141,11 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
     yidx = kern.y.index
     if yidx[-1] != {v: 1} or any(v in i for i in yidx[:-1]):
         return None
-    rdim = None
-    if r is not None:
-        rdims = [d for d, i in enumerate(yidx) if r in i]
-        if len(rdims) != 1 or yidx[rdims[0]] != {r: 1}:
-            return None
-        rdim = rdims[0]
-    odim = None
-    if kern.merged:  # merged rows: o alone in one of Y's dimensions too
-        o = _isl_name(kern.merged)
-        odims = [d for d, i in enumerate(yidx) if o in i]
-        if len(odims) != 1 or yidx[odims[0]] != {o: 1}:
-            return None
-        odim = odims[0]
+    # (merged rows: o alone in one of Y's dimensions too)
+    rdim, odim = (_alone_in(yidx, x) if x is not None else None
+                  for x in (r, _isl_name(kern.merged) if kern.merged else None))
+    if (r is not None and rdim is None) or (kern.merged and odim is None):
+        return None
     chain = cs.chain.statements
     written = {s.accesses[-1].array for s in chain}
     contracted = set(cs.chain.contracted)
@@ -196,6 +188,12 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
     except _Refused:
         return None
     return epi
+
+
+def _alone_in(index: list[dict], x: str) -> int | None:
+    """The one dimension of `index` that iterator x indexes, when it is x alone; else None."""
+    dims = [d for d, i in enumerate(index) if x in i]
+    return dims[0] if len(dims) == 1 and index[dims[0]] == {x: 1} else None
 
 
 def _is_zero(e) -> bool:

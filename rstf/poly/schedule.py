@@ -250,9 +250,10 @@ def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float) -> Kernel | 
     registers) they run as 7x8 tiles (7 accumulators, 8 loads a step) because a 6x16 tile
     leaves a 1-row remainder per row. Its input and output rows follow each other in
     memory, though (o's stride is exactly n times r's in A and in Y), so the 49 pixels are
-    one row of a GEMM: 8 chunks of 6x16 and one of a row. Measured on the AVX2 Zen 3 (one
-    thread, the 7x7x960 -> 320 projection, interleaved): 360-444 us as generated, 324-374
-    merged. Exact when r runs 0..n-1 whole, o's range is cut by nothing, the strides line
+    one row of a GEMM, tiled by choose_tile over all 49 (9 chunks of 5x16 and one of 4
+    rows). Measured on the AVX2 Zen 3 (one thread, the 7x7x960 -> 320 projection,
+    interleaved, hand-written C): 360-444 us as generated, 324-374 merged in 6x16 chunks,
+    the same in 5x16. Exact when r runs 0..n-1 whole, o's range is cut by nothing, the strides line
     up in A and Y and B does not depend on o. Only for o of fewer than `band.MIN_ROWS`
     rows: a row band, which fuses groups over o, cannot take those anyway. On the targets
     that say so (`Target.merge_rows`: AVX2, where it was measured)."""
