@@ -8,7 +8,9 @@ This machine's load comes in bursts of seconds to minutes, so two builds timed o
 other can differ by 50% for no reason of their own. Here both subgraph C files (same tensor
 table, so the same inputs) are compiled into shared libraries with the op library's C flags,
 loaded into one process, and called alternately (A, B, B, A, ...) on the same inputs. A burst
-then lands on both sides. Prints each side's median and the median of the per-pair ratios
+then lands on both sides. Each library carries rstf's OpenMP team (custom_ops/rstf_team.c) and
+each call takes the team's lock, as in the op library, so the parallel loops run as they do
+under TensorFlow. Prints each side's median and the median of the per-pair ratios
 B/A, the figure to quote (below 1: B is faster).
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks.group_profile import ALLOC_RAND, bench_c_flags, buffers, load_subgraph  # noqa: E402
+from rstf.build import CUSTOM_OPS_DIR, TEAM_SOURCE  # noqa: E402
 
 
 def _main_c(entry: str, shapes: dict, ws_bytes: int, reps: int) -> str:
@@ -40,30 +43,53 @@ def _main_c(entry: str, shapes: dict, ws_bytes: int, reps: int) -> str:
 #include <stdio.h>
 #include <stdlib.h>
 typedef void (*entry_t)({params});
+typedef void (*begin_t)(int);
+typedef void (*end_t)(void);
 {ALLOC_RAND}
-static double run(entry_t f, {decls}) {{
+static double run(entry_t f, begin_t begin, end_t end, int threads, {decls}) {{
     double t0 = omp_get_wtime();
+    begin(threads);
     f({args});
+    end();
     return omp_get_wtime() - t0;
 }}
 int main(int argc, char **argv) {{
     entry_t f[2];
+    begin_t begin[2];
+    end_t end[2];
+    const int threads = atoi(argv[3]);
     for (int i = 0; i < 2; ++i) {{
         void *h = dlopen(argv[1 + i], RTLD_NOW | RTLD_LOCAL);
         if (!h) {{ fprintf(stderr, "%s\\n", dlerror()); return 1; }}
         f[i] = (entry_t)dlsym(h, "{entry}");
+        begin[i] = (begin_t)dlsym(h, "rstf_bench_begin");
+        end[i] = (end_t)dlsym(h, "rstf_bench_end");
     }}
 {allocs}
     for (int r = -3; r < {reps}; ++r) {{
         /* A B, then B A: neither side always runs second (warmer caches). */
         int first = r & 1;
         double t[2];
-        t[first] = run(f[first], {args});
-        t[!first] = run(f[!first], {args});
+        t[first] = run(f[first], begin[first], end[first], threads, {args});
+        t[!first] = run(f[!first], begin[!first], end[!first], threads, {args});
         if (r >= 0) printf("%.9f %.9f\\n", t[0], t[1]);
     }}
     return 0;
 }}
+"""
+
+
+# C: exported by each side's library, the op wrapper's part around a call (its team's lock
+# and thread count).
+BENCH_SHIM = """
+void rstf_team_lock(void);
+void rstf_team_unlock(void);
+void omp_set_num_threads(int);
+__attribute__((visibility("default"))) void rstf_bench_begin(int threads) {
+    rstf_team_lock();
+    omp_set_num_threads(threads);
+}
+__attribute__((visibility("default"))) void rstf_bench_end(void) { rstf_team_unlock(); }
 """
 
 
@@ -80,24 +106,29 @@ def ab(dir_a: str, dir_b: str, subgraph: int = 0, reps: int = 200, threads: int 
     entry = f"rstf_sg_{subgraph}"
     flags = bench_c_flags()
     with tempfile.TemporaryDirectory() as d:
+        shim = os.path.join(d, "shim.c")
+        with open(shim, "w") as f:
+            f.write(BENCH_SHIM)
         libs = []
         for tag, src in (("a", src_a), ("b", src_b)):
             c, so = os.path.join(d, f"{tag}.c"), os.path.join(d, f"{tag}.so")
             with open(c, "w") as f:
                 f.write(src)
-            subprocess.run(["gcc", *flags, "-shared", "-fPIC", "-I",
-                            os.path.join(ROOT, "custom_ops"), c, "-o", so, "-lm"], check=True)
+            # The team instead of libgomp, as in the op library (linked without -fopenmp).
+            objs = []
+            for unit in (c, shim, os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)):
+                objs.append(os.path.join(d, f"{tag}.{os.path.basename(unit)}.o"))
+                subprocess.run(["gcc", *flags, "-fPIC", "-I", CUSTOM_OPS_DIR, "-c", unit,
+                                "-o", objs[-1]], check=True)
+            subprocess.run(["gcc", "-shared", "-pthread", *objs, "-o", so, "-lm"], check=True)
             libs.append(so)
         c, exe = os.path.join(d, "main.c"), os.path.join(d, "main")
         with open(c, "w") as f:
             f.write(_main_c(entry, shapes, max(sg_a["workspace_bytes"], sg_b["workspace_bytes"]),
                             reps))
         subprocess.run(["gcc", "-O2", "-fopenmp", c, "-o", exe, "-ldl"], check=True)
-        env = dict(os.environ)
-        if threads:
-            env["OMP_NUM_THREADS"] = str(threads)
-        out = subprocess.run([exe, *libs], env=env, capture_output=True, text=True,
-                             check=True).stdout
+        out = subprocess.run([exe, *libs, str(threads or os.cpu_count() or 1)],
+                             capture_output=True, text=True, check=True).stdout
     pairs = [tuple(float(x) for x in line.split()) for line in out.splitlines()]
     return {"a_ms": statistics.median(p[0] for p in pairs) * 1e3,
             "b_ms": statistics.median(p[1] for p in pairs) * 1e3,
@@ -110,7 +141,8 @@ def main(argv=None) -> int:
     ap.add_argument("dir_b")
     ap.add_argument("--subgraph", type=int, default=0)
     ap.add_argument("--reps", type=int, default=200)
-    ap.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS (default: all)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="the team's threads (default: every core)")
     args = ap.parse_args(argv)
     r = ab(args.dir_a, args.dir_b, args.subgraph, args.reps, args.threads)
     print(f"A {r['a_ms']:.3f} ms  B {r['b_ms']:.3f} ms  (medians of {r['pairs']} interleaved "

@@ -406,6 +406,20 @@ def test_lowered_c_is_readable_and_marked():
     new, info = optimize_source(sg.source, sg.entry, winograd=False)
     assert "rstf_mk" in new and "#pragma omp parallel for" in new and "#pragma omp simd" in new
     assert info["parallel_loops"] >= 1 and info["simd_loops"] >= 1
+    # Every parallel loop in chunks the team's threads can steal (parallel.dynamic_schedule),
+    # at least lower.MIN_CHUNKS of them where the loop has that many iterations.
+    lines = new.splitlines()
+    marked = [i for i, ln in enumerate(lines) if "#pragma omp parallel for" in ln]
+    assert len(marked) == info["parallel_loops"]
+    for i in marked:
+        chunk = re.search(r"schedule\(nonmonotonic: dynamic, (\d+)\)$", lines[i])
+        loop = re.match(r"\s*for \(int (c\d+) = 0; \1 <= (\d+); \+\+\1\)", lines[i + 1])
+        assert chunk and loop, lines[i:i + 2]
+        trips = int(loop.group(2)) + 1
+        if "collapse(2)" in lines[i]:
+            inner = re.match(r"\s*for \(int (c\d+) = 0; \1 <= (\d+); \+\+\1\)", lines[i + 2])
+            trips *= int(inner.group(2)) + 1
+        assert 1 <= int(chunk.group(1)) <= max(1, trips // 16), lines[i:i + 3]
     # The TF node comments survive. The Relu runs as the conv's row epilogue: one
     # scheduled function for both, the conv's output contracted to a row buffer.
     assert "/* Conv2D (Conv2D) */" in new and new.count("static void sched_") == 3
@@ -744,7 +758,8 @@ def test_halo_band_recomputes_the_window(case, threads, monkeypatch):
         assert f"float {y}_row[3][13][48]" in new and f"{y}[restrict" not in new
         # a thread's next band row moves the shared row up and computes from the one after
         assert f"if (rstf_carry) memmove(&{y}_row[0], &{y}_row[2], 1 * sizeof" in new
-        assert "#pragma omp for schedule(static)" in new
+        # (in the region that declares the windows: the threads' ranges, stolen from)
+        assert re.search(r"#pragma omp for schedule\(nonmonotonic: dynamic, \d+\)", new)
         start = "2 * c2" + (f" + {first + 1}" if first + 1 else "")  # (2h + first) + 1
         trimmed = rf"for \(int c4 = \(rstf_carry \? rstf_max\(.*, {re.escape(start)}\) :"
         assert re.search(trimmed, new)

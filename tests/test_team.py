@@ -2,9 +2,12 @@
 code calls, as the op libraries of `poly` and `none` carry them. A C program compiled with
 -fopenmp and linked with the team instead of libgomp checks what the generated C relies on:
 every iteration of a (collapsed) static loop run exactly once by a thread of the requested
-team, the barrier that ends `omp for`, a nested region (rstf's batch loop around parallel
-sample code) running on its caller alone, team sizes changing from region to region, the
-workers' sleep and wake-up (within a call and between calls), and a child of fork() starting its own workers."""
+team, the same for the dynamic loops the generated C marks (`schedule(nonmonotonic: dynamic,
+K)`: static ranges that the threads steal from each other, a thread held up losing its
+iterations to the others), the barrier that ends `omp for`, a nested region (rstf's batch
+loop around parallel sample code) running on its caller alone, team sizes changing from
+region to region, the workers' sleep and wake-up (within a call and between calls), and a
+child of fork() starting its own workers."""
 from __future__ import annotations
 
 import os
@@ -64,6 +67,52 @@ static void barrier(int threads, int round) {
         if (c[i] != N - 1 - i + round) FAIL("threads %d: barrier broken at %d", threads, i);
 }
 
+/* Dynamic loops: each (i, j) once, by the team's threads; with thread 1 held up at its first
+ * iteration, thread 0 steals from its range. A negative step; `omp for` in a region between
+ * static loops. */
+static int dcount[R][C], by[64], d[N];
+static void dynamic(int threads, int round) {
+    omp_set_num_threads(threads);
+    memset(dcount, 0, sizeof dcount);
+    memset(seen, 0, sizeof seen);
+    memset(by, 0, sizeof by);
+    const int hold = round % 50 == 0;
+    #pragma omp parallel for collapse(2) schedule(nonmonotonic: dynamic, 3)
+    for (int i = 0; i < R; ++i)
+        for (int j = 0; j < C; ++j) {
+            const int t = omp_get_thread_num();
+            if (hold && t == 1 && by[1] == 0) usleep(20000);
+            __atomic_fetch_add(&dcount[i][j], 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&by[t], 1, __ATOMIC_RELAXED);
+            seen[t] = omp_get_num_threads();
+        }
+    for (int i = 0; i < R; ++i)
+        for (int j = 0; j < C; ++j)
+            if (dcount[i][j] != 1)
+                FAIL("dynamic, threads %d: (%d, %d) ran %d times", threads, i, j, dcount[i][j]);
+    for (int t = 0; t < 64; ++t)
+        if (seen[t] > 0 && (t >= threads || seen[t] != threads))
+            FAIL("dynamic, threads %d: thread %d saw a team of %d", threads, t, seen[t]);
+    if (hold && threads == 2 && by[0] < R * C * 3 / 4)
+        FAIL("dynamic: thread 0 ran %d of %d iterations while thread 1 was held up", by[0], R * C);
+    memset(d, 0, sizeof d);
+    #pragma omp parallel for schedule(nonmonotonic: dynamic, 5)
+    for (int i = N - 1; i >= 0; i -= 3) d[i] += 1;
+    for (int i = 0; i < N; ++i)
+        if (d[i] != ((N - 1 - i) % 3 == 0)) FAIL("dynamic, step -3: %d ran %d times", i, d[i]);
+    #pragma omp parallel
+    {
+        #pragma omp for schedule(static) nowait
+        for (int i = 0; i < N; ++i) b[i] = i + round;
+        #pragma omp for schedule(nonmonotonic: dynamic, 7)
+        for (int i = 0; i < N; ++i) c[i] = 2 * i + round;
+        #pragma omp for schedule(static)
+        for (int i = 0; i < N; ++i) d[i] = c[N - 1 - i] - b[i];
+    }
+    for (int i = 0; i < N; ++i)
+        if (d[i] != 2 * (N - 1 - i) - i) FAIL("dynamic omp for, threads %d: %d", threads, i);
+}
+
 /* The batch loop: an outer num_threads(P) region, an inner region in each iteration. */
 static void nested(void) {
     int outer[8] = {0}, inner[8] = {0};
@@ -73,6 +122,8 @@ static void nested(void) {
         outer[s] = omp_get_thread_num();
         #pragma omp parallel for
         for (int k = 0; k < 4; ++k) inner[s] += omp_get_num_threads();
+        #pragma omp parallel for schedule(nonmonotonic: dynamic, 3)
+        for (int k = 0; k < 10; ++k) inner[s] += k == 9 ? -9 : 1;  /* all ten, here */
         if (omp_get_thread_num() != outer[s]) FAIL("nested region changed the thread number");
     }
     for (int s = 0; s < 8; ++s) {
@@ -88,6 +139,7 @@ int main(void) {
         const int t = sizes[r % 11];
         loop(t);
         barrier(t, r);
+        dynamic(t, r);
         if (r % 500 == 250) usleep(3000);  /* in a call, past RSTF_SPIN_US 100 and 0 */
         if (r % 500 == 0) {  /* between calls: the workers sleep 100 us after its end */
             rstf_team_unlock();
@@ -100,7 +152,7 @@ int main(void) {
     pid_t pid = fork();
     if (pid == 0) {
         rstf_team_lock();
-        for (int r = 0; r < 200; ++r) { loop(sizes[r % 11]); barrier(3, r); }
+        for (int r = 0; r < 200; ++r) { loop(sizes[r % 11]); barrier(3, r); dynamic(2, r); }
         rstf_team_unlock();
         _exit(0);
     }

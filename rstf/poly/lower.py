@@ -26,6 +26,7 @@ from pycparser import c_ast, c_generator
 from .deps import Dependences
 from . import regepi
 from .microkernel import Shape, dispatch_name, dispatch_source, prelude, vlen
+from .parallel import dynamic_schedule
 from .raise_c import Scop, Statement, _isl_name, _text
 from .band import BandGroup, parts_of
 from . import prepack
@@ -35,6 +36,11 @@ from .winograd import helpers as winograd_helpers, plan as winograd_plan
 from .winograd import source as winograd_source
 
 MIN_WORK = 16384  # statement instances under a loop before a parallel region pays off
+# Statement instances in one chunk of a parallel loop (about a microsecond of kernel time):
+# a thread takes its next chunk with a compare-and-swap, so the chunks must be large
+# enough for that to cost nothing, and small enough for the threads to even out.
+CHUNK_WORK = 65536
+MIN_CHUNKS = 16  # but at least this many chunks (8 a thread on 2), where the loop has them
 
 MACROS = """\
 /* isl AST expressions. */
@@ -224,10 +230,12 @@ class _CallLowering:
         if parallel and want_simd:
             pragma.append("simd")
             self.stats.simd_loops += 1
+        if par:
+            pragma.append(dynamic_schedule(
+                _chunk(self._work_per_entry(names, originals, p), node, inner)))
         carry = self._carry_start(p, par, inner is not None, packing)
         if carry and par:  # the region's threads each keep their window across rows
             pragma[0] = "for"
-            pragma.append("schedule(static)")
         if pragma:
             self.lines.append(f"#pragma omp {' '.join(pragma)}")
         self.lines.append(f"for (int {it} = {init}; {_expr(node.for_get_cond())}; "
@@ -532,6 +540,36 @@ def _plus(base: str, scale: int, row: str) -> str:
 def _window_start(s: int, lo: int, m: int) -> str:
     """A halo window's first row at band row c<m>: s * c<m> + lo, as C."""
     return f"{s} * c{m}" + (f" + {lo}" if lo > 0 else f" - {-lo}" if lo < 0 else "")
+
+
+def _trips(node: isl.AstNode) -> int | None:
+    """The iterations of an isl AST loop whose bounds and step are constants, else None."""
+    init, cond, inc = node.for_get_init(), node.for_get_cond(), node.for_get_inc()
+    if (init.get_type() != isl.ast_expr_type.int or inc.get_type() != isl.ast_expr_type.int
+            or cond.get_type() != isl.ast_expr_type.op or cond.get_op_n_arg() != 2):
+        return None
+    bound = cond.get_op_arg(1)
+    op = cond.get_op_type()
+    if bound.get_type() != isl.ast_expr_type.int or op not in (isl.ast_expr_op_type.le,
+                                                               isl.ast_expr_op_type.lt):
+        return None
+    lo, hi, step = (int(e.get_val().to_python()) for e in (init, bound, inc))
+    hi += op == isl.ast_expr_op_type.le
+    return max(0, -(-(hi - lo) // step))
+
+
+def _chunk(work: float, node: isl.AstNode, inner: isl.AstNode | None) -> int:
+    """Iterations per chunk of a parallel loop (with `inner`, the collapsed pair) that runs
+    `work` statement instances: CHUNK_WORK of them, in at least MIN_CHUNKS chunks (an
+    instance may be a vector FMA's lane or a whole pointwise op), 1 where the trip count is
+    not known."""
+    trips = _trips(node)
+    if trips is not None and inner is not None:
+        t2 = _trips(inner)
+        trips = trips * t2 if t2 is not None else None
+    if not trips:
+        return 1
+    return max(1, min(int(CHUNK_WORK * trips // max(work, 1)), trips // MIN_CHUNKS))
 
 
 def _step(it: str, node: isl.AstNode) -> str:

@@ -68,6 +68,7 @@ import numpy as np
 
 from . import regepi
 from .microkernel import fits_registers, vlen
+from .parallel import dynamic_schedule
 from .raise_c import Scop, Statement, _isl_name
 from .schedule import CallSchedule, _addr, extents
 
@@ -548,18 +549,19 @@ def source(p: Plan, fname: str, params: list[str]) -> str:
                   f"    float *restrict V = rstf_wg + {p.u_floats};  "
                   f"/* V[tile row][{E}][{TW}][{C}] */"]
         lines += _weight_transform(p)
+    # A chunk: a row of tiles (input transform), a tile row's panels, a tile row.
     if p.whole_v:
-        lines += ["    #pragma omp parallel for collapse(2)",
+        lines += [f"    #pragma omp parallel for collapse(2) {dynamic_schedule(TW)}",
                   f"    for (int th = 0; th < {TH}; ++th)",
                   f"        for (int tw = 0; tw < {TW}; ++tw)",
                   "            rstf_wg_in_%d(x, V + (long)th * %d, th, tw);" % (p.call, E * TW * C),
-                  "    #pragma omp parallel for collapse(2)",
+                  f"    #pragma omp parallel for collapse(2) {dynamic_schedule(len(p.panels))}",
                   f"    for (int th = 0; th < {TH}; ++th)",
                   f"        for (int p = 0; p < {len(p.panels)}; ++p)",
                   f"            rstf_wg_row_{p.call}(V + (long)th * {E * TW * C}, U, th, p"
                   f"{_operand_args(p)});"]
     else:
-        lines += ["    #pragma omp parallel for",
+        lines += [f"    #pragma omp parallel for {dynamic_schedule(1)}",
                   f"    for (int th = 0; th < {TH}; ++th) {{",
                   f"        float *restrict v = V + (long)th * {E * TW * C};",
                   f"        for (int tw = 0; tw < {TW}; ++tw) rstf_wg_in_{p.call}(x, v, th, tw);",
