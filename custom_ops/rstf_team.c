@@ -62,6 +62,7 @@ static struct {
     _Alignas(64) atomic_uint region;
     _Alignas(64) atomic_uint sleepers; /* workers asleep on `region` (futex) */
     _Alignas(64) atomic_uint running;  /* workers still in the current region */
+    _Alignas(64) _Atomic uint64_t gate; /* the current region's (see rstf_join) */
     _Alignas(64) atomic_uint arrived;  /* barrier: threads arrived in this phase */
     _Alignas(64) atomic_uint phase;    /* barrier: bumped when all have arrived */
     _Alignas(64) atomic_int in_call;   /* the op wrapper holds the lock (rstf_team_lock) */
@@ -73,6 +74,23 @@ static struct {
     long spin_ns;
     pthread_mutex_t start_mu;          /* starting workers */
 } rstf_team = {.start_mu = PTHREAD_MUTEX_INITIALIZER, .spin_ns = -1};
+
+/* The gate: the region's count (the region word's high bits) above RSTF_GATE_SHIFT, then
+ * RSTF_CLOSED, then the number of workers that joined it. A worker joins the region it saw
+ * only while that is still the gate's and the gate is open; the starting thread closes the
+ * gate of a region whose work all threads share dynamically once none is left, and waits
+ * for the workers that joined only (rstf_parallel). */
+#define RSTF_CLOSED ((uint64_t)1 << RSTF_SIZE_BITS)
+#define RSTF_GATE_SHIFT (RSTF_SIZE_BITS + 1)
+
+static int rstf_join(unsigned count) {
+    uint64_t g = atomic_load_explicit(&rstf_team.gate, memory_order_acquire);
+    while ((g >> RSTF_GATE_SHIFT) == count && !(g & RSTF_CLOSED))
+        if (atomic_compare_exchange_weak_explicit(&rstf_team.gate, &g, g + 1,
+                                                  memory_order_acq_rel, memory_order_acquire))
+            return 1;
+    return 0;
+}
 
 static _Thread_local unsigned rstf_tnum;     /* thread number in the current team */
 static _Thread_local unsigned rstf_tsize = 1; /* its size; 1 outside any region */
@@ -147,7 +165,7 @@ static void *rstf_worker(void *arg) {
         }
         seen = now;
         const unsigned size = (now & (RSTF_MAX_THREADS - 1)) + 1;
-        if (me < size) {
+        if (me < size && rstf_join(now >> RSTF_SIZE_BITS)) {
             rstf_tnum = me;
             rstf_tsize = size;
             rstf_in_region = 1;
@@ -377,13 +395,26 @@ static void rstf_parallel(rstf_region_fn fn, void *data, unsigned num_threads,
     atomic_store_explicit(&rstf_team.arrived, 0, memory_order_relaxed);
     atomic_store_explicit(&rstf_team.running, n - 1, memory_order_relaxed);
     const unsigned word = atomic_load_explicit(&rstf_team.region, memory_order_relaxed);
+    const unsigned count = (word >> RSTF_SIZE_BITS) + 1;
+    atomic_store_explicit(&rstf_team.gate, (uint64_t)(count & ((1u << (32 - RSTF_SIZE_BITS)) - 1))
+                                               << RSTF_GATE_SHIFT, memory_order_relaxed);
     /* seq_cst, as is the load of `sleepers` after it: a worker going to sleep either sees
      * the new word or is seen and woken (it counts itself before its last look). */
-    atomic_store(&rstf_team.region, ((word >> RSTF_SIZE_BITS) + 1) << RSTF_SIZE_BITS | (n - 1));
+    atomic_store(&rstf_team.region, count << RSTF_SIZE_BITS | (n - 1));
     if (atomic_load(&rstf_team.sleepers)) rstf_futex_wake_all(&rstf_team.region);
     rstf_tnum = 0, rstf_tsize = n, rstf_in_region = 1;
     fn(data);
     rstf_tnum = 0, rstf_tsize = 1, rstf_in_region = 0;
+    if (loop) {
+        /* The loop's chunks are all taken: a worker that has not joined yet (its core taken
+         * by the hypervisor or another thread, or still waking up) has nothing left to do
+         * and must not be waited for. Close the gate; count out those that did not join. */
+        const uint64_t g = atomic_fetch_or_explicit(&rstf_team.gate, RSTF_CLOSED,
+                                                    memory_order_acq_rel);
+        const unsigned joined = (unsigned)(g & (RSTF_CLOSED - 1));
+        if (joined < n - 1)
+            atomic_fetch_sub_explicit(&rstf_team.running, n - 1 - joined, memory_order_relaxed);
+    }
     /* Workers past the team's size skip the region; wait for the others. */
     unsigned step = 0;
     while (atomic_load_explicit(&rstf_team.running, memory_order_acquire) != 0)

@@ -4,10 +4,11 @@ code calls, as the op libraries of `poly` and `none` carry them. A C program com
 every iteration of a (collapsed) static loop run exactly once by a thread of the requested
 team, the same for the dynamic loops the generated C marks (`schedule(nonmonotonic: dynamic,
 K)`: static ranges that the threads steal from each other, a thread held up losing its
-iterations to the others), the barrier that ends `omp for`, a nested region (rstf's batch
-loop around parallel sample code) running on its caller alone, team sizes changing from
-region to region, the workers' sleep and wake-up (within a call and between calls), and a
-child of fork() starting its own workers."""
+iterations to the others, a region closed without the workers that come too late), the
+barrier that ends `omp for`, a nested region (rstf's batch loop around parallel sample code)
+running on its caller alone, team sizes changing from region to region, the workers' sleep
+and wake-up (within a call and between calls), and a child of fork() starting its own
+workers."""
 from __future__ import annotations
 
 import os
@@ -18,6 +19,7 @@ import pytest
 from rstf.build import CUSTOM_OPS_DIR, TEAM_SOURCE
 
 PROGRAM = r"""
+#define _DEFAULT_SOURCE  /* usleep, under -std=c11 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +115,19 @@ static void dynamic(int threads, int round) {
         if (d[i] != 2 * (N - 1 - i) - i) FAIL("dynamic omp for, threads %d: %d", threads, i);
 }
 
+/* A dynamic loop over less work than a worker's wake-up: the starting thread takes every
+ * chunk and closes the region without the workers that have not joined yet (with
+ * RSTF_SPIN_US=0 they sleep between regions); the static loop after it (next round) then
+ * needs every worker again. */
+static void tiny(int threads) {
+    int hits[4] = {0};
+    omp_set_num_threads(threads);
+    #pragma omp parallel for schedule(nonmonotonic: dynamic, 1)
+    for (int i = 0; i < 4; ++i) hits[i] += 1;
+    for (int i = 0; i < 4; ++i)
+        if (hits[i] != 1) FAIL("tiny dynamic loop, threads %d: %d ran %d times", threads, i, hits[i]);
+}
+
 /* The batch loop: an outer num_threads(P) region, an inner region in each iteration. */
 static void nested(void) {
     int outer[8] = {0}, inner[8] = {0};
@@ -140,6 +155,7 @@ int main(void) {
         loop(t);
         barrier(t, r);
         dynamic(t, r);
+        tiny(t);
         if (r % 500 == 250) usleep(3000);  /* in a call, past RSTF_SPIN_US 100 and 0 */
         if (r % 500 == 0) {  /* between calls: the workers sleep 100 us after its end */
             rstf_team_unlock();
