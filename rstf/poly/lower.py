@@ -646,8 +646,10 @@ def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
             for k in cs.kernels]
     if cs.chain:
         fns = ", ".join(scop.calls[c].function for c in cs.chain.calls)
+        merged = next((k for k in cs.kernels if k.merged), None)
         what.append(f"fused pointwise chain {fns}"
-                    + (" as the epilogue of each row" if cs.kernels else "")
+                    + (f" as the epilogue of each {merged.rows_text + ' ' if merged else ''}row"
+                       if cs.kernels else "")
                     + f"; contracted to scalars: {', '.join(cs.chain.contracted) or 'none'}"
                     + (f"; to registers (the epilogue runs in the kernel): {epi.y}" if epi
                        else f"; to one row: {', '.join(cs.rows)}" if cs.rows else ""))
