@@ -27,8 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.group_profile import ALLOC_RAND, bench_c_flags, buffers, load_subgraph  # noqa: E402
-from rstf.build import CUSTOM_OPS_DIR, TEAM_SOURCE  # noqa: E402
+from benchmarks.group_profile import ALLOC_RAND, buffers, load_subgraph, team_build  # noqa: E402
 
 
 def _main_c(entry: str, shapes: dict, ws_bytes: int, reps: int) -> str:
@@ -104,7 +103,6 @@ def ab(dir_a: str, dir_b: str, subgraph: int = 0, reps: int = 200, threads: int 
     # another shape): both sides get the larger buffer, each reading what it reads.
     shapes = {k: max(shapes[k], shapes_b[k], key=math.prod) for k in shapes}
     entry = f"rstf_sg_{subgraph}"
-    flags = bench_c_flags()
     with tempfile.TemporaryDirectory() as d:
         shim = os.path.join(d, "shim.c")
         with open(shim, "w") as f:
@@ -114,13 +112,7 @@ def ab(dir_a: str, dir_b: str, subgraph: int = 0, reps: int = 200, threads: int 
             c, so = os.path.join(d, f"{tag}.c"), os.path.join(d, f"{tag}.so")
             with open(c, "w") as f:
                 f.write(src)
-            # The team instead of libgomp, as in the op library (linked without -fopenmp).
-            objs = []
-            for unit in (c, shim, os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)):
-                objs.append(os.path.join(d, f"{tag}.{os.path.basename(unit)}.o"))
-                subprocess.run(["gcc", *flags, "-fPIC", "-I", CUSTOM_OPS_DIR, "-c", unit,
-                                "-o", objs[-1]], check=True)
-            subprocess.run(["gcc", "-shared", "-pthread", *objs, "-o", so, "-lm"], check=True)
+            team_build([c, shim], so, d, shared=True)
             libs.append(so)
         c, exe = os.path.join(d, "main.c"), os.path.join(d, "main")
         with open(c, "w") as f:

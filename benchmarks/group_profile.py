@@ -94,6 +94,34 @@ def bench_c_flags() -> list[str]:
     return [x for x in c_flags() if x != "-fvisibility=hidden"]
 
 
+def team_build(units: list[str], out: str, workdir: str, shared: bool = False) -> None:
+    """Compile C `units` with the op library's C flags and link them with rstf's OpenMP team
+    (custom_ops/rstf_team.c) instead of libgomp, as the op library is built, into the
+    program (or, `shared`, the shared library) `out`: the parallel loops then run as they do
+    under TensorFlow. The team's symbols are hidden: a caller in another module reaches its
+    lock and thread count through functions that `units` export."""
+    from rstf.build import CUSTOM_OPS_DIR, TEAM_SOURCE
+    objs = []
+    for unit in [*units, os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)]:
+        objs.append(os.path.join(workdir, f"{os.path.basename(out)}.{os.path.basename(unit)}.o"))
+        subprocess.run(["gcc", *bench_c_flags(), *(["-fPIC"] if shared else []), "-I",
+                        CUSTOM_OPS_DIR, "-c", unit, "-o", objs[-1]], check=True)
+    # Linked without -fopenmp: every GOMP_* and omp_* the units call is the team's.
+    subprocess.run(["gcc", *(["-shared"] if shared else []), "-pthread", *objs, "-o", out,
+                    "-lm"], check=True)
+
+
+# C: the harness's clock (the team has no omp_get_wtime), before any other include.
+WTIME = """#define _POSIX_C_SOURCE 200809L
+#include <time.h>
+static double rstf_wtime(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+"""
+
+
 def instrument(src: str, entry: str) -> tuple[str, list[dict]]:
     """(instrumented C, the timed calls in order) for `entry` in `src`."""
     lines = src.splitlines()
@@ -108,18 +136,19 @@ def instrument(src: str, entry: str) -> tuple[str, list[dict]]:
             k = len(calls)
             calls.append({"call": call.group(1), "nodes": nodes})
             nodes = []
-            line = (f"    {{ double _t0 = omp_get_wtime(); {line.strip()} "
-                    f"rstf_prof[{k}] += omp_get_wtime() - _t0; }}")
+            line = (f"    {{ double _t0 = rstf_wtime(); {line.strip()} "
+                    f"rstf_prof[{k}] += rstf_wtime() - _t0; }}")
         elif nodes and "fused into" in line:
             calls[-1]["nodes"].extend(nodes) if calls else None
             nodes = []
         out.append(line)
-    head = f"#include <omp.h>\ndouble rstf_prof[{max(len(calls), 1)}];\n"
+    head = WTIME + f"double rstf_prof[{max(len(calls), 1)}];\n"
     return head + "\n".join(out) + "\n", calls
 
 
 def harness(entry: str, shapes: dict, ws_bytes: int, reps: int, n_calls: int) -> str:
-    """A main() that runs `entry` reps times on random inputs and prints per-call medians."""
+    """A main() that runs `entry` reps times on random inputs, on argv[1] threads of the team,
+    and prints per-call medians."""
     names, allocs = buffers(shapes, ws_bytes)
     args = ", ".join(names)
     return f"""
@@ -127,17 +156,23 @@ def harness(entry: str, shapes: dict, ws_bytes: int, reps: int, n_calls: int) ->
 #include <stdlib.h>
 #include <string.h>
 {ALLOC_RAND}
+void rstf_team_lock(void);
+void rstf_team_unlock(void);
+void omp_set_num_threads(int);
 static int cmp(const void *a, const void *b) {{
     double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y);
 }}
-int main(void) {{
+int main(int argc, char **argv) {{
 {allocs}
     static double t[{reps}][{n_calls + 1}];
     for (int r = -3; r < {reps}; ++r) {{
         memset(rstf_prof, 0, sizeof rstf_prof);
-        double t0 = omp_get_wtime();
+        double t0 = rstf_wtime();
+        rstf_team_lock();  /* as the op wrapper does around a call */
+        omp_set_num_threads(atoi(argv[1]));
         {entry}({args});
-        double total = omp_get_wtime() - t0;
+        rstf_team_unlock();
+        double total = rstf_wtime() - t0;
         if (r < 0) continue;
         for (int k = 0; k < {n_calls}; ++k) t[r][k] = rstf_prof[k];
         t[r][{n_calls}] = total;
@@ -182,12 +217,9 @@ def profile(outdir: str, subgraph: int = 0, reps: int = 20, threads: int = 0) ->
         c, exe = os.path.join(d, "p.c"), os.path.join(d, "p")
         with open(c, "w") as f:
             f.write(code)
-        subprocess.run(["gcc", *bench_c_flags(),
-                        "-I", os.path.join(ROOT, "custom_ops"), c, "-o", exe, "-lm"], check=True)
-        env = dict(os.environ)
-        if threads:
-            env["OMP_NUM_THREADS"] = str(threads)
-        out = subprocess.run([exe], env=env, capture_output=True, text=True, check=True).stdout
+        team_build([c], exe, d)
+        out = subprocess.run([exe, str(threads or os.cpu_count() or 1)], capture_output=True,
+                             text=True, check=True).stdout
     med = {int(k): float(v) for k, v in (l.split() for l in out.splitlines())}
     total = med.pop(len(calls))
     for k, c in enumerate(calls):
@@ -200,7 +232,8 @@ def main(argv=None) -> int:
     ap.add_argument("outdir")
     ap.add_argument("--subgraph", type=int, default=0)
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS (default: all)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="the team's threads (default: every core)")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args(argv)
     res = profile(args.outdir, args.subgraph, args.reps, args.threads)
