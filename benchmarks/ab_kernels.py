@@ -28,6 +28,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks.group_profile import ALLOC_RAND, buffers, load_subgraph, team_build  # noqa: E402
+from rstf.build import TEAM_CALLS  # noqa: E402
 
 
 def _main_c(entry: str, shapes: dict, ws_bytes: int, reps: int) -> str:
@@ -61,8 +62,8 @@ int main(int argc, char **argv) {{
         void *h = dlopen(argv[1 + i], RTLD_NOW | RTLD_LOCAL);
         if (!h) {{ fprintf(stderr, "%s\\n", dlerror()); return 1; }}
         f[i] = (entry_t)dlsym(h, "{entry}");
-        begin[i] = (begin_t)dlsym(h, "rstf_bench_begin");
-        end[i] = (end_t)dlsym(h, "rstf_bench_end");
+        begin[i] = (begin_t)dlsym(h, "rstf_call_begin");
+        end[i] = (end_t)dlsym(h, "rstf_call_end");
     }}
 {allocs}
     for (int r = -3; r < {reps}; ++r) {{
@@ -75,20 +76,6 @@ int main(int argc, char **argv) {{
     }}
     return 0;
 }}
-"""
-
-
-# C: exported by each side's library, the op wrapper's part around a call (its team's lock
-# and thread count).
-BENCH_SHIM = """
-void rstf_team_lock(void);
-void rstf_team_unlock(void);
-void omp_set_num_threads(int);
-__attribute__((visibility("default"))) void rstf_bench_begin(int threads) {
-    rstf_team_lock();
-    omp_set_num_threads(threads);
-}
-__attribute__((visibility("default"))) void rstf_bench_end(void) { rstf_team_unlock(); }
 """
 
 
@@ -106,7 +93,7 @@ def ab(dir_a: str, dir_b: str, subgraph: int = 0, reps: int = 200, threads: int 
     with tempfile.TemporaryDirectory() as d:
         shim = os.path.join(d, "shim.c")
         with open(shim, "w") as f:
-            f.write(BENCH_SHIM)
+            f.write(TEAM_CALLS)
         libs = []
         for tag, src in (("a", src_a), ("b", src_b)):
             c, so = os.path.join(d, f"{tag}.c"), os.path.join(d, f"{tag}.so")

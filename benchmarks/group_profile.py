@@ -104,8 +104,9 @@ def team_build(units: list[str], out: str, workdir: str, shared: bool = False) -
     objs = []
     for unit in [*units, os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)]:
         objs.append(os.path.join(workdir, f"{os.path.basename(out)}.{os.path.basename(unit)}.o"))
-        subprocess.run(["gcc", *bench_c_flags(), *(["-fPIC"] if shared else []), "-I",
-                        CUSTOM_OPS_DIR, "-c", unit, "-o", objs[-1]], check=True)
+        subprocess.run(["gcc", *bench_c_flags(), *(["-fPIC"] if shared else []),
+                        "-DRSTF_TEAM", "-I", CUSTOM_OPS_DIR, "-c", unit, "-o", objs[-1]],
+                       check=True)
     # Linked without -fopenmp: every GOMP_* and omp_* the units call is the team's.
     subprocess.run(["gcc", *(["-shared"] if shared else []), "-pthread", *objs, "-o", out,
                     "-lm"], check=True)

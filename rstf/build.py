@@ -269,9 +269,10 @@ def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, diges
             for name in units:
                 obj = os.path.join(work, name + ".o")
                 objs.append(obj)
+                # RSTF_TEAM: the generated C's loops run on the team (lower.MACROS).
                 futures[pool.submit(
-                    _run, [toolchain.cc, *toolchain.flags, "-c", os.path.join(work, name), "-o",
-                           obj], name)] = name
+                    _run, [toolchain.cc, *toolchain.flags, *(["-DRSTF_TEAM"] if team else []),
+                           "-c", os.path.join(work, name), "-o", obj], name)] = name
             for fut in concurrent.futures.as_completed(futures):
                 fut.result()
                 if futures[fut] in c_sources:  # (the progress counts the subgraphs' units)
@@ -308,18 +309,35 @@ def _check_no_libgomp(lib: str) -> None:
                         f"{', '.join(missing) or proc.stderr.strip()[:200]}")
 
 
+# C: with `compile_c_shared(team=True)`, what the op wrapper does around a call, exported:
+# the team's lock and its thread count.
+TEAM_CALLS = """
+void rstf_team_lock(void);
+void rstf_team_unlock(void);
+void omp_set_num_threads(int);
+__attribute__((visibility("default"))) void rstf_call_begin(int threads) {
+    rstf_team_lock();
+    omp_set_num_threads(threads);
+}
+__attribute__((visibility("default"))) void rstf_call_end(void) { rstf_team_unlock(); }
+"""
+
+
 def compile_c_shared(source: str, out_path: str, march: str = "native",
-                     toolchain: CToolchain | None = None) -> None:
+                     toolchain: CToolchain | None = None, team: bool = False) -> None:
     """Compile one C source alone into a shared library (tests call entries via ctypes),
-    with gcc and `c_flags(march)`, or with `toolchain`'s compiler and flags."""
+    with gcc and `c_flags(march)`, or with `toolchain`'s compiler and flags. `team`: with
+    rstf's OpenMP team and RSTF_TEAM, as the op library runs it (its loops dynamic), and
+    `rstf_call_begin(threads)` / `rstf_call_end()` to call around the entry."""
     toolchain = toolchain or c_toolchain("poly", march)
-    with tempfile.NamedTemporaryFile("w", suffix=".c", delete=False) as f:
-        f.write(source)
-        src = f.name
-    try:
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "source.c")
+        with open(src, "w") as f:
+            f.write(source + (TEAM_CALLS if team else ""))
+        # (the team's definitions are hidden: its unit's GOMP_* bind inside the library)
+        units = [src, os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)] if team else [src]
         flags = [x for x in toolchain.flags if x != "-fvisibility=hidden"]
+        flags += ["-DRSTF_TEAM"] if team else []
         # Polly's parallel loops call libgomp, which clang does not link by itself.
         libs = ["-lm"] if toolchain.cc == "gcc" else ["-lm", "-lgomp"]
-        _run([toolchain.cc, *flags, "-shared", src, "-o", out_path, *libs], "generated C")
-    finally:
-        os.unlink(src)
+        _run([toolchain.cc, *flags, "-shared", *units, "-o", out_path, *libs], "generated C")

@@ -16,13 +16,16 @@ from .codegen import SubgraphCode
 
 
 def run_subgraph_c(sg: SubgraphCode, inputs: dict[str, np.ndarray], march: str = "native",
-                   toolchain: CToolchain | None = None) -> dict[str, np.ndarray]:
+                   toolchain: CToolchain | None = None,
+                   team_threads: int = 0) -> dict[str, np.ndarray]:
     """Compile `sg.source` alone (gcc, or `toolchain`) and call its entry; `inputs` maps each
     input slot's tensor name to its value. Returns {output tensor name: value}. Outputs start
-    as NaN and the workspace as 0xFF bytes, so anything the code forgets to write shows up."""
+    as NaN and the workspace as 0xFF bytes, so anything the code forgets to write shows up.
+    `team_threads`: run it as the op library does, on that many threads of rstf's OpenMP
+    team (`compile_c_shared(team=True)`), instead of on libgomp's."""
     with tempfile.TemporaryDirectory() as d:
         so = os.path.join(d, "sg.so")
-        compile_c_shared(sg.source, so, march, toolchain)
+        compile_c_shared(sg.source, so, march, toolchain, team=team_threads > 0)
         lib = ctypes.CDLL(so)
         args, keep = [], []
         for slot in sg.inputs:
@@ -37,6 +40,10 @@ def run_subgraph_c(sg: SubgraphCode, inputs: dict[str, np.ndarray], march: str =
             args.append(arr.ctypes.data_as(ctypes.c_void_p))
         ws = np.full(max(sg.workspace_bytes, 1), 0xFF, dtype=np.uint8)
         args.append(ws.ctypes.data_as(ctypes.c_void_p))
+        if team_threads:
+            lib.rstf_call_begin(team_threads)
         getattr(lib, sg.entry)(*args)
+        if team_threads:
+            lib.rstf_call_end()
         del lib
     return outs

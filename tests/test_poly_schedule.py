@@ -52,11 +52,13 @@ def _subgraph(build, out="out"):
     return g, generate_subgraph(g, nodes, 0)
 
 
-def _run_both(g, sg, feeds, threads=2, winograd=False):
+def _run_both(g, sg, feeds, threads=2, winograd=False, team=False):
     """(textbook outputs, optimized outputs, report entry), the optimized C run with
-    `threads` OpenMP threads. The graph's constants are passed as such, as the pipeline
-    does: those the new C reads in panel layout are fed packed (poly/prepack.py).
-    `winograd` off by default: every conv keeps its direct kernels, bit-identical."""
+    `threads` OpenMP threads: libgomp's (its loops static), or, `team`, rstf's team as in
+    the op library (its loops dynamic, RSTF_TEAM). The graph's constants are passed as such,
+    as the pipeline does: those the new C reads in panel layout are fed packed
+    (poly/prepack.py). `winograd` off by default: every conv keeps its direct kernels,
+    bit-identical."""
     inputs = {s.tensor: (feeds[s.tensor] if s.tensor in feeds else g.const_value(s.tensor))
               for s in sg.inputs}
     ref = run_subgraph_c(sg, inputs)
@@ -74,7 +76,7 @@ def _run_both(g, sg, feeds, threads=2, winograd=False):
     prev = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
-        got = run_subgraph_c(sg, inputs)
+        got = run_subgraph_c(sg, inputs, team_threads=threads if team else 0)
     finally:
         sg.source, sg.workspace_bytes, sg.inputs = old, old_ws, old_in
         if prev is None:
@@ -183,9 +185,10 @@ CASES = {
 }
 
 
-def _bitwise_case(case, run: bool = True):
+def _bitwise_case(case, run: bool = True, threads: int = 2, team: bool = False):
     """(report entry, subgraph, new C) of CASES[case], its optimized C checked bit-identical
-    to the textbook C on random input (with `run`; else only optimized)."""
+    to the textbook C on random input (with `run`; else only optimized), run as `_run_both`
+    runs it."""
     shape, body = CASES[case]
 
     def build():
@@ -199,10 +202,22 @@ def _bitwise_case(case, run: bool = True):
         assert info["optimizer"] == "poly", info
         return info, sg, new
     x = rng.randn(*shape).astype(np.float32)
-    ref, got, info, new = _run_both(g, sg, {"x:0": x})
+    ref, got, info, new = _run_both(g, sg, {"x:0": x}, threads=threads, team=team)
     for k in ref:
         np.testing.assert_array_equal(got[k], ref[k])
     return info, sg, new
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("case", ["conv_same", "conv_1x1_bias_relu", "depthwise_bn_relu6",
+                                  "pad_depthwise_s2_bn_relu6", "conv_valid_stride2"])
+def test_poly_equals_textbook_bitwise_on_the_team(case, threads):
+    """The same on rstf's OpenMP team, as the op library runs the C: every parallel loop
+    dynamic (`schedule(RSTF_SCHEDULE(K))` with RSTF_TEAM), the threads' static shares
+    stolen from, on 2 threads and on 3 (more than this machine's cores: shares left
+    behind)."""
+    info, _, new = _bitwise_case(case, threads=threads, team=True)
+    assert info["parallel_loops"] >= 1 and "RSTF_SCHEDULE(" in new
 
 
 @pytest.mark.parametrize("target", [AVX512, AVX2], ids=lambda t: t.name)
@@ -412,7 +427,7 @@ def test_lowered_c_is_readable_and_marked():
     marked = [i for i, ln in enumerate(lines) if "#pragma omp parallel for" in ln]
     assert len(marked) == info["parallel_loops"]
     for i in marked:
-        chunk = re.search(r"schedule\(nonmonotonic: dynamic, (\d+)\)$", lines[i])
+        chunk = re.search(r"schedule\(RSTF_SCHEDULE\((\d+)\)\)$", lines[i])
         loop = re.match(r"\s*for \(int (c\d+) = 0; \1 <= (\d+); \+\+\1\)", lines[i + 1])
         assert chunk and loop, lines[i:i + 2]
         trips = int(loop.group(2)) + 1
@@ -750,6 +765,10 @@ def test_halo_band_recomputes_the_window(case, threads, monkeypatch):
     halos = [b for b in info["bands"] if b["recomputed_window"]]
     assert len(halos) == want, info["bands"]
     if want:
+        # On the team, a thread that steals band rows starts its own window there.
+        _, got, _, _ = _run_both(g, sg, {"x:0": x}, threads=threads, team=True)
+        for k in ref:
+            np.testing.assert_array_equal(got[k], ref[k])
         band_info = halos[0]
         assert len(band_info["nodes"]) == 3 and band_info["loops"] == 2, band_info
         ((y, win),) = band_info["recomputed_window"].items()
@@ -759,7 +778,7 @@ def test_halo_band_recomputes_the_window(case, threads, monkeypatch):
         # a thread's next band row moves the shared row up and computes from the one after
         assert f"if (rstf_carry) memmove(&{y}_row[0], &{y}_row[2], 1 * sizeof" in new
         # (in the region that declares the windows: the threads' ranges, stolen from)
-        assert re.search(r"#pragma omp for schedule\(nonmonotonic: dynamic, \d+\)", new)
+        assert re.search(r"#pragma omp for schedule\(RSTF_SCHEDULE\(\d+\)\)", new)
         start = "2 * c2" + (f" + {first + 1}" if first + 1 else "")  # (2h + first) + 1
         trimmed = rf"for \(int c4 = \(rstf_carry \? rstf_max\(.*, {re.escape(start)}\) :"
         assert re.search(trimmed, new)

@@ -10,8 +10,9 @@ relation and the isl AST's iterator expressions substituted; a kernel instance b
 microkernel call on the tile's first elements.
 
 Pragmas come from the exact dependences: the outermost loop that carries no dependence and
-encloses enough work is `omp parallel for`; an innermost loop that carries none is
-`omp simd`. The entry function keeps its signature and temporaries and calls the scheduled
+encloses enough work is `omp parallel for`, in chunks (`_chunk`) that rstf's OpenMP team
+balances between its threads (`parallel.dynamic_schedule`); an innermost loop that carries
+none is `omp simd`. The entry function keeps its signature and temporaries and calls the scheduled
 functions in the original order, each after the TF node's comment.
 """
 from __future__ import annotations
@@ -43,6 +44,16 @@ CHUNK_WORK = 65536
 MIN_CHUNKS = 16  # but at least this many chunks (8 a thread on 2), where the loop has them
 
 MACROS = """\
+/* The parallel loops' schedule. rstf's OpenMP team (RSTF_TEAM: the op library) runs a
+   nonmonotonic dynamic loop as static shares that the threads steal from each other's
+   ends; libgomp (the serving package) hands dynamic chunks out in order, which moves the
+   rows from core to core from one loop to the next: static there. */
+#ifdef RSTF_TEAM
+#define RSTF_SCHEDULE(chunk) nonmonotonic: dynamic, chunk
+#else
+#define RSTF_SCHEDULE(chunk) static
+#endif
+
 /* isl AST expressions. */
 #define rstf_floord(n, d) (((n) < 0) ? -((-(n) + (d) - 1) / (d)) : (n) / (d))
 #define rstf_min(x, y) ((x) < (y) ? (x) : (y))

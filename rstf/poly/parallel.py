@@ -21,11 +21,12 @@ from .raise_c import Scop, Statement
 
 
 def dynamic_schedule(chunk: int) -> str:
-    """The schedule clause of the pass's parallel loops: chunks of `chunk` iterations,
-    in any order. rstf's OpenMP team (custom_ops/rstf_team.c) runs such a loop as a static
-    one whose threads steal from each other's ends when one falls behind (a core slowed by
-    its neighbours, or taken by another of TensorFlow's threads); libgomp as plain dynamic."""
-    return f"schedule(nonmonotonic: dynamic, {chunk})"
+    """The schedule clause of the pass's parallel loops (`lower.MACROS`' RSTF_SCHEDULE):
+    with rstf's OpenMP team (custom_ops/rstf_team.c), chunks of `chunk` iterations in any
+    order, which the team runs as a static loop whose threads steal from each other's ends
+    when one falls behind (a core slowed by its neighbours, or taken by another of
+    TensorFlow's threads); with libgomp, static."""
+    return f"schedule(RSTF_SCHEDULE({chunk}))"
 
 
 @dataclasses.dataclass
