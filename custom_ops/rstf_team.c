@@ -223,14 +223,15 @@ static unsigned rstf_start_workers(unsigned n) {
  * compare-and-swap on its own cache line). A thread whose range is empty steals the back
  * half of the largest range left, and goes on from there.
  *
- * Why: the cores of a shared host run at different speeds from one moment to the next (a
- * neighbour on a core's SMT sibling halves its FMA throughput for seconds at a time), and
- * a static loop lasts as long as its slowest thread's half. Stealing lets the other thread
- * take over the rest, while a balanced run keeps `static`'s placement: each thread works
- * on the same rows in every loop, so what one loop wrote stays in that core's L2 for the
- * next. libgomp's plain dynamic schedule hands chunks out in order from one shared counter,
- * which loses that placement (measured 4-10% slower than static on MobileNet v2, on a host
- * without the imbalance). Nonmonotonic allows any order of chunks (OpenMP 5.0, 2.9.2).
+ * Why: the cores of a shared host run at different speeds from one moment to the next
+ * (measured on a 2-vCPU cloud host: one core at half its FMA rate for seconds while the
+ * other ran at full), and a static loop lasts as long as its slowest thread's share.
+ * Stealing lets the other thread take over the rest, while a balanced run keeps `static`'s
+ * placement: each thread works on the same rows in every loop, so what one loop wrote stays
+ * in that core's L2 for the next. libgomp's plain dynamic schedule hands chunks out in order
+ * from one shared counter, which loses that placement (MobileNet v2's kernels 4-15% slower
+ * than static). Nonmonotonic allows any order of chunks (OpenMP 5.0, 2.9.2). The generated
+ * C asks for it only with RSTF_TEAM defined (its RSTF_SCHEDULE macro): static otherwise.
  *
  * A range is one 64-bit word, its first chunk in the high half and its end in the low
  * half; the owner takes the first chunk, a thief moves the end down. */
