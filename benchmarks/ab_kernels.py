@@ -27,8 +27,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.group_profile import ALLOC_RAND, buffers, load_subgraph, team_build  # noqa: E402
-from rstf.build import TEAM_CALLS  # noqa: E402
+from benchmarks.group_profile import ALLOC_RAND, buffers, load_subgraph  # noqa: E402
+from rstf.build import compile_c_shared  # noqa: E402
 
 
 def _main_c(entry: str, shapes: dict, ws_bytes: int, reps: int) -> str:
@@ -91,16 +91,10 @@ def ab(dir_a: str, dir_b: str, subgraph: int = 0, reps: int = 200, threads: int 
     shapes = {k: max(shapes[k], shapes_b[k], key=math.prod) for k in shapes}
     entry = f"rstf_sg_{subgraph}"
     with tempfile.TemporaryDirectory() as d:
-        shim = os.path.join(d, "shim.c")
-        with open(shim, "w") as f:
-            f.write(TEAM_CALLS)
         libs = []
         for tag, src in (("a", src_a), ("b", src_b)):
-            c, so = os.path.join(d, f"{tag}.c"), os.path.join(d, f"{tag}.so")
-            with open(c, "w") as f:
-                f.write(src)
-            team_build([c, shim], so, d, shared=True)
-            libs.append(so)
+            libs.append(os.path.join(d, f"{tag}.so"))
+            compile_c_shared(src, libs[-1], team=True)  # with rstf_call_begin / _end
         c, exe = os.path.join(d, "main.c"), os.path.join(d, "main")
         with open(c, "w") as f:
             f.write(_main_c(entry, shapes, max(sg_a["workspace_bytes"], sg_b["workspace_bytes"]),

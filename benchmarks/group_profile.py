@@ -94,22 +94,18 @@ def bench_c_flags() -> list[str]:
     return [x for x in c_flags() if x != "-fvisibility=hidden"]
 
 
-def team_build(units: list[str], out: str, workdir: str, shared: bool = False) -> None:
-    """Compile C `units` with the op library's C flags and link them with rstf's OpenMP team
-    (custom_ops/rstf_team.c) instead of libgomp, as the op library is built, into the
-    program (or, `shared`, the shared library) `out`: the parallel loops then run as they do
-    under TensorFlow. The team's symbols are hidden: a caller in another module reaches its
-    lock and thread count through functions that `units` export."""
+def team_build(unit: str, exe: str, workdir: str) -> None:
+    """Compile the C program `unit` with the op library's C flags and RSTF_TEAM and link it
+    with rstf's OpenMP team (custom_ops/rstf_team.c) instead of libgomp, as the op library
+    is built, into `exe`: the parallel loops then run as they do under TensorFlow."""
     from rstf.build import CUSTOM_OPS_DIR, TEAM_SOURCE
     objs = []
-    for unit in [*units, os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)]:
-        objs.append(os.path.join(workdir, f"{os.path.basename(out)}.{os.path.basename(unit)}.o"))
-        subprocess.run(["gcc", *bench_c_flags(), *(["-fPIC"] if shared else []),
-                        "-DRSTF_TEAM", "-I", CUSTOM_OPS_DIR, "-c", unit, "-o", objs[-1]],
-                       check=True)
-    # Linked without -fopenmp: every GOMP_* and omp_* the units call is the team's.
-    subprocess.run(["gcc", *(["-shared"] if shared else []), "-pthread", *objs, "-o", out,
-                    "-lm"], check=True)
+    for c in (unit, os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)):
+        objs.append(os.path.join(workdir, os.path.basename(c) + ".o"))
+        subprocess.run(["gcc", *bench_c_flags(), "-DRSTF_TEAM", "-I", CUSTOM_OPS_DIR, "-c", c,
+                        "-o", objs[-1]], check=True)
+    # Linked without -fopenmp: every GOMP_* and omp_* the program calls is the team's.
+    subprocess.run(["gcc", "-pthread", *objs, "-o", exe, "-lm"], check=True)
 
 
 # C: the harness's clock (the team has no omp_get_wtime), before any other include.
@@ -150,6 +146,7 @@ def instrument(src: str, entry: str) -> tuple[str, list[dict]]:
 def harness(entry: str, shapes: dict, ws_bytes: int, reps: int, n_calls: int) -> str:
     """A main() that runs `entry` reps times on random inputs, on argv[1] threads of the team,
     and prints per-call medians."""
+    from rstf.build import TEAM_CALLS
     names, allocs = buffers(shapes, ws_bytes)
     args = ", ".join(names)
     return f"""
@@ -157,9 +154,7 @@ def harness(entry: str, shapes: dict, ws_bytes: int, reps: int, n_calls: int) ->
 #include <stdlib.h>
 #include <string.h>
 {ALLOC_RAND}
-void rstf_team_lock(void);
-void rstf_team_unlock(void);
-void omp_set_num_threads(int);
+{TEAM_CALLS}
 static int cmp(const void *a, const void *b) {{
     double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y);
 }}
@@ -169,10 +164,9 @@ int main(int argc, char **argv) {{
     for (int r = -3; r < {reps}; ++r) {{
         memset(rstf_prof, 0, sizeof rstf_prof);
         double t0 = rstf_wtime();
-        rstf_team_lock();  /* as the op wrapper does around a call */
-        omp_set_num_threads(atoi(argv[1]));
+        rstf_call_begin(atoi(argv[1]));  /* as the op wrapper does around a call */
         {entry}({args});
-        rstf_team_unlock();
+        rstf_call_end();
         double total = rstf_wtime() - t0;
         if (r < 0) continue;
         for (int k = 0; k < {n_calls}; ++k) t[r][k] = rstf_prof[k];
@@ -218,7 +212,7 @@ def profile(outdir: str, subgraph: int = 0, reps: int = 20, threads: int = 0) ->
         c, exe = os.path.join(d, "p.c"), os.path.join(d, "p")
         with open(c, "w") as f:
             f.write(code)
-        team_build([c], exe, d)
+        team_build(c, exe, d)
         out = subprocess.run([exe, str(threads or os.cpu_count() or 1)], capture_output=True,
                              text=True, check=True).stdout
     med = {int(k): float(v) for k, v in (l.split() for l in out.splitlines())}

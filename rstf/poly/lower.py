@@ -221,7 +221,8 @@ class _CallLowering:
             init = f"(rstf_carry ? rstf_max({init}, {self.carrying}) : {init})"
         originals = self._originals(names)
         innermost = not _has_for(body)
-        want_par = not in_parallel and self._work_per_entry(names, originals, p) >= MIN_WORK
+        work = None if in_parallel else self._work_per_entry(names, originals, p)
+        want_par = work is not None and work >= MIN_WORK
         want_simd = innermost and not (names & set(self.kernels))
         parallel = not bare and (want_par or want_simd) and self._is_parallel(originals, p)
         pragma = []
@@ -242,8 +243,7 @@ class _CallLowering:
             pragma.append("simd")
             self.stats.simd_loops += 1
         if par:
-            pragma.append(dynamic_schedule(
-                _chunk(self._work_per_entry(names, originals, p), node, inner)))
+            pragma.append(dynamic_schedule(_chunk(work, node, inner)))
         carry = self._carry_start(p, par, inner is not None, packing)
         if carry and par:  # the region's threads each keep their window across rows
             pragma[0] = "for"
