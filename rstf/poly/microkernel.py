@@ -156,8 +156,9 @@ def reduction_args(shape: Shape) -> str:
 
 
 def kernel_source(shape: Shape) -> str:
-    """The C of one microkernel (static inline; needs PRELUDE): RB rows of `width` columns,
-    unrolled over its vectors (a half vector when the width is not a whole number of them)."""
+    """The C of one microkernel (needs PRELUDE; `_linkage` says whether inline): RB rows
+    of `width` columns, unrolled over its vectors (a half vector when the width is not a
+    whole number of them)."""
     rb, width = shape.rb, shape.width
     vecs = vectors(width)
     store = [f"*({t} *)(y + r * syr + {c}) = acc{v}[r];" for v, (t, c) in enumerate(vecs)]
@@ -215,7 +216,7 @@ def kernel_text(name: str, shape: Shape, params: str, finish: list[str], comment
     unroll = f"    #pragma GCC unroll {rb}\n" if shape.slide else ""
     return f"""\
 /* {comment} */
-{attr}static inline void {name}({reduction_params(shape)}, {params})
+{attr}{_linkage(shape)} void {name}({reduction_params(shape)}, {params})
 {{
 {decl}
 {unroll}    for (int r = 0; r < {rb}; ++r) {{
@@ -227,6 +228,24 @@ def kernel_text(name: str, shape: Shape, params: str, finish: list[str], comment
     }}
 }}
 """
+
+
+def _linkage(shape: Shape) -> str:
+    """How a kernel is declared: a contraction's kernel (not `vec_a`) out of line, a
+    depthwise one inline.
+
+    A contraction kernel needs nearly every vector register for its RB x NV accumulators
+    (`fits_registers`). Inlined into a fused group's tile loop beside other statements'
+    code, gcc keeps their hoisted invariants live across it and spills accumulators inside
+    the reduction: MobileNet v2's 12x8 1x1-conv kernels reloaded 2-4 of them from the
+    stack each step in five band groups. Out of line it has the register file to itself,
+    and -O3's ipa-cp still clones it with the call sites' constant strides. A call runs a
+    whole reduction (K of 16 and more), so the call costs little. Depthwise kernels run 9
+    taps a call, so a call would cost more there, and they are not that tight.
+    Measured (`ab_kernels.py`, Zen 3, MobileNet v2, B/A): 0.954 and 0.954 on two threads,
+    0.942 on one; every kernel out of line 0.949; ResNet-50 1.000, Inception v3 0.994
+    (their time is in Winograd and in groups of one contraction)."""
+    return "static inline" if shape.vec_a else "__attribute__((noinline)) static"
 
 
 def _slide_loop(shape: Shape) -> str:
