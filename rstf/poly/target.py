@@ -36,11 +36,15 @@ class Target:
     # FMA latency, and what one load (a broadcast or a vector) costs against an FMA.
     fma_chains: float = 10.0
     load_cost: float = 0.5
-    # A depthwise conv's channel tiles run inside each chunk of rows (`schedule.tile_time`).
+    # A depthwise conv's channel tiles run inside each chunk of rows (`schedule.tile_time`):
+    # on AVX2 (Zen 3) MobileNet v2's kernels 0.971x; on AVX-512 (Zen 4) it changes nothing
+    # (1.008 and 1/1.003, `ab_kernels.py`, 300 pairs each order, 2026-11-25), so off there.
     depthwise_tiles_in_chunks: bool = False
     # A small map's 1x1 conv runs its pixels as one row of chunks (`schedule.merge_rows`):
-    # measured on AVX2 only (Zen 3); AVX-512's per-row tiles were tuned on Zen 4 and stay
-    # until merged rows are measured there.
+    # on AVX2 (Zen 3) MobileNet v2's kernels 0.94-0.95x; on AVX-512 (Zen 4) 1.077x and
+    # 1/0.929 the time (the same A/B as above): with 32 registers the per-row 7x48 tiles of
+    # the 7- and 14-row maps already hold enough accumulators, and the merged maps' 9x48
+    # chunks lose to them. Off there.
     merge_rows: bool = False
 
     @property
