@@ -8,7 +8,8 @@ iterations to the others, a region closed without the workers that come too late
 barrier that ends `omp for`, a nested region (rstf's batch loop around parallel sample code)
 running on its caller alone, team sizes changing from region to region, the workers' sleep
 and wake-up (within a call and between calls), and a child of fork() starting its own
-workers."""
+workers. A second program checks the workers' placement: a worker held on the CPU of the
+thread that starts the regions is moved off it."""
 from __future__ import annotations
 
 import os
@@ -182,11 +183,10 @@ int main(void) {
 """
 
 
-@pytest.fixture(scope="module")
-def program(tmp_path_factory):
-    d = tmp_path_factory.mktemp("team")
+def _build(d, text: str) -> str:
+    """The C program `text` compiled with -fopenmp and linked with the team, in folder d."""
     src, exe = d / "t.c", d / "t"
-    src.write_text(PROGRAM)
+    src.write_text(text)
     objs = []
     for c in (str(src), os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)):
         obj = str(d / (os.path.basename(c) + ".o"))
@@ -200,6 +200,11 @@ def program(tmp_path_factory):
     return str(exe)
 
 
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    return _build(tmp_path_factory.mktemp("team"), PROGRAM)
+
+
 @pytest.mark.parametrize("spin_us", ["5000", "100", "0"])
 def test_team_runs_what_the_generated_c_needs(program, spin_us):
     # 0: a worker sleeps after every region, so each region start is a futex wake-up.
@@ -207,3 +212,82 @@ def test_team_runs_what_the_generated_c_needs(program, spin_us):
                           env={**os.environ, "RSTF_SPIN_US": spin_us})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+PLACEMENT = r"""
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+void omp_set_num_threads(int);
+int omp_get_thread_num(void);
+void rstf_team_lock(void);
+void rstf_team_unlock(void);
+
+#define FAIL(...) do { printf(__VA_ARGS__); printf("\n"); exit(1); } while (0)
+enum { REGIONS = 400 };
+static volatile int worker_cpu[REGIONS]; /* where thread 1 ran in region r; -1: it did not */
+
+static void busy_us(long us) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1000000L + (b.tv_nsec - a.tv_nsec) / 1000 < us);
+}
+
+static void region(int r) {
+    worker_cpu[r] = -1;
+    #pragma omp parallel for schedule(nonmonotonic: dynamic, 1)
+    for (int i = 0; i < 40; ++i) {
+        busy_us(20);
+        if (omp_get_thread_num() == 1) worker_cpu[r] = sched_getcpu();
+    }
+}
+
+int main(void) {
+    omp_set_num_threads(2);
+    rstf_team_lock();
+    region(0); /* the worker starts, with every CPU of the process */
+    /* This thread and every other thread of the process (the worker) on one CPU: as Linux
+     * sometimes leaves a woken worker beside the thread that woke it. */
+    const int cpu = sched_getcpu();
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) FAIL("sched_setaffinity");
+    const long self = syscall(SYS_gettid);
+    DIR *d = opendir("/proc/self/task");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        const long tid = atol(e->d_name);
+        if (tid > 0 && tid != self && sched_setaffinity(tid, sizeof one, &one) != 0)
+            FAIL("sched_setaffinity %ld", tid);
+    }
+    if (d) closedir(d);
+    for (int r = 1; r < REGIONS; ++r) region(r);
+    rstf_team_unlock();
+    int away = 0, beside = 0;
+    for (int r = REGIONS / 2; r < REGIONS; ++r) {
+        away += worker_cpu[r] >= 0 && worker_cpu[r] != cpu;
+        beside += worker_cpu[r] == cpu;
+    }
+    if (away < REGIONS / 8)
+        FAIL("the worker ran on another CPU in %d of the last %d regions, on this one in %d",
+             away, REGIONS / 2, beside);
+    printf("ok %d %d\n", away, beside);
+    return 0;
+}
+"""
+
+
+def test_team_moves_a_worker_off_the_starting_threads_cpu(tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")  # (one CPU: nowhere to move a worker to)
+    proc = subprocess.run([_build(tmp_path, PLACEMENT)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("ok")
