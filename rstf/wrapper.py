@@ -7,6 +7,7 @@ with different meanings.
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 
@@ -18,10 +19,28 @@ from .opgen.base import render
 TF_TYPES = {np.dtype(np.float32): ("float", "DT_FLOAT")}
 
 
+def runtime_digest() -> str:
+    """A hash of the code every op library carries besides its generated C: the wrapper's
+    template and the runtime in custom_ops/ (the kernel header, the OpenMP team). Two
+    libraries of the same generated C from two versions of that code are different
+    libraries: loaded in one process, the same op names would clash ("Multiple OpKernel
+    registrations match")."""
+    from .build import CUSTOM_OPS_DIR, RUNTIME_HEADERS, TEAM_SOURCE
+
+    h = hashlib.sha256()
+    paths = [os.path.join(os.path.dirname(__file__), "templates", "wrapper.cc.j2"),
+             *(os.path.join(CUSTOM_OPS_DIR, f) for f in (*RUNTIME_HEADERS, TEAM_SOURCE))]
+    for path in paths:
+        with open(path, "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
 def library_digest(subgraphs: list[SubgraphCode], compiler: str = "") -> str:
     """`compiler` names the C toolchain when it is not the default: the same C compiled by
-    Graphite or Polly is another library, and must not register the same op names."""
-    h = hashlib.sha256(__version__.encode() + compiler.encode())
+    Graphite or Polly is another library, and must not register the same op names; nor
+    must the same C with another runtime (`runtime_digest`)."""
+    h = hashlib.sha256(__version__.encode() + compiler.encode() + runtime_digest().encode())
     for sg in subgraphs:
         # (which inputs are weights is part of the op's signature: attributes, not inputs)
         h.update(sg.digest.encode() + bytes(s.weight for s in sg.inputs))

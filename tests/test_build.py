@@ -30,3 +30,21 @@ def test_cache_entries_are_verified(tmp_path):
     assert build._verified(str(lib))
     lib.write_bytes(b"\x7fELF truncated")  # corrupted after the fact
     assert not build._verified(str(lib))
+
+
+def test_op_names_follow_the_runtime(tmp_path, monkeypatch):
+    """The same generated C with another op-library runtime (here the OpenMP team) gets
+    other op names, so both libraries load in one process; the same runtime, the same."""
+    import os
+
+    from rstf.wrapper import library_digest
+
+    with open(os.path.join(build.CUSTOM_OPS_DIR, build.TEAM_SOURCE)) as f:
+        team = f.read()
+    before = library_digest([])
+    copy = tmp_path / "team.c"
+    copy.write_text(team)
+    monkeypatch.setattr(build, "TEAM_SOURCE", str(copy))  # (an absolute path joins as is)
+    assert library_digest([]) == before
+    copy.write_text(team + "\n/* another team */\n")
+    assert library_digest([]) != before
