@@ -184,6 +184,16 @@ def _compiler_version(cc: str) -> str:
         raise RstfError(f"the C compiler {cc!r} is not installed") from None
 
 
+def runtime_sources() -> dict[str, str]:
+    """{file name: text} of the runtime in custom_ops/ that op libraries compile in: the
+    kernel header and the OpenMP team."""
+    out = {}
+    for name in (*RUNTIME_HEADERS, TEAM_SOURCE):
+        with open(os.path.join(CUSTOM_OPS_DIR, name)) as f:
+            out[name] = f.read()
+    return out
+
+
 def build_library(c_sources: dict[str, str], cc_source: str, march: str = "native",
                   jobs: int | None = None, on_done=None,
                   toolchain: CToolchain | None = None) -> tuple[str, bool]:
@@ -197,9 +207,9 @@ def build_library(c_sources: dict[str, str], cc_source: str, march: str = "nativ
 
     toolchain = toolchain or c_toolchain("poly", march)
     tf_cflags, tf_lflags = tf_flags()
-    headers = {h: open(os.path.join(CUSTOM_OPS_DIR, h)).read() for h in RUNTIME_HEADERS}
-    if toolchain.uses_team:  # (hashed with the sources; a name no generated file has)
-        headers[TEAM_SOURCE] = open(os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)).read()
+    headers = runtime_sources()
+    if not toolchain.uses_team:  # (hashed with the sources; a name no generated file has)
+        del headers[TEAM_SOURCE]
     digest = cache_key(c_sources, cc_source, headers, toolchain, tf.__version__, tf_cflags)
     final_dir = os.path.join(cache_dir(), digest)
     lib = os.path.join(final_dir, f"librstf_{digest[:16]}.so")

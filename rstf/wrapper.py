@@ -25,14 +25,13 @@ def runtime_digest() -> str:
     libraries of the same generated C from two versions of that code are different
     libraries: loaded in one process, the same op names would clash ("Multiple OpKernel
     registrations match")."""
-    from .build import CUSTOM_OPS_DIR, RUNTIME_HEADERS, TEAM_SOURCE
+    from .build import runtime_sources
 
+    with open(os.path.join(os.path.dirname(__file__), "templates", "wrapper.cc.j2")) as f:
+        texts = [f.read(), *runtime_sources().values()]
     h = hashlib.sha256()
-    paths = [os.path.join(os.path.dirname(__file__), "templates", "wrapper.cc.j2"),
-             *(os.path.join(CUSTOM_OPS_DIR, f) for f in (*RUNTIME_HEADERS, TEAM_SOURCE))]
-    for path in paths:
-        with open(path, "rb") as f:
-            h.update(hashlib.sha256(f.read()).digest())
+    for text in texts:
+        h.update(hashlib.sha256(text.encode()).digest())
     return h.hexdigest()
 
 

@@ -1,4 +1,6 @@
 """The build step: failures point to a log, cache entries are verified before use."""
+import os
+
 import pytest
 
 from rstf import build
@@ -35,8 +37,6 @@ def test_cache_entries_are_verified(tmp_path):
 def test_op_names_follow_the_runtime(tmp_path, monkeypatch):
     """The same generated C with another op-library runtime (here the OpenMP team) gets
     other op names, so both libraries load in one process; the same runtime, the same."""
-    import os
-
     from rstf.wrapper import library_digest
 
     with open(os.path.join(build.CUSTOM_OPS_DIR, build.TEAM_SOURCE)) as f:
