@@ -718,14 +718,20 @@ HALO_CASES = {  # (halo bands, the window's first row at band row h minus 2h, bu
 }
 
 
-def test_halo_band_carries_rows_in_a_sequential_row_loop(monkeypatch):
+@pytest.mark.parametrize("budget, rows", [(0, 3), (18 << 10, 3 + 2 * 2), (None, 3 + 2 * 7)])
+def test_halo_band_carries_rows_in_a_sequential_row_loop(budget, rows, monkeypatch):
     """A halo band whose row loop does not go parallel (too little work for a region)
     still carries the shared window row, in a plain block: every band row after the
-    first computes two expanded rows, bit-identical to the textbook C."""
+    first computes two expanded rows, bit-identical to the textbook C. The window slides
+    down a buffer of as many rows as the byte budget holds (13 x 48 floats a row: 3 in
+    no budget, 7 in 18 KB, 17 at most) and the shared row moves up when it reaches the
+    end: 19 band rows cover every case, a move at each row down to none at all."""
     from rstf.poly import band, lower
 
     monkeypatch.setattr(band, "HALO_MIN_BYTES", 0)
     monkeypatch.setattr(lower, "MIN_WORK", 10 ** 12)
+    if budget is not None:
+        monkeypatch.setattr(lower, "WINDOW_BUFFER_BYTES", budget)
     shape = (1, 37, 13, 16)
 
     def build():
@@ -737,9 +743,12 @@ def test_halo_band_carries_rows_in_a_sequential_row_loop(monkeypatch):
     ref, got, info, new = _run_both(g, sg, {"x:0": x}, threads=2)
     np.testing.assert_array_equal(got["out:0"], ref["out:0"])
     assert info["parallel_loops"] == 0 and "#pragma omp parallel" not in new
-    assert "if (rstf_carry) memmove(" in new
     (win,) = [b["recomputed_window"] for b in info["bands"] if b["recomputed_window"]]
-    assert list(win.values())[0]["carried"] == 1
+    ((y, w),) = win.items()
+    assert w["carried"] == 1 and w["buffer_rows"] == rows
+    assert f"float {y}_row[{rows}][13][48]" in new
+    assert f"else if (rstf_base + 5 <= {rows}) rstf_base += 2;" in new
+    assert f"memmove(&{y}_row[0], &{y}_row[rstf_base + 2], 1 * sizeof {y}_row[0]);" in new
 
 
 @pytest.mark.parametrize("threads", [2, 3])
@@ -776,11 +785,13 @@ def test_halo_band_recomputes_the_window(case, threads, monkeypatch):
         band_info = halos[0]
         assert len(band_info["nodes"]) == 3 and band_info["loops"] == 2, band_info
         ((y, win),) = band_info["recomputed_window"].items()
-        assert win == {"stride": 2, "first": first, "rows": 3, "carried": 1}
+        assert win == {"stride": 2, "first": first, "rows": 3, "carried": 1,
+                       "buffer_rows": 17}
         # the window is a buffer of each thread of the parallel row loop: no workspace
-        assert f"float {y}_row[3][13][48]" in new and f"{y}[restrict" not in new
-        # a thread's next band row moves the shared row up and computes from the one after
-        assert f"if (rstf_carry) memmove(&{y}_row[0], &{y}_row[2], 1 * sizeof" in new
+        assert f"float {y}_row[17][13][48]" in new and f"{y}[restrict" not in new
+        # a thread's next band row slides the window down, or moves the shared row up,
+        # and computes from the one after
+        assert f"memmove(&{y}_row[0], &{y}_row[rstf_base + 2], 1 * sizeof" in new
         # (in the region that declares the windows: the threads' ranges, stolen from)
         assert re.search(r"#pragma omp for schedule\(RSTF_SCHEDULE\(\d+\)\)", new)
         start = "2 * c2" + (f" + {first + 1}" if first + 1 else "")  # (2h + first) + 1

@@ -143,7 +143,8 @@ def _optimize_source(source, entry, tile, fuse, constants, winograd) -> tuple[st
         "bands": [{"nodes": [scop.calls[p.call].node for p in g.parts],
                    "contracted_to_row": sorted(set(g.rows) - set(g.halo)), "loops": g.m,
                    "recomputed_window": {y: {"stride": s, "first": lo, "rows": kh,
-                                             "carried": kh - s if y in stats.carried else 0}
+                                             "carried": kh - s if y in stats.carried else 0,
+                                             "buffer_rows": stats.carried.get(y, kh)}
                                          for y, (s, lo, kh) in g.halo.items()}}
                   for g in bands],
         "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
