@@ -245,6 +245,12 @@ def test_poly_equals_textbook_bitwise(case, target):
         assert info["tiled"] and info["kernel_calls"] > 0, info
     # Merged rows are on for AVX2 only (target.merge_rows)
     assert all(t["loops"][0] != "oh x ow" for t in info["tiled"]), info["tiled"]
+    # Single-vector tiles (target.single_vector_tiles): a 1x1 conv of K=16 over rows of
+    # 23 pixels in 12-row x 16-column tiles (12 + 11 rows); K=64 keeps the model's 9x48.
+    if case == "conv_1x1_bn_relu6_in_registers":
+        assert [t["tile"] for t in info["tiled"]] == [[12, 16]], info["tiled"]
+    if case == "conv_1x1_bias_relu":
+        assert [t["tile"] for t in info["tiled"]] == [[9, 48]], info["tiled"]
     # 27 steps in all, or 21 (kw x ic) x 7 rows of taps in 21-step calls: kh runs in
     # the kernel too
     if case.startswith("conv_rgb_"):
@@ -585,6 +591,20 @@ def test_tile_choice_fits_registers(target):
         assert choose_tile(10, target.vlen - 1) is None
         if target is AVX2:
             assert choose_tile(36, 64)[:2] == (6, 2)
+
+
+def test_single_vector_tile_only_for_short_reductions_of_enough_rows():
+    """`single_vector_tile`: RB x 16 tiles (one vector, RB up to 14) for a reduction of
+    at most SINGLE_MAX_DEPTH steps over at least SINGLE_MIN_ROWS rows; None otherwise (a
+    GEMV's one row would run one accumulator chain; a long reduction's rows leave L1)."""
+    from rstf.poly.microkernel import SINGLE_MAX_DEPTH, single_vector_tile
+
+    with use(AVX512):
+        assert single_vector_tile(112, 96, 16)[:2] == (14, 1)
+        assert single_vector_tile(7, 960, 32)[:2] == (7, 1)
+        assert single_vector_tile(112, 96, SINGLE_MAX_DEPTH + 1) is None
+        assert single_vector_tile(1, 1000, 16) is None
+        assert single_vector_tile(56, 8, 16) is None  # narrower than a vector
 
 
 def test_failure_after_raising_keeps_the_textbook_c(monkeypatch):

@@ -363,6 +363,26 @@ def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1),
     return best
 
 
+# Single-vector tiles (`Target.single_vector_tiles`). MobileNet v2's block 1 expansion
+# (K=16, 112 rows) as a band's only part, one thread, Zen 4: 9x48 (the model's) 0.406 ms,
+# 8x48 0.381, 7x48 0.382, 7x32 0.397, 4x48 0.461, 14x16 0.352, 16x16 0.358, 28x16 0.574.
+# Whole-reduction 1x1 convs in RB x 16 tiles, rows outermost, 2 threads (`group_profile.py`,
+# per group): K <= 32 (MobileNet v2's expansions of blocks 1-6) 7-10% faster; K = 64..192 mixed (MobileNet v2's later expansions 1-5% faster,
+# ResNet-50's 1x1s before a residual add 1-5% slower); K >= 256 3-15% slower (the rows of
+# A no longer stay in L1 beside the weight panel). So only up to SINGLE_MAX_DEPTH steps.
+SINGLE_MAX_DEPTH = 48
+SINGLE_MIN_ROWS = 7  # fewer accumulators do not hide the FMA latency (a GEMV's one row)
+
+
+def single_vector_tile(rows: int, cols: int, depth: int) -> tuple[int, int, float] | None:
+    """(RB, 1, cost) for a contraction over rows x cols outputs whose kernel call runs
+    `depth` reduction steps, where single-vector tiles pay (at most SINGLE_MAX_DEPTH steps,
+    at least SINGLE_MIN_ROWS rows), else None."""
+    if rows < SINGLE_MIN_ROWS or cols < vlen() or depth > SINGLE_MAX_DEPTH:
+        return None
+    return choose_tile(rows, cols, (1,))
+
+
 def l2_bytes() -> int:
     """This machine's per-core L2 cache (the generated code is built for it: -march=native),
     from sysfs; 1 MiB when unknown."""

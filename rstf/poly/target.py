@@ -46,6 +46,11 @@ class Target:
     # the 7- and 14-row maps already hold enough accumulators, and the merged maps' 9x48
     # chunks lose to them. Off there.
     merge_rows: bool = False
+    # A contraction whose call keeps its operands in L1 runs in tiles one vector wide
+    # (`microkernel.single_vector_tile`): AVX-512 FMAs take their broadcast row operand
+    # from memory (`{1to16}`), so an RB x 1 tile issues one instruction an FMA where
+    # RB x NV issues RB broadcasts for RB x NV FMAs. Measured on Zen 4 (see there).
+    single_vector_tiles: bool = False
 
     @property
     def half(self) -> int:
@@ -68,7 +73,7 @@ class Target:
 # the 7-row convs of 7x7 maps instead of 4x16 + 3x16 (MobileNet v2's kernels 0.956x, one
 # thread, `ab_kernels.py` over 100 pairs) and keep every other tile; the AVX-512 constants
 # there pick the 4x16s, and 7x8 for 14 rows too was slower (1.046x).
-AVX512 = Target("avx512", 16, 32)
+AVX512 = Target("avx512", 16, 32, single_vector_tiles=True)
 AVX2 = Target("avx2", 8, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True,
               merge_rows=True)
 SSE = Target("sse", 4, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True,
