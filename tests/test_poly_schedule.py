@@ -246,11 +246,15 @@ def test_poly_equals_textbook_bitwise(case, target):
     # Merged rows are on for AVX2 only (target.merge_rows)
     assert all(t["loops"][0] != "oh x ow" for t in info["tiled"]), info["tiled"]
     # Single-vector tiles (target.single_vector_tiles): a 1x1 conv of K=16 over rows of
-    # 23 pixels in 12-row x 16-column tiles (12 + 11 rows); K=64 keeps the model's 9x48.
-    if case == "conv_1x1_bn_relu6_in_registers":
-        assert [t["tile"] for t in info["tiled"]] == [[12, 16]], info["tiled"]
-    if case == "conv_1x1_bias_relu":
-        assert [t["tile"] for t in info["tiled"]] == [[9, 48]], info["tiled"]
+    # 23 pixels in 12-row x 16-column tiles (12 + 11 rows), K=64 over rows of 9 in 9x16;
+    # one whose epilogue adds a residual (K=160) keeps the model's 7x32, and so does a
+    # reduction too deep (K=256, 5x48).
+    single = {"conv_1x1_bn_relu6_in_registers": [[12, 16]], "conv_1x1_bias_relu": [[9, 16]],
+              "conv_1x1_7x7_merged_rows_broadcast_epilogue": [[7, 16]],
+              "conv_1x1_7x7_merged_rows_residual_in_registers": [[7, 32]],
+              "conv_deep_weights_packed": [[5, 48], [5, 32]]}
+    if case in single:
+        assert [t["tile"] for t in info["tiled"]] == single[case], info["tiled"]
     # 27 steps in all, or 21 (kw x ic) x 7 rows of taps in 21-step calls: kh runs in
     # the kernel too
     if case.startswith("conv_rgb_"):

@@ -367,10 +367,12 @@ def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1),
 # (K=16, 112 rows) as a band's only part, one thread, Zen 4: 9x48 (the model's) 0.406 ms,
 # 8x48 0.381, 7x48 0.382, 7x32 0.397, 4x48 0.461, 14x16 0.352, 16x16 0.358, 28x16 0.574.
 # Whole-reduction 1x1 convs in RB x 16 tiles, rows outermost, 2 threads (`group_profile.py`,
-# per group): K <= 32 (MobileNet v2's expansions of blocks 1-6) 7-10% faster; K = 64..192 mixed (MobileNet v2's later expansions 1-5% faster,
-# ResNet-50's 1x1s before a residual add 1-5% slower); K >= 256 3-15% slower (the rows of
-# A no longer stay in L1 beside the weight panel). So only up to SINGLE_MAX_DEPTH steps.
-SINGLE_MAX_DEPTH = 48
+# per group, against the model's tiles): K <= 32 (MobileNet v2's expansions of blocks 1-6)
+# 7-10% faster; K = 64..192 1-8% faster (MobileNet v2's later expansions, Inception v3's
+# 1x1s at 73x73 and 35x35), but 1-7% slower where the epilogue adds a residual (ResNet-50's
+# 1x1s to 256 and 512 channels: `schedule._residual_after` keeps those); K >= 256 3-15%
+# slower (the rows of A no longer stay in L1 beside the weight panel).
+SINGLE_MAX_DEPTH = 192
 SINGLE_MIN_ROWS = 7  # fewer accumulators do not hide the FMA latency (a GEMV's one row)
 
 

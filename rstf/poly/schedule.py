@@ -537,10 +537,38 @@ def _order(s: Statement, kern: Kernel, scop: Scop) -> None:
     # streams A again from L2, NV times as often; first convs (their kw x ic and kh in the
     # call) measured either way: MobileNet v2's 3% faster, Inception v3's 5% slower.
     if (current().single_vector_tiles and not kern.tile_outer and not kern.merged and r
-            and not kern.kin and not kern.k2):
+            and not kern.kin and not kern.k2 and not _residual_after(s, kern.y.array, scop)):
         one = single_vector_tile(rows, n(v), kern.depth)
         if one is not None:
             kern.rb, kern.nv = one[0], one[1]
+
+
+def _residual_after(s: Statement, y: str, scop: Scop) -> bool:
+    """Whether the pointwise statements after contraction `s` that read its output y, and
+    what they write in turn, read another tensor of y's size: a residual add, which the
+    contraction's epilogue will run. (ResNet-50's 1x1 convs before one measured 1-7% slower
+    in single-vector tiles, MobileNet v2's and Inception v3's others 1-8% faster.)"""
+    from .fuse import _pointwise
+
+    size = scop.buffers[y].size
+    if size is None:
+        return False
+    seen, todo = {y}, [y]
+    while todo:
+        array = todo.pop()
+        for t in scop.statements:
+            if t.call == s.call or not any(a.array == array and not a.write
+                                           for a in t.accesses) or not _pointwise(t, scop):
+                continue
+            for a in t.accesses:
+                if a.array in seen:
+                    continue
+                if not a.write and scop.buffers[a.array].size == size:
+                    return True
+                if a.write:
+                    seen.add(a.array)
+                    todo.append(a.array)
+    return False
 
 
 def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str, scop: Scop):
