@@ -546,8 +546,9 @@ def _order(s: Statement, kern: Kernel, scop: Scop) -> None:
 def _residual_after(s: Statement, y: str, scop: Scop) -> bool:
     """Whether the pointwise statements after contraction `s` that read its output y, and
     what they write in turn, read another tensor of y's size: a residual add, which the
-    contraction's epilogue will run. (ResNet-50's 1x1 convs before one measured 1-7% slower
-    in single-vector tiles, MobileNet v2's and Inception v3's others 1-8% faster.)"""
+    contraction's epilogue will run (or whose other operand y is: a shortcut, counted too,
+    to stay on the measured side). ResNet-50's 1x1 convs before one measured 1-7% slower in
+    single-vector tiles, MobileNet v2's and Inception v3's others 1-8% faster."""
     from .fuse import _pointwise
 
     size = scop.buffers[y].size

@@ -46,10 +46,11 @@ class Target:
     # the 7- and 14-row maps already hold enough accumulators, and the merged maps' 9x48
     # chunks lose to them. Off there.
     merge_rows: bool = False
-    # A contraction whose call keeps its operands in L1 runs in tiles one vector wide
-    # (`microkernel.single_vector_tile`): AVX-512 FMAs take their broadcast row operand
-    # from memory (`{1to16}`), so an RB x 1 tile issues one instruction an FMA where
-    # RB x NV issues RB broadcasts for RB x NV FMAs. Measured on Zen 4 (see there).
+    # A 1x1 conv with a short reduction runs in tiles one vector wide, RB x 16
+    # (`microkernel.single_vector_tile`): measured faster on Zen 4 (see there). Why is not
+    # established (no performance counters in that VM): it is not the separate broadcast
+    # instructions of wider tiles, since an 8x48 kernel whose FMAs all took their broadcast
+    # from memory (`{1to16}`, inline asm) ran slower, 0.407 against 0.378 ms.
     single_vector_tiles: bool = False
 
     @property
