@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from . import __version__, memplan
+from . import __version__, chelpers, memplan
 from .cescape import c_comment
 from .cformat import format_c
 from .graph import Graph, split_tensor
@@ -164,9 +164,10 @@ def generate_subgraph(graph: Graph, nodes: list[str], index: int,
 
     entry = f"rstf_sg_{index}"
     params = entry_params(inputs.values(), outputs.values())
+    texts = [k.replace("@NAME@", v) for k, v in functions.items()]
     source = render("subgraph.c.j2", version=__version__, index=index, nodes=nodes, flops=flops,
                     tensors=[*inputs.values(), *outputs.values(), *temps.values()],
-                    functions=[k.replace("@NAME@", v) for k, v in functions.items()],
+                    helpers=chelpers.helpers_for(texts), functions=texts,
                     entry=entry, params=params, temps=list(temps.values()), calls=calls,
                     workspace=workspace)
     return SubgraphCode(index, list(nodes), entry, format_c(source), list(inputs.values()),

@@ -130,8 +130,11 @@ class Softmax(OpHandler):
         C = shape[-1]
         R = numel(shape[:-1])
         ct = self.ctype(node)
+        ms = self.math_suffix(node)
+        # float: rstf's own exp (rstf/chelpers.py), which an omp simd loop vectorises.
+        exp_fn = "rstf_expf" if ms == "f" else f"exp{ms}"
         body = render("ops/softmax.c.j2", R=R, C=C, inp="x", out="y", m="m", s="s",
-                      fs=self.literal_suffix(node), ms=self.math_suffix(node))
+                      fs=self.literal_suffix(node), exp_fn=exp_fn)
         return OpFunction(body, [ArrayParam("x", (R, C), ct)], [ArrayParam("y", (R, C), ct)],
                           scratch=[ArrayParam("m", (R,), ct), ArrayParam("s", (R,), ct)],
                           summary=f"Softmax {list(shape)} over the last axis")

@@ -26,6 +26,7 @@ from pycparser import c_ast, c_generator
 
 from .deps import Dependences
 from . import regepi
+from .. import chelpers
 from .microkernel import Shape, dispatch_name, dispatch_source, prelude, vlen
 from .parallel import dynamic_schedule
 from .raise_c import Scop, Statement, _isl_name, _text
@@ -800,7 +801,8 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         kernels += regepi.prelude() + "\n" + "".join(epi_kernels)
     if wino:
         kernels += winograd_helpers({wd for wp in wino.values() for wd in wp.widths})
-    src = (header + includes + MACROS + "\n"
+    helpers = chelpers.helpers_for(functions)
+    src = (header + includes + MACROS + "\n" + (helpers + "\n" if helpers else "")
            + (prelude() + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
            + entry)
     return src, stats

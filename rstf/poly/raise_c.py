@@ -40,6 +40,8 @@ import re
 import islpy as isl
 from pycparser import c_ast, c_generator, c_parser
 
+from .. import chelpers
+
 
 class NotRaisable(Exception):
     """The C leaves the raisable subset; the message says where and why."""
@@ -546,7 +548,7 @@ _PURE_FUNCTIONS = {
               "asinh", "acosh", "atanh", "erf", "erfc", "tgamma", "lgamma", "fabs", "fmin",
               "fmax", "floor", "ceil", "round", "trunc", "rint", "nearbyint", "fmod",
               "remainder", "copysign", "hypot", "fma", "fdim")
-    for suffix in ("", "f")} | {"abs", "isnan", "isinf", "isfinite", "signbit"}
+    for suffix in ("", "f")} | {"abs", "isnan", "isinf", "isfinite", "signbit"} | chelpers.FUNCTIONS
 
 _ASSIGN_OPS = {"=", "+=", "-=", "*=", "/="}
 

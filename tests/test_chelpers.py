@@ -1,0 +1,85 @@
+"""rstf/chelpers.py: the generated C's own vectorisable exp."""
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+
+from rstf.build import c_flags
+from rstf.chelpers import EXPF, helpers_for
+
+# A loop over the helper the way Softmax's exp statement calls it (`omp simd`), and the
+# same loop over libm's expf.
+_HARNESS = """
+#include <math.h>
+%s
+__attribute__((visibility("default"))) void vexp(const float *x, float *y, long n)
+{
+    #pragma omp simd
+    for (long i = 0; i < n; ++i) y[i] = rstf_expf(x[i]);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def built():
+    with tempfile.TemporaryDirectory() as d:
+        src, so = os.path.join(d, "e.c"), os.path.join(d, "e.so")
+        with open(src, "w") as f:
+            f.write(_HARNESS % EXPF)
+        subprocess.run(["gcc", *c_flags(), "-shared", src, "-o", so, "-lm"], check=True)
+        asm = subprocess.run(["objdump", "-d", so], capture_output=True, text=True).stdout
+        lib = ctypes.CDLL(so)
+        lib.vexp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
+        yield lib, asm
+
+
+def _vexp(lib, x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    y = np.full_like(x, np.nan)
+    lib.vexp(x.ctypes.data, y.ctypes.data, x.size)
+    return y
+
+
+def test_within_one_ulp_of_exp_over_the_whole_float_range(built):
+    lib, _ = built
+    # Every float result from the smallest normal to FLT_MAX, densely, plus Softmax's
+    # typical range; the reference is exp in double, rounded once.
+    x = np.concatenate([np.linspace(-87.33, 88.72, 2_000_003, dtype=np.float32),
+                        np.linspace(-20, 0, 100_001, dtype=np.float32)])
+    got = _vexp(lib, x).astype(np.float64)
+    ref = np.exp(x.astype(np.float64))
+    ulp = np.spacing(ref.astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(got - ref) / ulp) <= 1.01  # measured 1.0006
+
+
+def test_special_values_and_the_ends_of_the_range(built):
+    lib, _ = built
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 89.0, 88.8, 1e30, -1e30, -104.0,
+                  -200.0, -88.0, -100.0], dtype=np.float32)
+    got = _vexp(lib, x)
+    assert np.isnan(got[0])
+    assert got[1] == np.inf and got[2] == 0.0
+    assert got[3] == 1.0 and got[4] == 1.0 and got[5] == np.float32(np.e)
+    assert got[6] == np.inf and got[7] == np.inf and got[8] == np.inf  # past FLT_MAX
+    assert got[9] == 0.0 and got[10] == 0.0 and got[11] == 0.0        # below subnormals
+    # The subnormal range: the result rounds to the nearest subnormal (one rounding more).
+    ref = np.exp(x[12:].astype(np.float64))
+    assert np.all(np.abs(got[12:] - ref) <= np.float64(2 ** -149))
+
+
+def test_the_simd_loop_vectorises_without_a_libm_call(built):
+    _, asm = built
+    body = asm.split("<vexp>:")[1].split("\n\n")[0]
+    assert "call" not in body  # no expf@plt, no vector-ABI libmvec call either
+    if "avx512f" in open("/proc/cpuinfo").read():
+        assert "zmm" in body
+
+
+def test_a_file_defines_only_the_helpers_it_calls():
+    assert helpers_for(["y[i] = rstf_expf(x[i]);"]) == EXPF
+    assert helpers_for(["y[i] = expf(x[i]);", "y[i] = x[i];"]) == ""
