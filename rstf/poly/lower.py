@@ -38,11 +38,20 @@ from .winograd import helpers as winograd_helpers, plan as winograd_plan
 from .winograd import source as winograd_source
 
 MIN_WORK = 16384  # statement instances under a loop before a parallel region pays off
-# Statement instances in one chunk of a parallel loop (about a microsecond of kernel time):
-# a thread takes its next chunk with a compare-and-swap, so the chunks must be large
-# enough for that to cost nothing, and small enough for the threads to even out.
-CHUNK_WORK = 65536
-MIN_CHUNKS = 16  # but at least this many chunks (8 a thread on 2), where the loop has them
+# Statement instances in one chunk of a parallel loop (a few microseconds of kernel time),
+# and at least MIN_CHUNKS chunks in the loop where it has that many iterations (4 a thread
+# on 2). A thread takes its next chunk with a compare-and-swap, and one whose share is done
+# steals the back half of another's (custom_ops/rstf_team.c): the chunks must be small
+# enough for the threads to even out, and large enough that a stolen chunk, whose input the
+# other core made and whose output the other core reads next, is rare. Measured on
+# MobileNet v2 (Zen 4, 2 threads, `ab_kernels.py`, B/A against 65536 instances in at least
+# 16 chunks): 262144 in 8, 0.992 and 1/1.010 (400 pairs, quiet host), 0.972 and 1/1.020
+# (262144 in 4, loaded host); 131072 in 8 and 524288 in 8 about 0.4% slower than 262144,
+# 1M in 4 5%, 1M in 2 (a static loop) 6%; Inception v3 and ResNet-50 0.998-1.002. Its
+# 14x14 depthwise convs gain most: block 12's, called 50 times in a row, took 13.3 us a
+# call in 21 chunks (the old sizes), 10.5 in 4, 11.0 in 14 (whole rows), 12.6-19.5 in 28.
+CHUNK_WORK = 262144
+MIN_CHUNKS = 8
 
 MACROS = """\
 /* The parallel loops' schedule. rstf's OpenMP team (RSTF_TEAM: the op library) runs a
