@@ -142,6 +142,11 @@ CASES = {
         tf.nn.conv2d(x, _w(1, 1, 16, 1344), 1, "VALID") + _w(1, 1, 7, 1344))),
     "matmul": ((20, 70), lambda x: tf.matmul(x, _w(70, 50))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
+    # A classifier head: the 1x1 conv's kernels prefetch the GEMV's 1.2 MB weight
+    # (lower.plan_prefetch); the Mean between them has no kernel.
+    "conv_mean_matmul_head": ((1, 7, 7, 64), lambda x: tf.nn.softmax(tf.matmul(
+        tf.reduce_mean(tf.nn.relu6(tf.nn.conv2d(x, _w(1, 1, 64, 512), 1, "VALID")), [1, 2]),
+        _w(512, 600)))),
     "matmul_transposed_b": ((3, 33), lambda x: tf.matmul(x, _w(48, 33), transpose_b=True)),
     # A depthwise conv: a kernel that reads the input as vectors, all 9 taps (kh too) in
     # one call; the rows and columns at the padding border run in kernels with fewer taps,
@@ -218,6 +223,22 @@ def test_poly_equals_textbook_bitwise_on_the_team(case, threads):
     behind)."""
     info, _, new = _bitwise_case(case, threads=threads, team=True)
     assert info["parallel_loops"] >= 1 and "RSTF_SCHEDULE(" in new
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_gemv_weight_is_prefetched_by_the_kernels_before_it(threads):
+    """A batch-1 MatMul over a frozen weight of 1 MB or more: the 1x1 conv before it (only
+    the kernel-free Mean between) prefetches that weight in its kernel calls, each thread
+    its share, restarted per call; the results stay bit-identical, on 2 and 3 threads."""
+    info, _, new = _bitwise_case("conv_mean_matmul_head", threads=threads, team=True)
+    (pf,) = info["prefetched"]
+    assert pf["node"] == "Conv2D" and pf["weight"].startswith("in")
+    assert 0 < pf["lines_per_call"] <= 2 * 64  # two lines a step of its 64
+    assert new.count("++rstf_pf_epoch;") == 1 and "rstf_pf_take((const char *)" in new
+    assert "__builtin_prefetch(pf + 128L * k" in new
+    # A weight under 1 MB is left to the product's own reads.
+    info, _, new = _bitwise_case("matmul_row", run=False)
+    assert info["prefetched"] == [] and "rstf_pf_take" not in new
 
 
 @pytest.mark.parametrize("target", [AVX512, AVX2], ids=lambda t: t.name)

@@ -115,12 +115,15 @@ class Shape:
     # the offset: output o, tap t reads input column j = o + t - D of `a`, skipped unless
     # 0 <= j < J. Empty: the rows' own windows, every tap in range.
     slide: tuple = ()
+    # Lines of another group's weight each call prefetches, two a reduction step, from the
+    # pointer `pf` its caller passes (`lower.plan_prefetch`); 0: none.
+    pf: int = 0
 
     @property
     def tag(self) -> str:
         slide = "s{}j{}o{}".format(*self.slide) if self.slide else ""
         return ("d" if self.vec_a else "") + ("2" if self.two else "") + \
-            ("" if self.fused else "u") + slide
+            ("" if self.fused else "u") + slide + (f"p{self.pf}" if self.pf else "")
 
     def rows(self, rb: int) -> "Shape":
         return dataclasses.replace(self, rb=rb)
@@ -147,12 +150,14 @@ def kernel_name(shape: Shape) -> str:
 def reduction_params(shape: Shape) -> str:
     """A kernel's parameters before its own (the operands and the reduction)."""
     two = ", int K2, long sak2, long sbk2" if shape.two else ""
+    pf = ", const char *pf" if shape.pf else ""
     return ("int K, const float *restrict a, long sar, long sak, const float *restrict b, "
-            f"long sbk{two}")
+            f"long sbk{two}{pf}")
 
 
 def reduction_args(shape: Shape) -> str:
-    return "K, a, sar, sak, b, sbk" + (", K2, sak2, sbk2" if shape.two else "")
+    return ("K, a, sar, sak, b, sbk" + (", K2, sak2, sbk2" if shape.two else "")
+            + (", pf" if shape.pf else ""))
 
 
 def kernel_source(shape: Shape) -> str:
@@ -206,9 +211,15 @@ def kernel_text(name: str, shape: Shape, params: str, finish: list[str], comment
         # step). A depthwise kernel's few taps do gain from the unrolling. Measured
         # (`ab_kernels.py`, Zen 3, B/A): MobileNet v2 0.994 and 1/1.012, Inception v3 0.989.
         roll = "" if shape.vec_a else "    #pragma GCC unroll 1\n"
+        # Two lines of the prefetched weight a step, spread over the FMAs: a burst of them
+        # between calls waits for the miss buffers instead (measured: no gain).
+        pf = (f"        if (k < {(shape.pf + 1) // 2}) {{\n"
+              "            __builtin_prefetch(pf + 128L * k, 0, 2);\n"
+              "            __builtin_prefetch(pf + 128L * k + 64, 0, 2);\n"
+              "        }\n") if shape.pf else ""
         loop = f"""\
 {roll}    for (int k = 0; k < K; ++k) {{
-{bload}
+{pf}{bload}
         for (int r = 0; r < {rb}; ++r) {{
 {aload}{fmas}
         }}

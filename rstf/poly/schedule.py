@@ -110,11 +110,15 @@ class Kernel:
     # extent (r runs 0 .. merged_n - 1).
     merged: str | None = None
     merged_n: int = 0
+    # Lines of another group's weight (`prefetch_of`) that each call prefetches while it
+    # computes (`lower.plan_prefetch`); 0: none.
+    prefetch: int = 0
+    prefetch_of: str | None = None
 
     @property
     def shape(self) -> Shape:
         return Shape(self.rb, self.width, self.vec_a, self.kin is not None, self.fused,
-                     self.slide)
+                     self.slide, self.prefetch)
 
     @property
     def rows_text(self) -> str:
