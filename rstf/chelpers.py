@@ -12,7 +12,8 @@ How: exp(x) = 2^n exp(r), n = rint(x log2 e), r = x - n ln 2 with ln 2 in two pa
 vectorised exp, and so TensorFlow's Softmax, uses), and 2^n built in the exponent bits as
 two factors, so that a result in the subnormal range or past FLT_MAX rounds to it, to 0 or
 to inf by the final multiplications. Measured against exp in double, rounded to float, over
-every normal result (tests/test_chelpers.py): within 1.0006 ulp. exp(NaN) is NaN, exp(inf) inf, exp(-inf) 0.
+every normal result (tests/test_chelpers.py): within 1.001 ulp (1.0006). exp(NaN) is NaN,
+exp(inf) inf, exp(-inf) 0.
 
 Every multiply-add is an explicit fmaf, and there is no other a*b+c: the op library's
 functions compile with fp-contract on or off (the microkernels turn it off), and gcc would

@@ -93,7 +93,6 @@ class LoweringStats:
     workspace_bytes: int = 0  # of the re-planned workspace
     prepacked: dict = dataclasses.field(default_factory=dict)  # input -> panel width
     carried: dict = dataclasses.field(default_factory=dict)  # halo window -> buffer rows
-    prefetched: dict = dataclasses.field(default_factory=dict)  # group -> weight it prefetches
     winograd: list = dataclasses.field(default_factory=list)  # winograd.Plan of such groups
 
 
@@ -741,18 +740,18 @@ static const char *rstf_pf_take(const char *base, long total, long bytes)
 
 
 def plan_prefetch(scop: Scop, schedules: list[CallSchedule], skip: set[int],
-                  constants: frozenset[str]) -> dict[int, tuple[str, int]]:
+                  constants: frozenset[str]) -> dict[int, str]:
     """Batch-1 matrix-vector products (kernels of one row) over a frozen weight of at least
     PREFETCH_MIN_BYTES read that weight from L3 or DRAM on every call: MobileNet v2's
     classifier, 5 MB, took 42-57 us of the kernels' 2.9 ms on a quiet host and up to 130
-    under load, at 30-40% of the FMA peak's bandwidth need. The group just before it (with
+    under load. The group just before it (with
     only kernel-free groups between, such as the Mean) is compute-bound, so its kernel calls
     prefetch the weight while they run: two lines a reduction step, spread over its calls,
     each thread its share (`PREFETCH_C`); the lines then sit in L2 or, evicted, in L3 when
     the product reads them. Measured on MobileNet v2 (Zen 4, 2 threads, a hand-written
     version): the GEMV 42-57 -> 34-40 us, Conv_1 unchanged, `ab_kernels.py` 0.997 and
     1/1.007. Sets the computing kernel's `prefetch` and `prefetch_of`; returns {computing
-    group's call: (weight array, its bytes)}."""
+    group's call: the weight array}. `skip`: calls lowered otherwise (Winograd)."""
     plans = {}
     for i, g in enumerate(schedules):
         if g.call in skip or isinstance(g, BandGroup) or not g.kernels:
@@ -766,13 +765,11 @@ def plan_prefetch(scop: Scop, schedules: list[CallSchedule], skip: set[int],
         total = math.prod(shape) * 4
         if total < PREFETCH_MIN_BYTES:
             continue
-        prev = next((j for j in range(i - 1, -1, -1) if schedules[j].kernels
-                     or schedules[j].call in skip or isinstance(schedules[j], BandGroup)),
-                    None)
-        if prev is None:
-            continue
-        p = schedules[prev]
-        if p.call in skip or isinstance(p, BandGroup) or p.call in plans:
+        # The computing group: the nearest one before with kernels, none but kernel-free
+        # groups between.
+        p = next((q for q in reversed(schedules[:i]) if q.kernels or q.call in skip
+                  or isinstance(q, BandGroup)), None)
+        if p is None or p.call in skip or isinstance(p, BandGroup):
             continue
         k = p.kernels[0]
         if (k.rb == 1 or k.vec_a or k.slide or k.cols or k.depth < PREFETCH_MIN_DEPTH
@@ -783,9 +780,8 @@ def plan_prefetch(scop: Scop, schedules: list[CallSchedule], skip: set[int],
             continue
         k.prefetch = min(-(-total // (64 * calls)), 2 * k.depth)
         k.prefetch_of = w
-        plans[p.call] = (w, total)
+        plans[p.call] = w
     return plans
-
 
 
 def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
@@ -809,7 +805,6 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
                           _scalar_statements(schedules), set(constants))
     stats.prepacked = {name: pn.vb for name, pn in panels.items()}
     prefetch = plan_prefetch(scop, schedules, set(wino), frozenset(constants))
-    stats.prefetched = {f"sched_{c}": w for c, (w, _) in prefetch.items()}
     # A Winograd conv's frozen weight is fed as U (its tensor of another shape).
     given = {wp.w: wp for wp in wino.values() if wp.u_given}
     stats.prepacked.update({w: wp.spec for w, wp in given.items()})
@@ -860,8 +855,8 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         shapes |= low.kernel_shapes
         buffers, written = _group_buffers(cs)
         if cs.call in prefetch:  # the weight it prefetches, and a fresh start of its lines
-            if prefetch[cs.call][0] not in buffers:
-                buffers.append(prefetch[cs.call][0])
+            if prefetch[cs.call] not in buffers:
+                buffers.append(prefetch[cs.call])
             low.lines.insert(0, "    ++rstf_pf_epoch;")
         fname = f"sched_{cs.call}"
         decls = [_param_decl(scop, b, b in written) for b in buffers] + params

@@ -548,7 +548,8 @@ _PURE_FUNCTIONS = {
               "asinh", "acosh", "atanh", "erf", "erfc", "tgamma", "lgamma", "fabs", "fmin",
               "fmax", "floor", "ceil", "round", "trunc", "rint", "nearbyint", "fmod",
               "remainder", "copysign", "hypot", "fma", "fdim")
-    for suffix in ("", "f")} | {"abs", "isnan", "isinf", "isfinite", "signbit"} | chelpers.FUNCTIONS
+    for suffix in ("", "f")} | {"abs", "isnan", "isinf", "isfinite", "signbit"}
+_PURE_FUNCTIONS |= chelpers.FUNCTIONS  # rstf's own, defined by the C that calls them
 
 _ASSIGN_OPS = {"=", "+=", "-=", "*=", "/="}
 
