@@ -261,7 +261,7 @@ def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float) -> Kernel | 
     the same in 5x16. Exact when r runs 0..n-1 whole, o's range is cut by nothing, the strides line
     up in A and Y and B does not depend on o. Only for o of fewer than `band.MIN_ROWS`
     rows: a row band, which fuses groups over o, cannot take those anyway. On the targets
-    that say so (`Target.merge_rows`: AVX2, where it was measured)."""
+    that say so (`Target.merge_rows`: AVX2 and AVX512_FULL, where it was measured)."""
     from .band import MIN_ROWS
 
     if not current().merge_rows or kern.vec_a or kern.kin or kern.ranged or kern.slide \

@@ -22,8 +22,10 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import os
 import shutil
 import subprocess
+import tempfile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,11 +77,20 @@ class Target:
 # thread, `ab_kernels.py` over 100 pairs) and keep every other tile; the AVX-512 constants
 # there pick the 4x16s, and 7x8 for 14 rows too was slower (1.046x).
 AVX512 = Target("avx512", 16, 32, single_vector_tiles=True)
+# AVX-512 on cores whose FMA pipes are 512 bits wide (`fma_full_width`: Zen 5 does two
+# 512-bit FMAs a cycle, Zen 4 one, in two 256-bit halves). Measured on Zen 5 (MobileNet v2's
+# kernels, `ab_kernels.py`, B/A each order, 2026-11-25): single-vector tiles off 0.974 and
+# 1/1.018 (200 pairs), merged rows on 0.980 and 1/1.016, both 0.982 (the 7x7 maps' 1x1
+# expansions 18% faster); ResNet-50 0.988 and 1/1.000, Inception v3 1.005 and 1/0.999
+# (60 pairs). With an FMA a cycle to spare, a tile's loads weigh more: the wider tiles
+# load fewer operands per FMA. Other model constants measured neutral there (fma_chains 16,
+# load_cost 0.3 or 0.8, B_STREAM 0.15 or 0.6, chunks of 128K or 512K: 0.995-1.007).
+AVX512_FULL = Target("avx512-full", 16, 32, merge_rows=True)
 AVX2 = Target("avx2", 8, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True,
               merge_rows=True)
 SSE = Target("sse", 4, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True,
              merge_rows=True)
-TARGETS = {t.name: t for t in (AVX512, AVX2, SSE)}
+TARGETS = {t.name: t for t in (AVX512, AVX512_FULL, AVX2, SSE)}
 
 _CURRENT: contextvars.ContextVar[Target | None] = contextvars.ContextVar(
     "rstf_poly_target", default=None)
@@ -107,17 +118,99 @@ def _from_cpuinfo() -> Target:
 @functools.lru_cache(maxsize=None)
 def detect(march: str = "native", cc: str = "gcc") -> Target:
     """The target that `cc -march=<march>` compiles for (`march` "": no -march), from its
-    predefined macros (for `native`, /proc/cpuinfo's flags when the compiler cannot say)."""
+    predefined macros (for `native`, /proc/cpuinfo's flags when the compiler cannot say).
+    For `native` AVX-512, `fma_full_width` tells AVX512 from AVX512_FULL."""
     if shutil.which(cc):
         try:
             arch = [f"-march={march}"] if march else []  # "": the compiler's default
             out = subprocess.run([cc, *arch, "-dM", "-E", "-x", "c", "-"],
                                  input="", capture_output=True, text=True, timeout=60)
             if out.returncode == 0:
-                return _from_macros(out.stdout)
+                found = _from_macros(out.stdout)
+                if found is AVX512 and march == "native" and fma_full_width(cc):
+                    return AVX512_FULL
+                return found
         except (OSError, subprocess.SubprocessError):
             pass
     return _from_cpuinfo() if march == "native" else SSE
+
+
+# Times `n` steps of 12 independent FMA chains on 512-bit and on 256-bit vectors and prints
+# the best of 7 tries of each (seconds): twelve chains cover 4-cycle FMAs on two pipes.
+_FMA_PROBE = r"""
+#include <immintrin.h>
+#include <stdio.h>
+#include <time.h>
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+#define CHAINS(T, SET1, FMA, ADD)                                             \
+    T m = SET1(0.999f), c = SET1(1e-3f);                                      \
+    T a0 = SET1(0), a1 = SET1(1), a2 = SET1(2), a3 = SET1(3), a4 = SET1(4);   \
+    T a5 = SET1(5), a6 = SET1(6), a7 = SET1(7), a8 = SET1(8), a9 = SET1(9);   \
+    T a10 = SET1(10), a11 = SET1(11);                                         \
+    for (long i = 0; i < n; ++i) {                                            \
+        a0 = FMA(a0, m, c); a1 = FMA(a1, m, c); a2 = FMA(a2, m, c);           \
+        a3 = FMA(a3, m, c); a4 = FMA(a4, m, c); a5 = FMA(a5, m, c);           \
+        a6 = FMA(a6, m, c); a7 = FMA(a7, m, c); a8 = FMA(a8, m, c);           \
+        a9 = FMA(a9, m, c); a10 = FMA(a10, m, c); a11 = FMA(a11, m, c);       \
+        __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3),         \
+                         "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8),    \
+                         "+v"(a9), "+v"(a10), "+v"(a11));                     \
+    }                                                                         \
+    a0 = ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7)));   \
+    a0 = ADD(a0, ADD(ADD(a8, a9), ADD(a10, a11)));                            \
+    return a0[0];
+__attribute__((noinline)) static float zmm(long n) {
+    CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps)
+}
+__attribute__((noinline)) static float ymm(long n) {
+    CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps)
+}
+int main(void) {
+    double best[2] = {1e9, 1e9};
+    float sink = 0;
+    for (int r = 0; r < 7; ++r) {
+        double t0 = now();
+        sink += zmm(20000);
+        double t1 = now();
+        sink += ymm(20000);
+        double t2 = now();
+        if (t1 - t0 < best[0]) best[0] = t1 - t0;
+        if (t2 - t1 < best[1]) best[1] = t2 - t1;
+    }
+    printf("%.9f %.9f %d\n", best[0], best[1], sink != 0.0f);
+    return 0;
+}
+"""
+
+
+def full_width(zmm_s: float, ymm_s: float) -> bool:
+    """Whether 512-bit FMAs ran at the 256-bit ones' rate (as many per second) in the probe:
+    about 1x their time on full-width pipes, 2x on halves; the cut is at 1.5x."""
+    return zmm_s < 1.5 * ymm_s
+
+
+@functools.lru_cache(maxsize=None)
+def fma_full_width(cc: str = "gcc") -> bool:
+    """Whether this machine's cores run a 512-bit FMA as fast as a 256-bit one, timed by a
+    tiny C probe (about 0.2 s, once a process; False when it cannot build or run). The
+    best of 7 tries of each width keeps a busy host from deciding: a preempted try is
+    simply not the best one."""
+    with tempfile.TemporaryDirectory(prefix="rstf-fma-") as tmp:
+        src, exe = os.path.join(tmp, "probe.c"), os.path.join(tmp, "probe")
+        with open(src, "w") as f:
+            f.write(_FMA_PROBE)
+        try:
+            subprocess.run([cc, "-O2", "-mavx512f", "-mfma", src, "-o", exe],
+                           capture_output=True, check=True, timeout=60)
+            out = subprocess.run([exe], capture_output=True, text=True, check=True,
+                                 timeout=60).stdout.split()
+            return full_width(float(out[0]), float(out[1]))
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return False
 
 
 def resolve(target: Target | str | None) -> Target:
