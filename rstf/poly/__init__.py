@@ -152,6 +152,8 @@ def _optimize_source(source, entry, tile, fuse, constants, winograd) -> tuple[st
         "prepacked": stats.prepacked,
         "prefetched": [{"node": scop.statement(k.statement).node, "weight": k.prefetch_of,
                         "lines_per_call": k.prefetch} for k in kernels if k.prefetch],
+        "panel_prefetched": [scop.statement(k.statement).node for k in kernels
+                             if k.panel_prefetch],
         "winograd": [{"node": wp.node, "algorithm": wp.name,
                       "output": [wp.oh, wp.ow], "channels": [wp.c, wp.k],
                       "tiles": [wp.th, wp.tw], "scratch_bytes": wp.scratch_bytes,

@@ -16,7 +16,9 @@ none is `omp simd`. The entry function keeps its signature and temporaries and c
 scheduled functions in the original order, each after the TF node's comment.
 
 A batch-1 matrix-vector product over a large frozen weight has that weight prefetched by
-the kernel calls of the compute-bound group before it (`plan_prefetch`).
+the kernel calls of the compute-bound group before it (`plan_prefetch`); a contraction
+whose column tiles run outermost prefetches each next tile's weight panel during the
+tile's calls (`plan_panel_prefetch`).
 """
 from __future__ import annotations
 
@@ -466,10 +468,43 @@ class _CallLowering:
             total = math.prod(self.scop.buffers[k.prefetch_of].shape) * 4
             head += (f", rstf_pf_take((const char *){k.prefetch_of}, {total}L, "
                      f"{k.prefetch * 64}L)")
+        if k.panel_prefetch:  # this call's rows' share of the next tile's panel
+            head += self._panel_prefetch_args(k, vals, pn)
         if epi:  # the chain's arrays at the tile's first row and column
             return f"{epi.name(k)}{head}{self._epilogue_args(epi, k, env)});"
         return (f"{dispatch_name(k.shape)}{head}, &{self._ref(k.y, env)}, "
                 f"{ay.get(ri, 0) if ri else 0});")
+
+    def _panel_prefetch_args(self, k: Kernel, vals: dict[str, str], pn) -> str:
+        """`, pp, npp` of a call (`plan_panel_prefetch`): of the next column tile's panel
+        (the last tile's own, already read), the lines in proportion to this call's place
+        among the tile's calls: its outer point, its outer reduction step and its output
+        rows [s, e], in loop order, so that the tile's calls prefetch the next panel once
+        between them."""
+        s = self.stmts[k.statement]
+        box = dict(zip(s.iterators, extents(s)))
+        u = k.dims.index("u")
+        if k.merged:  # m runs over merged x r
+            rows, r_lo = (box[k.merged][1] - box[k.merged][0] + 1) * k.merged_n, 0
+        else:
+            rows, r_lo = box[k.r][1] - box[k.r][0] + 1, box[k.r][0]
+        def minus(v: str, lo: int) -> str:
+            return f"({v} - {lo})" if lo else f"({v})"
+
+        index, n = [], 1  # the linear index of the call's first row, r innermost
+        for c in reversed(k.dims[:u] + k.dims[u + 1:-2]):
+            lo, hi = box[c]
+            if hi > lo:
+                index.append(f"{n * rows}L * {minus(vals[c], lo)}")
+                n *= hi - lo + 1
+        g0 = " + ".join(index + [minus(vals["s"], r_lo)])
+        g1 = " + ".join(index + [f"{minus(vals['e'], r_lo)[:-1]} + 1)"])
+        tiles = -(-pn.cols // pn.vb)
+        nxt = f"rstf_min({vals['u']} + 1, {tiles - 1})"
+        panel = f"(const float *){pn.array} + {pn.rows * pn.vb}L * {nxt}"
+        size, total = pn.rows * pn.vb * 4, n * rows
+        return (f", rstf_pp_at({panel}, {size}L, {g0}, {total}L), "
+                f"rstf_pp_lines({size}L, {g0}, {g1}, {total}L)")
 
     def _epilogue_args(self, epi: regepi.RegisterEpilogue, k: Kernel,
                        env: dict[str, str]) -> str:
@@ -784,6 +819,53 @@ def plan_prefetch(scop: Scop, schedules: list[CallSchedule], skip: set[int],
     return plans
 
 
+PANEL_PREFETCH_C = """\
+/* The share of the next column tile's weight panel that a kernel call prefetches
+   (lower.plan_panel_prefetch): of the panel's `bytes`, the lines of rows [g0, g1) of the
+   `n` output rows that the tile computes. */
+static inline const char *rstf_pp_at(const float *panel, long bytes, long g0, long n)
+{
+    return (const char *)panel + bytes * g0 / n / 64 * 64;
+}
+static inline int rstf_pp_lines(long bytes, long g0, long g1, long n)
+{
+    return (int)((bytes * g1 / n - bytes * g0 / n / 64 * 64 + 63) / 64);
+}
+"""
+
+
+def plan_panel_prefetch(schedules: list[CallSchedule], panels: dict, skip: set[int]) -> int:
+    """Column-tile-outermost contractions (`choose_order`: the weight is too big for L2, so
+    each tile's panel is reused by every row while the rows stream) read each panel from
+    L3 or DRAM on its first row: ResNet-50's and Inception v3's weights (about 100 MB) never
+    stay in the 32 MB L3 between calls. So each call prefetches its rows' share of the next
+    tile's panel, one line every second reduction step (`Shape.pp`): measured on one Zen 5
+    core (a 7x48 kernel, K = 512, 42 tiles streamed from DRAM): 223 -> 262 GFLOP/s, the rate
+    of panels already in cache. On 2 threads (`group_profile.py`, 2026-11-25): ResNet-50's
+    7x7 1x1 convs 14-16% faster, its 7x7 3x3 convs 7-12%; `ab_kernels.py` B/A: ResNet-50
+    0.984 and 1/1.013, Inception v3 0.984 and 1/1.014, MobileNet v2 (whose 14 MB of
+    weights stay in L3) 0.995 and 1/1.006. On Zen 4 (MobileNet v2's Conv_1 and block 16
+    projection alone, by hand) it was 1.008 and 1/0.990.
+    For kernels over a frozen weight in panel layout (`prepack`) of at least
+    PREFETCH_MIN_BYTES, whole tiles (the last, partial one has no next panel), no K2 level
+    (its k restarts) and at least PREFETCH_MIN_DEPTH steps. A call inside an outer
+    reduction loop (a 3x3 conv's taps) takes its share of the tile's calls too. Sets their
+    `panel_prefetch`; returns how many. `skip`: calls lowered otherwise (Winograd)."""
+    n = 0
+    for cs in schedules:
+        if cs.call in skip:
+            continue
+        for k in cs.kernels:
+            pn = panels.get(k.b.array)
+            if (pn is None or not k.tile_outer or k.cols or k.vec_a or k.slide or k.kin
+                    or not k.r or k.ranged or k.depth < PREFETCH_MIN_DEPTH
+                    or pn.cols <= pn.vb or 4 * pn.rows * pn.cols < PREFETCH_MIN_BYTES):
+                continue
+            k.panel_prefetch = True
+            n += 1
+    return n
+
+
 def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
           header: str, constants: frozenset[str] = frozenset(),
           winograd: bool = True) -> tuple[str, LoweringStats]:
@@ -805,6 +887,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
                           _scalar_statements(schedules), set(constants))
     stats.prepacked = {name: pn.vb for name, pn in panels.items()}
     prefetch = plan_prefetch(scop, schedules, set(wino), frozenset(constants))
+    panel_prefetch = plan_panel_prefetch(schedules, panels, set(wino))
     # A Winograd conv's frozen weight is fed as U (its tensor of another shape).
     given = {wp.w: wp for wp in wino.values() if wp.u_given}
     stats.prepacked.update({w: wp.spec for w, wp in given.items()})
@@ -898,7 +981,8 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         kernels += regepi.prelude() + "\n" + "".join(epi_kernels)
     if wino:
         kernels += winograd_helpers({wd for wp in wino.values() for wd in wp.widths})
-    helpers = chelpers.helpers_for(functions) + (PREFETCH_C if prefetch else "")
+    helpers = (chelpers.helpers_for(functions) + (PREFETCH_C if prefetch else "")
+               + (PANEL_PREFETCH_C if panel_prefetch else ""))
     src = (header + includes + MACROS + "\n" + (helpers + "\n" if helpers else "")
            + (prelude() + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
            + entry)

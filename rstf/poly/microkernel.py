@@ -118,12 +118,17 @@ class Shape:
     # Lines of another group's weight each call prefetches, two a reduction step, from the
     # pointer `pf` its caller passes (`lower.plan_prefetch`); 0: none.
     pf: int = 0
+    # The next column tile's weight panel prefetched while this one's computes: `npp`
+    # lines from the pointer `pp` its caller passes, one every second reduction step
+    # (`lower.plan_panel_prefetch`).
+    pp: bool = False
 
     @property
     def tag(self) -> str:
         slide = "s{}j{}o{}".format(*self.slide) if self.slide else ""
         return ("d" if self.vec_a else "") + ("2" if self.two else "") + \
-            ("" if self.fused else "u") + slide + (f"p{self.pf}" if self.pf else "")
+            ("" if self.fused else "u") + slide + (f"p{self.pf}" if self.pf else "") + \
+            ("q" if self.pp else "")
 
     def rows(self, rb: int) -> "Shape":
         return dataclasses.replace(self, rb=rb)
@@ -151,13 +156,14 @@ def reduction_params(shape: Shape) -> str:
     """A kernel's parameters before its own (the operands and the reduction)."""
     two = ", int K2, long sak2, long sbk2" if shape.two else ""
     pf = ", const char *pf" if shape.pf else ""
+    pp = ", const char *pp, int npp" if shape.pp else ""
     return ("int K, const float *restrict a, long sar, long sak, const float *restrict b, "
-            f"long sbk{two}{pf}")
+            f"long sbk{two}{pf}{pp}")
 
 
 def reduction_args(shape: Shape) -> str:
     return ("K, a, sar, sak, b, sbk" + (", K2, sak2, sbk2" if shape.two else "")
-            + (", pf" if shape.pf else ""))
+            + (", pf" if shape.pf else "") + (", pp, npp" if shape.pp else ""))
 
 
 def kernel_source(shape: Shape) -> str:
@@ -217,6 +223,12 @@ def kernel_text(name: str, shape: Shape, params: str, finish: list[str], comment
               "            __builtin_prefetch(pf + 128L * k, 0, 2);\n"
               "            __builtin_prefetch(pf + 128L * k + 64, 0, 2);\n"
               "        }\n") if shape.pf else ""
+        # One line of the next panel every second step: a line a step (a burst) ran a
+        # 7x48 kernel streaming its panels from DRAM at 167 GFLOP/s, one every second
+        # step at 262, none at 223 (one Zen 5 core, K = 512).
+        if shape.pp:
+            pf += ("        if (!(k & 1) && (k >> 1) < npp)\n"
+                   "            __builtin_prefetch(pp + 64L * (k >> 1), 0, 2);\n")
         loop = f"""\
 {roll}    for (int k = 0; k < K; ++k) {{
 {pf}{bload}

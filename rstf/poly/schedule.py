@@ -114,11 +114,14 @@ class Kernel:
     # computes (`lower.plan_prefetch`); 0: none.
     prefetch: int = 0
     prefetch_of: str | None = None
+    # Each call prefetches its rows' share of the next column tile's weight panel
+    # (`lower.plan_panel_prefetch`).
+    panel_prefetch: bool = False
 
     @property
     def shape(self) -> Shape:
         return Shape(self.rb, self.width, self.vec_a, self.kin is not None, self.fused,
-                     self.slide, self.prefetch)
+                     self.slide, self.prefetch, self.panel_prefetch)
 
     @property
     def rows_text(self) -> str:
