@@ -37,8 +37,8 @@ if ROOT not in sys.path:
 
 def ab(out_a: str, out_b: str, rounds: int = 100, block: int = 4, seed: int = 0) -> dict:
     """{"a_ms", "b_ms", "tf_ms", "speedup" (median of A/B), "b_over_tf" (median of B/TF),
-    "rounds", "block"} for the two output folders, interleaved in this process (see the
-    docstring)."""
+    "ratios" and "ratios_over_tf" (those per round), "rounds", "block"} for the two output
+    folders, interleaved in this process (see the docstring)."""
     from rstf.compare import _read_report, graph_fetches, make_inputs, write_run_files
     from rstf.errors import RstfError
     from rstf.graph import load_model
@@ -64,9 +64,10 @@ def ab(out_a: str, out_b: str, rounds: int = 100, block: int = 4, seed: int = 0)
     per = [[t[r * block + skip:(r + 1) * block] for r in range(rounds)] for t in times]
     a_ms, b_ms, tf_ms = (med(x for c in g for x in c) for g in per)
     ta, tb, tt = ([med(x) for x in g] for g in per)
+    ratios, over_tf = [a / b for a, b in zip(ta, tb)], [b / t for b, t in zip(tb, tt)]
     return {"a_ms": a_ms, "b_ms": b_ms, "tf_ms": tf_ms,
-            "speedup": med(a / b for a, b in zip(ta, tb)),
-            "b_over_tf": med(b / t for b, t in zip(tb, tt)), "rounds": rounds, "block": block}
+            "speedup": med(ratios), "b_over_tf": med(over_tf),
+            "ratios": ratios, "ratios_over_tf": over_tf, "rounds": rounds, "block": block}
 
 
 def main(argv=None) -> int:

@@ -4,6 +4,7 @@ subgraph's C and a report.json), so no TensorFlow op library is built. Then the 
 probe (benchmarks/winograd_probe.c): its numbers are right on small shapes."""
 import json
 import os
+import statistics
 import subprocess
 
 import numpy as np
@@ -165,9 +166,13 @@ def test_ab_graphs_interleaves_two_optimized_graphs_and_tensorflow(tmp_path):
     res = ab(outs["none"], outs["poly"], rounds=10, block=3)
     assert (res["rounds"], res["block"]) == (10, 3), res
     assert min(res["a_ms"], res["b_ms"], res["tf_ms"]) > 0, res
-    # (medians of per-round ratios: near, not equal to, the ratio of the medians)
-    assert 0.5 < res["speedup"] / (res["a_ms"] / res["b_ms"]) < 2, res
-    assert 0.5 < res["b_over_tf"] / (res["b_ms"] / res["tf_ms"]) < 2, res
+    # The medians of the per-round ratios, one ratio a round. (Not compared with the ratio
+    # of the medians: with calls of 8-10 us a busy host can set them 3x apart, as one CI
+    # run did: 0.25 against 0.78.)
+    assert len(res["ratios"]) == len(res["ratios_over_tf"]) == 10, res
+    assert min(res["ratios"] + res["ratios_over_tf"]) > 0, res
+    assert res["speedup"] == statistics.median(res["ratios"]), res
+    assert res["b_over_tf"] == statistics.median(res["ratios_over_tf"]), res
     other = str(tmp_path / "other")
     os.makedirs(other)
     with open(os.path.join(outs["poly"], "report.json")) as f:
