@@ -488,8 +488,9 @@ class _CallLowering:
             rows, r_lo = (box[k.merged][1] - box[k.merged][0] + 1) * k.merged_n, 0
         else:
             rows, r_lo = box[k.r][1] - box[k.r][0] + 1, box[k.r][0]
-        def minus(v: str, lo: int) -> str:
-            return f"({v} - {lo})" if lo else f"({v})"
+
+        def minus(v: str, lo: int) -> str:  # v - lo, readable
+            return f"({v} - {lo})" if lo > 0 else f"({v} + {-lo})" if lo < 0 else f"({v})"
 
         index, n = [], 1  # the linear index of the call's first row, r innermost
         for c in reversed(k.dims[:u] + k.dims[u + 1:-2]):
@@ -498,7 +499,7 @@ class _CallLowering:
                 index.append(f"{n * rows}L * {minus(vals[c], lo)}")
                 n *= hi - lo + 1
         g0 = " + ".join(index + [minus(vals["s"], r_lo)])
-        g1 = " + ".join(index + [f"{minus(vals['e'], r_lo)[:-1]} + 1)"])
+        g1 = " + ".join(index + [minus(vals["e"], r_lo - 1)])  # past the last row
         tiles = -(-pn.cols // pn.vb)
         nxt = f"rstf_min({vals['u']} + 1, {tiles - 1})"
         panel = f"(const float *){pn.array} + {pn.rows * pn.vb}L * {nxt}"
