@@ -12,13 +12,12 @@ import math
 import os
 import re
 import shutil
-import tempfile
 import time
 
 import networkx as nx
 
-from . import __version__, batch
-from .build import CUSTOM_OPS_DIR, RUNTIME_HEADERS, build_library, c_toolchain
+from . import __version__, batch, outdir
+from .build import CUSTOM_OPS_DIR, RUNTIME_HEADERS, build_library, c_toolchain, cache_dir
 from .codegen import SubgraphCode, generate_subgraph
 from .errors import RstfError
 from .graph import TRIVIAL_OPS, Graph, load_model, split_tensor
@@ -207,20 +206,12 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     model_name = model_name or _safe_name(_stem(model))
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", model_name):
         raise RstfError(f"--model-name {model_name!r}: use letters, digits, '_', '.', '-'")
-    out_dir = out_dir or _default_out_dir(model)
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise RstfError(f"{out_dir} is a file, not an output folder; choose another -o")
-    if os.path.exists(out_dir) and not force:
-        raise RstfError(f"{out_dir} already exists (choose another -o, or --force to replace it)")
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    if not os.path.isdir(parent):
-        raise RstfError(f"{parent}: no such directory for the output")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise RstfError(f"{parent}: not writable, cannot create {out_dir}")
+    out_dir = outdir.resolve(out_dir or _default_out_dir(model))
+    outdir.check(out_dir, force, _kept(model))
     with Reporter(verbosity, progress, log) as rep:
         return _optimize(rep, model, out_dir, input_shapes, outputs, max_ops, march,
                          model_name, model_version, optimizer, threads, occupancy, jobs,
-                         toolchain, winograd, fold_scales and optimizer == "poly")
+                         toolchain, winograd, fold_scales and optimizer == "poly", force)
 
 
 def default_jobs() -> int:
@@ -229,7 +220,7 @@ def default_jobs() -> int:
 
 def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, march,
               model_name, model_version, optimizer, threads, occupancy, jobs, toolchain,
-              winograd, fold_scales) -> dict:
+              winograd, fold_scales, force) -> dict:
     log = rep.message
     t0 = time.perf_counter()
     with rep.stage("load"):
@@ -310,7 +301,8 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
     report["optimize_seconds"] = round(time.perf_counter() - t0, 3)
     report["output_dir"] = os.path.abspath(out_dir)
     with rep.stage("write"):
-        _write_output(out_dir, new_gd, lib, c_sources, wrapper, report, graph.signature)
+        _write_output(out_dir, new_gd, lib, c_sources, wrapper, report, graph.signature,
+                      force, _kept(model))
     return report
 
 
@@ -391,12 +383,19 @@ def _report(graph: Graph, placeholders, codes: list[SubgraphCode], op_types, nod
     }
 
 
-def _write_output(out_dir, graph_def, lib, c_sources, wrapper, report, signature) -> None:
-    """Write everything into a sibling temp folder, then rename it into place."""
+def _kept(model: str) -> dict[str, str]:
+    """What `--force` must never delete (outdir.check)."""
+    return {"the model": model, "the working directory": os.getcwd(),
+            "the build cache": cache_dir()}
+
+
+def _write_output(out_dir, graph_def, lib, c_sources, wrapper, report, signature, force,
+                  keep) -> None:
+    """Write everything into a staging folder beside `out_dir`, then publish it there in one
+    step (outdir.publish)."""
     from .serving import write_saved_model, write_serving_ops
 
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    tmp = tempfile.mkdtemp(prefix=".rstf-", dir=parent)
+    tmp = outdir.staging(out_dir)
     try:
         headers = {h: open(os.path.join(CUSTOM_OPS_DIR, h)).read() for h in RUNTIME_HEADERS}
         src = os.path.join(tmp, "src")
@@ -419,13 +418,7 @@ def _write_output(out_dir, graph_def, lib, c_sources, wrapper, report, signature
         with open(os.path.join(tmp, "report.json"), "w") as f:
             json.dump(report, f, indent=2)
             f.write("\n")
-        if os.path.exists(out_dir):  # only with --force; the old folder goes last
-            old = tempfile.mkdtemp(prefix=".rstf-old-", dir=parent)
-            os.rename(out_dir, os.path.join(old, "x"))
-            os.rename(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out_dir)
-    finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    outdir.publish(tmp, out_dir, force, keep)
