@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import fcntl
 import functools
 import hashlib
 import os
@@ -22,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 
+from .cache import cache_dir, check_trusted, locked, private_cache_dir  # noqa: F401 (API)
 from .errors import RstfError
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -153,11 +153,6 @@ def tf_flags() -> tuple[list[str], list[str]]:
     return tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
 
 
-def cache_dir() -> str:
-    return os.environ.get("RSTF_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "rstf", "builds")
-
-
 def _run(cmd: list[str], what: str, log_dir: str | None = None) -> None:
     """Run one compiler command; on failure the whole output goes to a log file that the
     one-line error names (a compiler's output is never dumped on the user's terminal)."""
@@ -167,7 +162,7 @@ def _run(cmd: list[str], what: str, log_dir: str | None = None) -> None:
         raise RstfError(f"cannot run {cmd[0]!r} to compile {what}: {e.strerror} "
                         f"(install gcc and g++)") from None
     if proc.returncode != 0:
-        log_dir = log_dir or cache_dir()
+        log_dir = log_dir or private_cache_dir()
         os.makedirs(log_dir, exist_ok=True)
         fd, log = tempfile.mkstemp(prefix="build-failed-", suffix=".log", dir=log_dir)
         with os.fdopen(fd, "w") as f:
@@ -211,14 +206,13 @@ def build_library(c_sources: dict[str, str], cc_source: str, march: str = "nativ
     if not toolchain.uses_team:  # (hashed with the sources; a name no generated file has)
         del headers[TEAM_SOURCE]
     digest = cache_key(c_sources, cc_source, headers, toolchain, tf.__version__, tf_cflags)
-    final_dir = os.path.join(cache_dir(), digest)
+    cache = private_cache_dir()
+    final_dir = os.path.join(cache, digest)
     lib = os.path.join(final_dir, f"librstf_{digest[:16]}.so")
     if _verified(lib):
         return lib, True
-    os.makedirs(cache_dir(), exist_ok=True)
     # One builder per key: a concurrent `rstf optimize` of the same code waits, then hits.
-    with open(os.path.join(cache_dir(), f".{digest}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(os.path.join(cache, f".{digest}.lock")):
         if _verified(lib):
             return lib, True
         if os.path.exists(final_dir):  # a corrupt or partial entry: rebuild it
@@ -250,17 +244,22 @@ def _file_sha256(path: str) -> str:
 
 
 def _verified(lib: str) -> bool:
-    """A cache entry is used only if the library matches the hash recorded when it was built."""
-    try:
-        with open(lib + ".sha256") as f:
-            return f.read().strip() == _file_sha256(lib)
-    except OSError:
+    """Whether the cache holds a whole library at `lib`: False for none, or for one cut short
+    (its hash, recorded when it was built, differs). Raises when a file there is not this
+    user's own (cache.check_trusted): such a library is never loaded, nor silently rebuilt."""
+    if not os.path.lexists(lib):
         return False
+    check_trusted(lib)
+    if not os.path.lexists(lib + ".sha256"):
+        return False
+    check_trusted(lib + ".sha256")
+    with open(lib + ".sha256") as f:
+        return f.read().strip() == _file_sha256(lib)
 
 
 def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, digest, final_dir,
            lib, jobs, on_done) -> str:
-    work = tempfile.mkdtemp(prefix=f".{digest}.", dir=cache_dir())
+    work = tempfile.mkdtemp(prefix=f".{digest}.", dir=os.path.dirname(final_dir))
     try:
         for name, text in [*c_sources.items(), ("wrapper.cc", cc_source), *headers.items()]:
             with open(os.path.join(work, name), "w") as f:

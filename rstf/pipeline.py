@@ -17,7 +17,8 @@ import time
 import networkx as nx
 
 from . import __version__, batch, outdir
-from .build import CUSTOM_OPS_DIR, RUNTIME_HEADERS, build_library, c_toolchain, cache_dir
+from .build import CUSTOM_OPS_DIR, RUNTIME_HEADERS, build_library, c_toolchain
+from .cache import cache_dir, private_cache_dir
 from .codegen import SubgraphCode, generate_subgraph
 from .errors import RstfError
 from .graph import TRIVIAL_OPS, Graph, load_model, split_tensor
@@ -208,6 +209,7 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
         raise RstfError(f"--model-name {model_name!r}: use letters, digits, '_', '.', '-'")
     out_dir = outdir.resolve(out_dir or _default_out_dir(model))
     outdir.check(out_dir, force, _kept(model))
+    private_cache_dir()  # a cache rstf cannot trust fails here, before any work
     with Reporter(verbosity, progress, log) as rep:
         return _optimize(rep, model, out_dir, input_shapes, outputs, max_ops, march,
                          model_name, model_version, optimizer, threads, occupancy, jobs,

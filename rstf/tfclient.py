@@ -58,7 +58,8 @@ def _tf_libs(tfd: str) -> list[str]:
 def client_path() -> str:
     """The compiled client, built on first use (an atomic rename into the build cache).
     Raises ClientUnavailable when it is not built yet and there is no gcc to build it."""
-    from .build import _run, cache_dir
+    from .build import _run
+    from .cache import check_trusted, locked, private_cache_dir
 
     tfd = tf_dir()
     libs = _tf_libs(tfd)
@@ -68,22 +69,28 @@ def client_path() -> str:
     for lib in libs:
         st = os.stat(lib)
         key.update(f"{lib} {st.st_size} {st.st_mtime_ns}".encode())
-    exe = os.path.join(cache_dir(), f"tf_client-{key.hexdigest()[:16]}")
-    if os.path.exists(exe):
+    cache = private_cache_dir()
+    name = f"tf_client-{key.hexdigest()[:16]}"
+    exe = os.path.join(cache, name)
+    if os.path.lexists(exe):
+        check_trusted(exe)  # it is run: it must be this user's own
         return exe
     if shutil.which("gcc") is None:
         raise ClientUnavailable("gcc is not installed")
-    os.makedirs(cache_dir(), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tf_client.", dir=cache_dir())
-    os.close(fd)
-    try:
-        _run(["gcc", "-O2", "-std=c11", "-w", SOURCE, "-I", os.path.join(tfd, "include"),
-              *libs, f"-Wl,-rpath,{tfd}", "-o", tmp], "the TensorFlow C client")
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, exe)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with locked(os.path.join(cache, f".{name}.lock")):
+        if os.path.lexists(exe):  # built meanwhile by another process
+            check_trusted(exe)
+            return exe
+        fd, tmp = tempfile.mkstemp(prefix=".tf_client.", dir=cache)
+        os.close(fd)
+        try:
+            _run(["gcc", "-O2", "-std=c11", "-w", SOURCE, "-I", os.path.join(tfd, "include"),
+                  *libs, f"-Wl,-rpath,{tfd}", "-o", tmp], "the TensorFlow C client")
+            os.chmod(tmp, 0o700)
+            os.replace(tmp, exe)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     return exe
 
 
