@@ -32,11 +32,20 @@ RUNTIME_HEADERS = ["rstf_kernel.h"]
 TEAM_SOURCE = "rstf_team.c"
 
 
+# A loop or subscript whose bound its index type cannot reach (an `int` counting to 2^32)
+# never ends, or writes past its buffer: the compilers see it, so their warning is an error
+# (opgen.base.MAX_ELEMENTS keeps rstf's own C clear of it).
+INDEX_RANGE_ERRORS = {"gcc": ["-Werror=type-limits", "-Werror=overflow"],
+                      "clang": ["-Werror=tautological-constant-out-of-range-compare",
+                                "-Werror=integer-overflow"]}
+
+
 def c_flags(march: str = "native") -> list[str]:
     # -fno-math-errno lets sqrtf/expf inline without changing results; no -ffast-math,
     # which would change NaN and rounding behaviour against TensorFlow.
     # -fopenmp: the polyhedral pass marks parallel loops `omp parallel for`.
-    flags = ["-O3", "-std=c11", "-fPIC", "-fvisibility=hidden", "-fno-math-errno", "-fopenmp"]
+    flags = ["-O3", "-std=c11", "-fPIC", "-fvisibility=hidden", "-fno-math-errno", "-fopenmp",
+             *INDEX_RANGE_ERRORS["gcc"]]
     if march:
         flags.append(f"-march={march}")
     return flags + sanitize_flags()
@@ -93,7 +102,8 @@ def c_toolchain(optimizer: str = "poly", march: str = "native", threads: int = 0
             raise RstfError("RSTF_SANITIZE=1 builds with gcc's sanitizers; it cannot be used "
                             "with --optimizer polly (clang)")
         _check_polly()
-        flags = ["-O3", "-std=c11", "-fPIC", "-fvisibility=hidden", "-fno-math-errno"]
+        flags = ["-O3", "-std=c11", "-fPIC", "-fvisibility=hidden", "-fno-math-errno",
+                 *INDEX_RANGE_ERRORS["clang"]]
         if march:
             flags.append(f"-march={march}")
         # -polly-parallel emits GOMP_* calls (libgomp, linked by the g++ link step).

@@ -63,6 +63,7 @@ def write_serving_ops(pkg_dir: str, c_sources: dict[str, str], wrapper: str,
     """A Bazel package for TF Serving's tree: the generated sources, the header they need,
     and a BUILD with one `cc_library(alwayslink = 1)` named `rstf_ops`, its C built with
     `-march=<march>` (none when empty; `build.c_toolchain` has checked it is a plain name)."""
+    from .build import INDEX_RANGE_ERRORS
     from .opgen.base import render
 
     os.makedirs(pkg_dir)
@@ -71,7 +72,8 @@ def write_serving_ops(pkg_dir: str, c_sources: dict[str, str], wrapper: str,
             f.write(text)
     with open(os.path.join(pkg_dir, "BUILD"), "w") as f:
         f.write(render(BUILD_TEMPLATE, c_sources=sorted(c_sources), headers=sorted(headers),
-                       model_name=model_name, march=march))
+                       model_name=model_name, march=march,
+                       index_range_errors=INDEX_RANGE_ERRORS["gcc"]))
 
 
 class RstfModel:

@@ -233,13 +233,34 @@ def get_handler(op_type: str) -> OpHandler | None:
     return HANDLERS.get(op_type)
 
 
+# The most elements a tensor of generated code may have. The generated C indexes with `int`
+# loop variables and subscripts, and the polyhedral pass may lay a tensor out again up to 4x
+# larger (a Winograd F(4x4,3x3) weight: 36 transformed taps for 9), so every index stays
+# below 2^31 when each tensor stays below this. Larger tensors stay in TensorFlow.
+MAX_ELEMENTS = (2**31 - 1) // 4
+
+
 def check_node(node: Node, graph: Graph) -> str | None:
     """None when rstf can generate this node, else the reason it cannot."""
     h = HANDLERS.get(node.op)
     if h is None:
         return f"no code generator for {node.op}"
+    too_big = _too_many_elements(node, graph)
+    if too_big:
+        return too_big
     try:
         h.check(node, graph)
     except Unsupported as e:
         return str(e)
+    return None
+
+
+def _too_many_elements(node: Node, graph: Graph) -> str | None:
+    """The reason a node's input or output tensor is too large for 32-bit indices, or None."""
+    tensors = [(t, graph.tensor_shape(t)) for t in node.inputs]
+    tensors += [(f"{node.name}:{i}", s) for i, s in enumerate(node.out_shapes)]
+    for name, shape in tensors:
+        if shape is not None and None not in shape and math.prod(shape) > MAX_ELEMENTS:
+            return (f"tensor {name} has {math.prod(shape):,} elements, more than the "
+                    f"{MAX_ELEMENTS:,} the generated C's 32-bit indices allow")
     return None
