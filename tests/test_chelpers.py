@@ -76,8 +76,10 @@ def test_the_simd_loop_vectorises_without_a_libm_call(built):
     _, asm = built
     body = asm.split("<vexp>:")[1].split("\n\n")[0]
     assert "call" not in body  # no expf@plt, no vector-ABI libmvec call either
-    if "avx512f" in open("/proc/cpuinfo").read():
-        assert "zmm" in body
+    # Vectorised at the width gcc's tuning for this CPU prefers: 512-bit on some AVX-512
+    # parts, 256-bit on others (-mprefer-vector-width=256, e.g. -march=rocketlake).
+    if "avx2" in open("/proc/cpuinfo").read():
+        assert "zmm" in body or "ymm" in body
 
 
 def test_a_file_defines_only_the_helpers_it_calls():
