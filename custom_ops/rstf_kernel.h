@@ -22,11 +22,24 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 
+#ifdef RSTF_TEAM
+// The op library's own OpenMP team (custom_ops/rstf_team.c, hidden in the library).
+extern "C" {
+void rstf_team_lock(void);
+void rstf_team_unlock(void);
+}
+#endif
+
 namespace rstf {
+// Everything here has internal linkage: each op library keeps its own runtime. Exported, a
+// helper of one library (OmpMaster::Get's master above all, a GNU-unique symbol) would bind
+// to the first loaded library's, whatever rstf version built that one.
+namespace {
 
 inline tensorflow::TensorShape Shape(const std::vector<int64_t>& dims) {
   tensorflow::TensorShape s;
@@ -67,7 +80,7 @@ inline bool CheckInput(tensorflow::OpKernelContext* ctx, int i, tensorflow::Data
     for (int k = 0; same && k < t.dims(); ++k) same = t.dim_size(k) == dims.begin()[k];
     if (same) return true;
   }
-  ctx->CtxFailure(CheckTensor(t, ctx->op_kernel().name(), ("input " + std::to_string(i)).c_str(),
+  ctx->CtxFailure(CheckTensor(t, ctx->op_kernel().name(), absl::StrCat("input ", i).c_str(),
                               tensor, dtype, dims));
   return false;
 }
@@ -239,11 +252,7 @@ class CallTimes {
 // RSTF_TEAM defined): the calling thread is the team's thread 0, whichever TensorFlow thread
 // it is, and the library's worker threads are the others. The lock serialises calls, so
 // there is one team at a time; each call already uses all the threads it is given.
-extern "C" {
-void rstf_team_lock(void);
-void rstf_team_unlock(void);
-}
-
+//
 // Runs fn (the generated C of one call) on the calling thread, as the team's thread 0.
 template <typename Fn>
 void RunKernels(Fn&& fn) {
@@ -321,6 +330,7 @@ class OmpMaster {
 inline void RunKernels(const std::function<void()>& fn) { OmpMaster::Get().Run(fn); }
 #endif  // RSTF_TEAM
 
+}  // namespace
 }  // namespace rstf
 
 #endif  // RSTF_KERNEL_H_

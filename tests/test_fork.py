@@ -10,7 +10,6 @@ own workers) and checks the results. The driver prints how many children finishe
 kills the others, so a hang fails the test instead of hanging the suite."""
 from __future__ import annotations
 
-import os
 import subprocess
 
 from rstf.build import compile_c_shared
