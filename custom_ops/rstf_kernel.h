@@ -6,8 +6,10 @@
 #ifndef RSTF_KERNEL_H_
 #define RSTF_KERNEL_H_
 
+#include <pthread.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -274,11 +276,30 @@ void RunKernels(Fn&& fn) {
 // Measured on Inception v3 (2 cores, ~300 regions a run): 125-131 ms a run with calls
 // from TF's threads, 58-60 ms with one starting thread. Concurrent calls are serialised;
 // each already uses all the threads it is given.
+//
+// fork(): only the forking thread exists in the child, not the master thread, and another
+// thread may have been inside Run (holding mu_, or waiting for its job) when it forked. So
+// the child's next Get() makes a new master; the parent's object is left as it is (leaked),
+// never touched: its mutex may be locked for good.
 class OmpMaster {
  public:
   static OmpMaster& Get() {
-    static OmpMaster* master = new OmpMaster();  // never destroyed: the thread outlives exit
+    OmpMaster* master = current_.load(std::memory_order_acquire);
+    if (master != nullptr) return *master;
+    pthread_mutex_lock(&make_mu_);
+    master = current_.load(std::memory_order_relaxed);
+    if (master == nullptr) {
+      master = new OmpMaster();  // never destroyed: the thread outlives exit
+      current_.store(master, std::memory_order_release);
+    }
+    pthread_mutex_unlock(&make_mu_);
     return *master;
+  }
+
+  // pthread_atfork's child handler (registered when the library is loaded).
+  static void AfterForkChild() {
+    current_.store(nullptr, std::memory_order_relaxed);
+    pthread_mutex_init(&make_mu_, nullptr);  // (a thread that was making one is not here)
   }
 
   // Runs fn on the master thread and waits for it.
@@ -324,7 +345,16 @@ class OmpMaster {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job*> queue_;
+
+  static std::atomic<OmpMaster*> current_;  // this library's master; null until the first call
+  static pthread_mutex_t make_mu_;          // making it
 };
+std::atomic<OmpMaster*> OmpMaster::current_{nullptr};
+pthread_mutex_t OmpMaster::make_mu_ = PTHREAD_MUTEX_INITIALIZER;
+
+// At load, not at the first call: a child forked while another thread makes the master
+// would wait for make_mu_ forever.
+const int kOmpMasterForkHandler = pthread_atfork(nullptr, nullptr, &OmpMaster::AfterForkChild);
 
 // Runs fn (the generated C of one call) on the library's OpenMP master thread.
 inline void RunKernels(const std::function<void()>& fn) { OmpMaster::Get().Run(fn); }

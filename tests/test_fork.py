@@ -1,7 +1,8 @@
 """fork() while another thread is inside an op library's call: the child must be able to make
 calls of its own. Only the forking thread exists in a child, so whatever another thread held
-at that moment (the call lock of rstf's OpenMP team, custom_ops/rstf_team.c) must be reset
-there, or the child's first call waits forever.
+at that moment (the call lock of rstf's OpenMP team, custom_ops/rstf_team.c; the queue and the
+master thread of OmpMaster, the runtime of libraries without the team, rstf_kernel.h) must be
+reset there, or the child's first call waits forever.
 
 A C driver loads the library (dlopen, as TensorFlow does), makes calls on ONE thread in a loop
 on a second thread (no worker thread is ever started in the parent), and forks 30 times from
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import subprocess
 
-from rstf.build import compile_c_shared
+import pytest
+
+from rstf.build import CUSTOM_OPS_DIR, compile_c_shared, tf_flags
 
 CHILDREN = 30
 
@@ -124,6 +127,22 @@ void rstf_test_call(int threads, const float *a, float *b, int n, int reps) {
 }
 """
 
+# Without the team: the op wrapper's rstf::RunKernels on OmpMaster, with libgomp.
+MASTER_LIBRARY = r"""
+#include "rstf_kernel.h"
+#include <omp.h>
+extern "C" {
+""" + LOOP + r"""
+__attribute__((visibility("default")))
+void rstf_test_call(int threads, const float *a, float *b, int n, int reps) {
+    rstf::RunKernels([&] {
+        omp_set_num_threads(threads);
+        kernel(a, b, n, reps);
+    });
+}
+}
+"""
+
 
 def _driver(d) -> str:
     src, exe = d / "driver.c", d / "driver"
@@ -144,3 +163,16 @@ def test_fork_during_a_call_on_the_team(tmp_path):
     compile_c_shared(TEAM_LIBRARY, lib, team=True)
     _run_driver(tmp_path, lib)
 
+
+@pytest.mark.tfbuild
+def test_fork_during_a_call_on_omp_master(tmp_path):
+    src, lib = tmp_path / "master.cc", str(tmp_path / "master.so")
+    src.write_text(MASTER_LIBRARY)
+    cflags, lflags = tf_flags()
+    lib_dir = next(f[2:] for f in lflags if f.startswith("-L"))
+    # As rstf/build.py compiles the wrapper of a library without the team (-fopenmp: the
+    # loop's libgomp), plus an rpath so that the driver finds TensorFlow's framework library.
+    subprocess.run(["g++", "-O2", "-fPIC", "-w", "-shared", "-fopenmp", "-I", CUSTOM_OPS_DIR,
+                    *cflags, str(src), "-o", lib, *lflags, f"-Wl,-rpath,{lib_dir}"],
+                   check=True)
+    _run_driver(tmp_path, lib)
