@@ -43,14 +43,49 @@ namespace rstf {
 // to the first loaded library's, whatever rstf version built that one.
 namespace {
 
-inline tensorflow::TensorShape Shape(const std::vector<int64_t>& dims) {
-  tensorflow::TensorShape s;
-  for (int64_t d : dims) s.AddDim(d);
-  return s;
+// `dims` as text, as TensorShape::DebugString writes a shape: "[2,3]". For messages about a
+// shape that may not be a valid TensorShape (its element count overflowing int64, from a
+// huge dynamic batch), which building one would abort the process on.
+inline std::string DimsString(std::initializer_list<int64_t> dims) {
+  std::string s = "[";
+  for (const int64_t* d = dims.begin(); d != dims.end(); ++d)
+    absl::StrAppend(&s, d == dims.begin() ? "" : ",", *d);
+  return s + "]";
+}
+
+// Allocates output `i` of the call with shape `dims`. Dims whose element count overflows
+// int64 (a dynamic batch N of 2^62 samples, 0 elements each in and 4 each out) are the op's
+// InvalidArgument error, not the abort of TensorShape::AddDim's CHECK.
+inline absl::Status AllocateOutput(tensorflow::OpKernelContext* ctx, int i,
+                                   std::initializer_list<int64_t> dims,
+                                   tensorflow::Tensor** out) {
+  tensorflow::TensorShape shape;
+  const absl::Status s = tensorflow::TensorShape::BuildTensorShape(dims, &shape);
+  if (!s.ok()) {
+    return tensorflow::errors::InvalidArgument("rstf op '", ctx->op_kernel().name(),
+                                               "': output ", i, " would have shape ",
+                                               DimsString(dims), ": ", s.message());
+  }
+  return ctx->allocate_output(i, shape, out);
+}
+
+// The workspace of a dynamic-batch call: one slice of `bytes` for each of `threads` threads
+// (the version that distributes the batch loop gives each thread its own temporaries).
+inline absl::Status AllocateWorkspace(tensorflow::OpKernelContext* ctx, int64_t bytes,
+                                      int threads, tensorflow::Tensor* ws) {
+  int64_t total;
+  tensorflow::TensorShape shape;
+  if (threads < 1 || __builtin_mul_overflow(bytes, int64_t{threads}, &total) ||
+      !tensorflow::TensorShape::BuildTensorShape({total}, &shape).ok()) {
+    return tensorflow::errors::InvalidArgument("rstf op '", ctx->op_kernel().name(),
+                                               "': no workspace of ", bytes, " bytes for each of ",
+                                               threads, " threads");
+  }
+  return ctx->allocate_temp(tensorflow::DT_INT8, shape, ws);
 }
 
 // OK unless `t` (what = "input 3", say, or "weight 0") has exactly `dtype` and `dims`.
-// The match allocates nothing; the shapes are built for the message only.
+// The match allocates nothing; the message writes the expected dims as text (DimsString).
 inline absl::Status CheckTensor(const tensorflow::Tensor& t, const std::string& op,
                                 const char* what, const char* tensor,
                                 tensorflow::DataType dtype,
@@ -66,7 +101,7 @@ inline absl::Status CheckTensor(const tensorflow::Tensor& t, const std::string& 
   if (!same) {
     return tensorflow::errors::InvalidArgument(
         "rstf op '", op, "': ", what, " ('", tensor, "') has shape ",
-        t.shape().DebugString(), ", expected ", Shape(dims).DebugString(),
+        t.shape().DebugString(), ", expected ", DimsString(dims),
         " (the op was generated for these exact shapes)");
   }
   return absl::OkStatus();
