@@ -6,8 +6,10 @@
 #ifndef RSTF_KERNEL_H_
 #define RSTF_KERNEL_H_
 
+#include <pthread.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -22,20 +24,68 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 
-namespace rstf {
+#ifdef RSTF_TEAM
+// The op library's own OpenMP team (custom_ops/rstf_team.c, hidden in the library).
+extern "C" {
+void rstf_team_lock(void);
+void rstf_team_unlock(void);
+}
+#endif
 
-inline tensorflow::TensorShape Shape(const std::vector<int64_t>& dims) {
-  tensorflow::TensorShape s;
-  for (int64_t d : dims) s.AddDim(d);
-  return s;
+namespace rstf {
+// Everything here has internal linkage: each op library keeps its own runtime. Exported, a
+// helper of one library (OmpMaster::Get's master above all, a GNU-unique symbol) would bind
+// to the first loaded library's, whatever rstf version built that one.
+namespace {
+
+// `dims` as text, as TensorShape::DebugString writes a shape: "[2,3]". For messages about a
+// shape that may not be a valid TensorShape (its element count overflowing int64, from a
+// huge dynamic batch), which building one would abort the process on.
+inline std::string DimsString(std::initializer_list<int64_t> dims) {
+  std::string s = "[";
+  for (const int64_t* d = dims.begin(); d != dims.end(); ++d)
+    absl::StrAppend(&s, d == dims.begin() ? "" : ",", *d);
+  return s + "]";
+}
+
+// Allocates output `i` of the call with shape `dims`. Dims whose element count overflows
+// int64 (a dynamic batch N of 2^62 samples, 0 elements each in and 4 each out) are the op's
+// InvalidArgument error, not the abort of TensorShape::AddDim's CHECK.
+inline absl::Status AllocateOutput(tensorflow::OpKernelContext* ctx, int i,
+                                   std::initializer_list<int64_t> dims,
+                                   tensorflow::Tensor** out) {
+  tensorflow::TensorShape shape;
+  const absl::Status s = tensorflow::TensorShape::BuildTensorShape(dims, &shape);
+  if (!s.ok()) {
+    return tensorflow::errors::InvalidArgument("rstf op '", ctx->op_kernel().name(),
+                                               "': output ", i, " would have shape ",
+                                               DimsString(dims), ": ", s.message());
+  }
+  return ctx->allocate_output(i, shape, out);
+}
+
+// The workspace of a dynamic-batch call: one slice of `bytes` for each of `threads` threads
+// (the version that distributes the batch loop gives each thread its own temporaries).
+inline absl::Status AllocateWorkspace(tensorflow::OpKernelContext* ctx, int64_t bytes,
+                                      int threads, tensorflow::Tensor* ws) {
+  int64_t total;
+  tensorflow::TensorShape shape;
+  if (threads < 1 || __builtin_mul_overflow(bytes, int64_t{threads}, &total) ||
+      !tensorflow::TensorShape::BuildTensorShape({total}, &shape).ok()) {
+    return tensorflow::errors::InvalidArgument("rstf op '", ctx->op_kernel().name(),
+                                               "': no workspace of ", bytes, " bytes for each of ",
+                                               threads, " threads");
+  }
+  return ctx->allocate_temp(tensorflow::DT_INT8, shape, ws);
 }
 
 // OK unless `t` (what = "input 3", say, or "weight 0") has exactly `dtype` and `dims`.
-// The match allocates nothing; the shapes are built for the message only.
+// The match allocates nothing; the message writes the expected dims as text (DimsString).
 inline absl::Status CheckTensor(const tensorflow::Tensor& t, const std::string& op,
                                 const char* what, const char* tensor,
                                 tensorflow::DataType dtype,
@@ -51,7 +101,7 @@ inline absl::Status CheckTensor(const tensorflow::Tensor& t, const std::string& 
   if (!same) {
     return tensorflow::errors::InvalidArgument(
         "rstf op '", op, "': ", what, " ('", tensor, "') has shape ",
-        t.shape().DebugString(), ", expected ", Shape(dims).DebugString(),
+        t.shape().DebugString(), ", expected ", DimsString(dims),
         " (the op was generated for these exact shapes)");
   }
   return absl::OkStatus();
@@ -67,7 +117,7 @@ inline bool CheckInput(tensorflow::OpKernelContext* ctx, int i, tensorflow::Data
     for (int k = 0; same && k < t.dims(); ++k) same = t.dim_size(k) == dims.begin()[k];
     if (same) return true;
   }
-  ctx->CtxFailure(CheckTensor(t, ctx->op_kernel().name(), ("input " + std::to_string(i)).c_str(),
+  ctx->CtxFailure(CheckTensor(t, ctx->op_kernel().name(), absl::StrCat("input ", i).c_str(),
                               tensor, dtype, dims));
   return false;
 }
@@ -239,11 +289,7 @@ class CallTimes {
 // RSTF_TEAM defined): the calling thread is the team's thread 0, whichever TensorFlow thread
 // it is, and the library's worker threads are the others. The lock serialises calls, so
 // there is one team at a time; each call already uses all the threads it is given.
-extern "C" {
-void rstf_team_lock(void);
-void rstf_team_unlock(void);
-}
-
+//
 // Runs fn (the generated C of one call) on the calling thread, as the team's thread 0.
 template <typename Fn>
 void RunKernels(Fn&& fn) {
@@ -265,11 +311,30 @@ void RunKernels(Fn&& fn) {
 // Measured on Inception v3 (2 cores, ~300 regions a run): 125-131 ms a run with calls
 // from TF's threads, 58-60 ms with one starting thread. Concurrent calls are serialised;
 // each already uses all the threads it is given.
+//
+// fork(): only the forking thread exists in the child, not the master thread, and another
+// thread may have been inside Run (holding mu_, or waiting for its job) when it forked. So
+// the child's next Get() makes a new master; the parent's object is left as it is (leaked),
+// never touched: its mutex may be locked for good.
 class OmpMaster {
  public:
   static OmpMaster& Get() {
-    static OmpMaster* master = new OmpMaster();  // never destroyed: the thread outlives exit
+    OmpMaster* master = current_.load(std::memory_order_acquire);
+    if (master != nullptr) return *master;
+    pthread_mutex_lock(&make_mu_);
+    master = current_.load(std::memory_order_relaxed);
+    if (master == nullptr) {
+      master = new OmpMaster();  // never destroyed: the thread outlives exit
+      current_.store(master, std::memory_order_release);
+    }
+    pthread_mutex_unlock(&make_mu_);
     return *master;
+  }
+
+  // pthread_atfork's child handler (registered when the library is loaded).
+  static void AfterForkChild() {
+    current_.store(nullptr, std::memory_order_relaxed);
+    pthread_mutex_init(&make_mu_, nullptr);  // (a thread that was making one is not here)
   }
 
   // Runs fn on the master thread and waits for it.
@@ -315,12 +380,22 @@ class OmpMaster {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job*> queue_;
+
+  static std::atomic<OmpMaster*> current_;  // this library's master; null until the first call
+  static pthread_mutex_t make_mu_;          // making it
 };
+std::atomic<OmpMaster*> OmpMaster::current_{nullptr};
+pthread_mutex_t OmpMaster::make_mu_ = PTHREAD_MUTEX_INITIALIZER;
+
+// At load, not at the first call: a child forked while another thread makes the master
+// would wait for make_mu_ forever.
+const int kOmpMasterForkHandler = pthread_atfork(nullptr, nullptr, &OmpMaster::AfterForkChild);
 
 // Runs fn (the generated C of one call) on the library's OpenMP master thread.
 inline void RunKernels(const std::function<void()>& fn) { OmpMaster::Get().Run(fn); }
 #endif  // RSTF_TEAM
 
+}  // namespace
 }  // namespace rstf
 
 #endif  // RSTF_KERNEL_H_

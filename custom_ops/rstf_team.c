@@ -249,14 +249,27 @@ static void *rstf_worker(void *arg) {
 /* The op wrapper's lock around a call: one team at a time in this library. */
 static pthread_mutex_t rstf_call_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* In a child of fork() only the forking thread exists: no workers, and the locks as new. */
+/* In a child of fork() only the forking thread exists: no workers, and whatever another
+ * thread held when it forked (the call lock, during a call; the start lock) as new. A call
+ * that was running in the parent does not go on in the child; the child's first region
+ * sets the region's gate and barrier afresh, and starts workers of its own. */
 static void rstf_after_fork_child(void) {
     rstf_team.workers = 0;
-    rstf_forget_places();
+    rstf_forget_places(); /* (the parent's thread ids: rstf_unstack must not move them) */
     atomic_store(&rstf_team.sleepers, 0);
     atomic_store(&rstf_team.running, 0);
+    atomic_store(&rstf_team.in_call, 0);
     pthread_mutex_init(&rstf_team.start_mu, NULL);
     pthread_mutex_init(&rstf_call_mu, NULL);
+}
+
+/* Registered when the library is loaded, not when its first workers start: a call on one
+ * thread starts none, yet holds the call lock, and a child forked during it would wait for
+ * that lock forever. No `prepare` handler: taking the call lock there would make fork()
+ * wait for a running call (and deadlock a thread that forks inside one), while the child
+ * needs none of that call's state. */
+__attribute__((constructor)) static void rstf_team_at_load(void) {
+    pthread_atfork(NULL, NULL, rstf_after_fork_child);
 }
 
 /* Start workers up to thread number n - 1; returns the team size it can have. */
@@ -272,7 +285,6 @@ static unsigned rstf_start_workers(unsigned n) {
                                                &rstf_team.allowed) == 0 &&
                              CPU_COUNT(&rstf_team.allowed) > 1;
         rstf_forget_places();
-        pthread_atfork(NULL, NULL, rstf_after_fork_child);
     }
     while (rstf_team.workers < (int)n - 1) {
         pthread_t t;

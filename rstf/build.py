@@ -275,7 +275,11 @@ def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, diges
             with open(os.path.join(work, name), "w") as f:
                 f.write(text)
         team = toolchain.uses_team
-        cxx = ["g++", "-O2", "-fPIC", "-w", "-I", work, *tf_cflags,
+        # Hidden: the library exports nothing of its own (TensorFlow finds its ops and
+        # kernels through the registrations its static initialisers make), so that two op
+        # libraries in one process, from any rstf versions, never bind to each other's code.
+        cxx = ["g++", "-O2", "-fPIC", "-w", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
+               "-I", work, *tf_cflags,
                *(["-DRSTF_TEAM"] if team else []), "-c",
                os.path.join(work, "wrapper.cc"), "-o", os.path.join(work, "wrapper.o")]
         objs = [os.path.join(work, "wrapper.o")]
