@@ -124,18 +124,31 @@ def optimize(model, out_dir=None, *, input_shapes=None, outputs=None, max_ops=No
 
 
 def compare(model, out_dir, inputs: str | None = None, rtol: float = 1e-4, reps: int = 5,
-            seed: int = 0, per_subgraph: bool = False, batch: int = 1) -> dict:
+            seed: int = 0, per_subgraph: bool = False, batch: int = 1,
+            input_range: tuple[float, float] | str | None = None, warn=None) -> dict:
     """`rstf compare` from Python: the dict `rstf compare --json` prints.
 
     `model`: the original model (path or GraphDef); `out_dir`: the folder `optimize` wrote,
-    or its `OptimizeResult`. `batch`: samples in the random inputs of a dynamic-batch model.
-    With `per_subgraph`, each custom op is checked alone (`rstf compare --per-subgraph`).
+    or its `OptimizeResult`. `inputs`: an .npz of input arrays keyed by Placeholder name (a
+    key naming no input raises RstfError; an input it lacks is drawn at random, with a
+    warning). Random inputs (rstf.inputs) are seeded by `seed`: a 4-D float input is
+    uniform in [0, 1), other floats standard normal, integer ids of a gather's table in
+    [0, rows), other integers and bools 0 or 1; `input_range` ((LO, HI) or "LO,HI") draws
+    every float input uniform in [LO, HI) instead. `batch`: samples in the random inputs of
+    a dynamic-batch model. `warn` receives the warnings (default: stderr).
+
+    Per output: `max_abs_err` and `max_rel_err` (max |error| / max |TF Eigen output|)
+    against TF Eigen, `passed` (max_rel_err <= `rtol`), `tf_spread` (TF oneDNN's
+    max_rel_err against TF Eigen on the same inputs) and `spread_ratio` (max_rel_err /
+    tf_spread; None when the spread is 0). With `per_subgraph`, each custom op is checked
+    alone (`rstf compare --per-subgraph`), with the same fields per subgraph.
 
         >>> check = rstf.compare("model.pb", result)
-        >>> check["passed"], check["latency_ms"]["rstf"]
+        >>> check["passed"], check["outputs"][0]["spread_ratio"], check["latency_ms"]["rstf"]
     """
     from .compare import compare as run
     from .compare import compare_per_subgraph
+    from .inputs import parse_input_range
 
     if isinstance(out_dir, OptimizeResult):
         out_dir = out_dir.output_dir
@@ -143,10 +156,12 @@ def compare(model, out_dir, inputs: str | None = None, rtol: float = 1e-4, reps:
         raise RstfError("--reps must be at least 1")
     if batch < 1:
         raise RstfError("--batch must be at least 1")
+    input_range = parse_input_range(input_range)
     with _model_path(model) as path:
         if per_subgraph:
-            return compare_per_subgraph(path, out_dir, inputs, rtol, seed)
-        return run(path, out_dir, inputs, rtol, reps, seed, batch=batch)
+            return compare_per_subgraph(path, out_dir, inputs, rtol, seed, input_range, warn)
+        return run(path, out_dir, inputs, rtol, reps, seed, batch=batch,
+                   input_range=input_range, warn=warn)
 
 
 def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None,

@@ -1,5 +1,9 @@
 """`rstf bench`: one model, the same seeded random inputs, every engine; latency and error.
 
+The inputs are rstf.inputs' (`--seed`, `--input-range`); errors are rstf.compare's measure
+against TF Eigen, and `tf-onednn`'s error is the model's TF spread, which every engine's
+error is also given relative to (`spread_ratio`).
+
 Engines:
 
 - `rstf-none`, `rstf-poly`, `rstf-graphite`, `rstf-polly`: the model optimized by rstf with
@@ -79,12 +83,20 @@ def machine() -> dict:
 
 
 def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=None,
-          march: str = "native", threads: int = 0, rtol: float = 1e-4, log=None) -> dict:
-    """Run every engine on every model (module docstring). Returns {"machine", "reps",
-    "seed", "rtol", "engines", "models": [{"model", "name", "inputs", "engines": [row]}]};
-    a row has "engine", "label", "status" ("ok", "mismatch": error above `rtol`, "failed",
+          march: str = "native", threads: int = 0, rtol: float = 1e-4, log=None,
+          input_range: tuple[float, float] | None = None) -> dict:
+    """Run every engine on every model (module docstring), on rstf.inputs' random inputs
+    (`input_range`: every float input uniform in [LO, HI)). Returns {"machine", "reps",
+    "seed", "rtol", "input_range", "engines", "models": [{"model", "name", "inputs" ({name:
+    shape}), "input_values" ({name: how its values were drawn}), "outputs", "tf_spread"
+    (tf-onednn's max_rel_err, None when it did not run), "engines": [row]}]}; a row has
+    "engine", "label", "status" ("ok", "mismatch": error above `rtol`, "failed",
     "not installed"), "reason", "median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms",
-    "times_ms", "ratio_vs_eigen" (time / TF Eigen's) and "max_rel_err" (vs TF Eigen)."""
+    "times_ms", "ratio_vs_eigen" (time / TF Eigen's), "max_rel_err" (vs TF Eigen, the worst
+    output) and "spread_ratio" (max_rel_err / the model's tf_spread; None when either is
+    missing, the spread is 0 or a value is not finite)."""
+    from .inputs import parse_input_range
+
     log = log or (lambda msg: print(f"rstf bench: {msg}", file=sys.stderr))
     if isinstance(models, str):
         models = [models]
@@ -93,9 +105,11 @@ def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=No
     if reps < 1:
         raise RstfError("--reps must be at least 1")
     engines = parse_engines(",".join(engines))
-    results = [_bench_model(m, engines, reps, seed, input_shapes, march, threads, rtol, log)
-               for m in models]
+    input_range = parse_input_range(input_range)  # "LO,HI" or a pair, checked
+    results = [_bench_model(m, engines, reps, seed, input_shapes, march, threads, rtol, log,
+                            input_range) for m in models]
     return {"machine": machine(), "reps": reps, "seed": seed, "rtol": rtol,
+            "input_range": list(input_range) if input_range else None,
             "engines": list(engines), "models": results}
 
 
@@ -109,12 +123,14 @@ def rstf_problems(result: dict) -> list[str]:
             if row["engine"].startswith("rstf-") and row["status"] in ("mismatch", "failed")]
 
 
-def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol, log) -> dict:
-    from .compare import _errors, graph_fetches, make_inputs, write_run_files
+def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol, log,
+                 input_range) -> dict:
+    from .compare import _errors, graph_fetches, spread_ratio, write_run_files
     from .graph import load_model
+    from .inputs import draw_inputs
 
     graph = load_model(model, input_shapes)
-    feeds = make_inputs(graph, seed, None)
+    feeds, sources = draw_inputs(graph, seed, None, input_range=input_range)
     fetches = graph_fetches(graph)
     name = os.path.basename(os.path.normpath(model)).rsplit(".", 1)[0] or model
     rows = {}
@@ -142,16 +158,20 @@ def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol,
             if not row["max_rel_err"] <= rtol:
                 row["status"] = "mismatch"
                 row["reason"] = f"max_rel_err {row['max_rel_err']:.3g} > rtol {rtol:g}"
+    spread = rows.get("tf-onednn", {}).get("max_rel_err")
+    for row in rows.values():
+        row["spread_ratio"] = spread_ratio(row["max_rel_err"], spread)
     return {"model": os.path.abspath(model), "name": name,
             "inputs": {k.removesuffix(":0"): list(v.shape) for k, v in feeds.items()},
-            "outputs": fetches, "engines": [rows[e] for e in engines]}
+            "input_values": sources, "outputs": fetches, "tf_spread": spread,
+            "engines": [rows[e] for e in engines]}
 
 
 def _row(engine: str, status: str, reason: str = "") -> dict:
     return {"engine": engine, "label": LABELS[engine], "status": status,
             "reason": " ".join(reason.split())[:240], "median_ms": None, "min_ms": None,
             "max_ms": None, "q1_ms": None, "q3_ms": None, "times_ms": [],
-            "ratio_vs_eigen": None, "max_rel_err": None}
+            "ratio_vs_eigen": None, "max_rel_err": None, "spread_ratio": None}
 
 
 def missing_packages(engine: str) -> list[str]:
@@ -305,25 +325,40 @@ def table(result: dict) -> str:
     m = result["machine"]
     lines = [f"machine: {m['cpu']}, {m['cores']} cores; TensorFlow {m['tensorflow']}; "
              f"median of {result['reps']} runs after a warm-up; spread: min-max; errors vs "
-             f"TF Eigen (rtol {result['rtol']:g})"]
+             f"TF Eigen (rtol {result['rtol']:g}), err/TF spread: max_rel_err over TF oneDNN's"]
     for mod in result["models"]:
-        shapes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in mod["inputs"].items())
-        lines += ["", f"{mod['name']} ({shapes})",
+        lines += ["", f"{mod['name']} ({_inputs_text(mod)}), TF spread (oneDNN vs Eigen) "
+                  f"{_fmt(mod.get('tf_spread'), '.2g')}",
                   f"  {'engine':<14} {'median ms':>10} {'min-max ms':>17} {'time/Eigen':>10} "
-                  f"{'max_rel_err':>11}  status"]
+                  f"{'max_rel_err':>11} {'err/TF spread':>13}  status"]
         for r in mod["engines"]:
             spread = "-" if r["min_ms"] is None else f"{r['min_ms']:.2f}-{r['max_ms']:.2f}"
             ratio = "-" if r["ratio_vs_eigen"] is None else f"{r['ratio_vs_eigen']:.2f}x"
             status = r["status"] + (f": {r['reason']}" if r["reason"] else "")
             lines.append(f"  {r['label']:<14} {_fmt(r['median_ms'], '.2f'):>10} {spread:>17} "
-                         f"{ratio:>10} {_fmt(r['max_rel_err'], '.2g'):>11}  {status}")
+                         f"{ratio:>10} {_fmt(r['max_rel_err'], '.2g'):>11} "
+                         f"{_spread_ratio_text(r):>13}  {status}")
     return "\n".join(lines)
+
+
+def _inputs_text(mod: dict) -> str:
+    """'input 1x8x8x3 uniform [0, 1), ids 1x16 ids in [0, 2)...': shapes and values."""
+    values = mod.get("input_values", {})
+    return ", ".join(f"{k} {'x'.join(map(str, v))}" + (f" {values[k]}" if k in values else "")
+                     for k, v in mod["inputs"].items())
+
+
+def _spread_ratio_text(row: dict) -> str:
+    """The row's error over the TF spread; '-' without an error, 'n/a' without a ratio."""
+    from .compare import format_ratio
+
+    return "-" if row.get("max_rel_err") is None else format_ratio(row.get("spread_ratio"))
 
 
 def markdown_table(result: dict) -> str:
     """The same numbers as a Markdown table (docs/bench.md)."""
-    out = ["| model | engine | median ms | min-max ms | time / TF Eigen | max_rel_err | status |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| model | engine | median ms | min-max ms | time / TF Eigen | max_rel_err | "
+           "err / TF spread | status |", "|---|---|---|---|---|---|---|---|"]
     for mod in result["models"]:
         for r in mod["engines"]:
             spread = "-" if r["min_ms"] is None else f"{r['min_ms']:.2f}-{r['max_ms']:.2f}"
@@ -331,7 +366,7 @@ def markdown_table(result: dict) -> str:
             status = r["status"] + (f": {r['reason']}" if r["reason"] else "")
             out.append(f"| {mod['name']} | {r['label']} | {_fmt(r['median_ms'], '.2f')} | "
                        f"{spread} | {ratio} | {_fmt(r['max_rel_err'], '.2g')} | "
-                       f"{status.replace('|', '/')} |")
+                       f"{_spread_ratio_text(r)} | {status.replace('|', '/')} |")
     return "\n".join(out)
 
 

@@ -3,8 +3,10 @@
     rstf optimize MODEL [-o OUTDIR] [--input-shape NAME:d0,d1,...] [--outputs A,B]
                         [--max-ops N] [--march ARCH] [--force] [-j N] [-q | -v]
     rstf inspect MODEL [--svg FILE] [--input-shape ...] [--outputs A,B] [--max-ops N] [--json]
-    rstf compare MODEL OUTDIR [--inputs FILE.npz] [--rtol 1e-4] [--reps N] [--seed S] [--json]
-    rstf bench MODEL... [--engines LIST] [--reps N] [--plot FILE.png] [--json]
+    rstf compare MODEL OUTDIR [--inputs FILE.npz] [--input-range LO,HI] [--rtol 1e-4]
+                              [--reps N] [--seed S] [--per-subgraph] [--json]
+    rstf bench MODEL... [--engines LIST] [--reps N] [--input-range LO,HI] [--plot FILE.png]
+                        [--json]
 
 `optimize` shows its stages (live bars with an ETA on a terminal, plain lines otherwise) and
 a summary; `-q` prints nothing but errors, `-v` also logs stage times and each subgraph's
@@ -30,6 +32,19 @@ def _fold_scales_arg(p: argparse.ArgumentParser, prefix: str) -> None:
                    help=prefix + "fold per-channel multiplies after a convolution or matmul "
                    "(batch norm's scale) into its weights (on, the default: a few float32 "
                    "ulps from TF's rounding); off keeps the multiplies")
+
+
+SEED_HELP = ("seed of the random inputs (default 0): a 4-D float input (an image) is "
+             "uniform in [0, 1), any other float input standard normal, an integer input "
+             "that indexes a gather's table ids in [0, rows), any other integer or bool "
+             "input 0 or 1")
+
+
+def _input_range_arg(p: argparse.ArgumentParser) -> None:
+    """--input-range LO,HI, shared by compare and bench."""
+    p.add_argument("--input-range", metavar="LO,HI",
+                   help="draw every random float input uniform in [LO, HI) (default: [0, 1) "
+                   "for a 4-D input, an image; standard normal for the others)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,11 +110,15 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="check an optimized graph against stock TensorFlow")
     c.add_argument("model", help="the original model")
     c.add_argument("outdir", help="the folder written by `rstf optimize`")
-    c.add_argument("--inputs", help=".npz of input arrays, keyed by Placeholder name")
+    c.add_argument("--inputs", metavar="FILE.npz", help=".npz of input arrays, keyed by "
+                   "Placeholder name (with or without ':0'); a key naming no input is an "
+                   "error, an input the file lacks gets random values, with a warning")
+    _input_range_arg(c)
     c.add_argument("--rtol", type=float, default=1e-4,
-                   help="max error relative to each output's largest magnitude (default 1e-4)")
+                   help="the pass line: max error relative to each output's largest magnitude "
+                   "(default 1e-4)")
     c.add_argument("--reps", type=int, default=5, help="timed runs per configuration")
-    c.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    c.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     c.add_argument("--batch", type=int, default=1,
                    help="samples in the random inputs of a dynamic-batch model (default 1)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
@@ -132,7 +151,8 @@ def _bench_parser(sub) -> None:
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--input-shape", action="append", default=[], metavar="NAME:d0,d1,...",
                    help="pin an input's shape (repeatable)")
-    b.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    b.add_argument("--seed", type=int, default=0, help=SEED_HELP)
+    _input_range_arg(b)
     b.add_argument("--rtol", type=float, default=1e-4,
                    help="an engine whose error vs TF Eigen exceeds this is a 'mismatch'")
     b.add_argument("--march", default="native", help="gcc -march for rstf's generated code")
@@ -142,11 +162,13 @@ def _bench_parser(sub) -> None:
 def _bench(a) -> int:
     from .bench import bench, parse_engines, plot, rstf_problems, table
     from .graph import parse_input_shapes
+    from .inputs import parse_input_range
 
     if a.plot and not a.plot.lower().endswith(".png"):
         raise RstfError(f"--plot {a.plot}: the chart is a PNG; name it FILE.png")
     r = bench(a.models, parse_engines(a.engines), a.reps, a.seed,
-              parse_input_shapes(a.input_shape), a.march, a.threads, a.rtol)
+              parse_input_shapes(a.input_shape), a.march, a.threads, a.rtol,
+              input_range=parse_input_range(a.input_range))
     if a.plot:
         plot(r, a.plot)
     print(json.dumps(r) if a.json else table(r))
@@ -201,21 +223,26 @@ def _inspect(a) -> int:
 
 
 def _compare(a) -> int:
-    from .compare import compare
+    from .compare import compare, format_ratio
+    from .inputs import parse_input_range
 
     if a.reps < 1:
         raise RstfError("--reps must be at least 1")
     if a.batch < 1:
         raise RstfError("--batch must be at least 1")
+    input_range = parse_input_range(a.input_range)
     if a.per_subgraph:
-        return _compare_per_subgraph(a)
-    r = compare(a.model, a.outdir, a.inputs, a.rtol, a.reps, a.seed, batch=a.batch)
+        return _compare_per_subgraph(a, input_range)
+    r = compare(a.model, a.outdir, a.inputs, a.rtol, a.reps, a.seed, batch=a.batch,
+                input_range=input_range)
     if a.json:
         print(json.dumps(r))
     else:
+        _print_inputs(r)
         for o in r["outputs"]:
-            print(f"{o['name']}: max_abs_err {o['max_abs_err']:.3g}  max_rel_err "
-                  f"{o['max_rel_err']:.3g}  {'ok' if o['passed'] else 'FAIL'}")
+            print(f"{o['name']}: max_abs_err {o['max_abs_err']:.2g}  max_rel_err "
+                  f"{o['max_rel_err']:.2g}  TF spread (oneDNN vs Eigen) {o['tf_spread']:.2g}  "
+                  f"ratio {format_ratio(o['spread_ratio'])}  {'ok' if o['passed'] else 'FAIL'}")
         lat = r["latency_ms"]
         print(f"latency (median of {r['reps']}, through the {r['timed_through']}): rstf "
               f"{lat['rstf']:.2f} ms, TF Eigen {lat['tf_eigen']:.2f} ms, TF oneDNN "
@@ -226,16 +253,24 @@ def _compare(a) -> int:
     return 0 if r["passed"] else 1
 
 
-def _compare_per_subgraph(a) -> int:
-    from .compare import compare_per_subgraph
+def _print_inputs(r: dict) -> None:
+    """One line: each input's shape and how its values were made."""
+    print("inputs: " + "; ".join(f"{k} {'x'.join(map(str, shape)) or 'scalar'} "
+                                 f"{r['input_values'][k]}" for k, shape in r["inputs"].items()))
 
-    r = compare_per_subgraph(a.model, a.outdir, a.inputs, a.rtol, a.seed)
+
+def _compare_per_subgraph(a, input_range) -> int:
+    from .compare import compare_per_subgraph, format_ratio
+
+    r = compare_per_subgraph(a.model, a.outdir, a.inputs, a.rtol, a.seed, input_range)
     if a.json:
         print(json.dumps(r))
         return 0 if r["passed"] else 1
+    _print_inputs(r)
     for s in r["subgraphs"]:
-        print(f"{s['name']} ({s['nodes']} nodes): max_rel_err {s['max_rel_err']:.3g}  "
-              f"{'ok' if s['passed'] else 'FAIL'}")
+        print(f"{s['name']} ({s['nodes']} nodes): max_rel_err {s['max_rel_err']:.2g}  "
+              f"TF spread (oneDNN vs Eigen) {s['tf_spread']:.2g}  "
+              f"ratio {format_ratio(s['spread_ratio'])}  {'ok' if s['passed'] else 'FAIL'}")
     f = r["first_failure"]
     if f is None:
         print("PASSED: every subgraph matches TensorFlow")
@@ -246,8 +281,22 @@ def _compare_per_subgraph(a) -> int:
     return 1
 
 
+def _attach_range_values(argv: list[str]) -> list[str]:
+    """`--input-range -1,1` -> `--input-range=-1,1`: argparse takes "-1,1" (or "-inf,0")
+    for an option, only a plain negative number passing as a value, and would refuse the
+    natural form. Whatever follows is the value; parse_input_range judges it."""
+    out = []
+    for arg in argv:
+        if out and out[-1] == "--input-range" and "--" not in out:
+            out[-1] = f"--input-range={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv=None) -> int:
-    a = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = _parser().parse_args(_attach_range_values(argv))
     if a.debug:
         os.environ["RSTF_DEBUG"] = "1"
     try:

@@ -1,8 +1,19 @@
 """`rstf compare`: the optimized graph against stock TensorFlow, numbers and speed.
 
-Both graphs run on the same seeded random inputs (or the user's `--inputs FILE.npz`). Errors
-are measured against stock TensorFlow with Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0), per
-output: the max absolute error, and that error relative to the output's largest magnitude.
+Both graphs run on the same inputs: seeded random values shaped like real ones, or the
+user's `--inputs FILE.npz` (rstf.inputs). Errors are measured per output against stock
+TensorFlow with Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0), the reference:
+
+- `max_abs_err`: max |rstf - Eigen| over the output's elements;
+- `max_rel_err`: max_abs_err / max |Eigen|, the error relative to the output's largest
+  magnitude (an image model's largest logit); max_abs_err itself when that is 0. `--rtol`
+  is the pass line on it;
+- `tf_spread`: the same measure for stock TensorFlow with oneDNN kernels against Eigen, on
+  the same inputs: how far TensorFlow's own two CPU backends are apart;
+- `spread_ratio`: max_rel_err / tf_spread (also max_abs_err over oneDNN's, the scale being
+  the same), a figure free of the outputs' scale; None where the spread is 0 (oneDNN and
+  Eigen agree bit for bit) or a value is not finite.
+
 Latency is the median of `--reps` runs after a warm-up, for the optimized graph and for stock
 TensorFlow with Eigen and with oneDNN kernels, each in its own process, each called through
 TensorFlow's C API as a C++ server calls it (rstf.tfclient): a Python Session would add its
@@ -11,6 +22,7 @@ own per-call interpreter work to all three.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -21,6 +33,11 @@ import numpy as np
 
 from .errors import RstfError
 from .graph import load_model
+from .inputs import draw_inputs, make_inputs  # noqa: F401  (make_inputs: benchmarks/)
+
+# The environments of the two stock TensorFlow configurations.
+EIGEN_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+ONEDNN_ENV = {"TF_ENABLE_ONEDNN_OPTS": "1"}
 
 
 def _read_report(out_dir: str) -> dict:
@@ -34,41 +51,22 @@ def _read_report(out_dir: str) -> dict:
         raise RstfError(f"{path}: unreadable ({e})") from None
 
 
-def make_inputs(graph, seed: int, user_inputs: str | None,
-                batch: int = 1) -> dict[str, np.ndarray]:
-    """Seeded random inputs for every Placeholder, or the user's, checked against the graph.
-    An unknown dimension 0 (a dynamic batch) gets `batch` samples."""
-    rng = np.random.RandomState(seed)
-    provided = {}
-    if user_inputs:
-        try:
-            provided = dict(np.load(user_inputs))
-        except (OSError, ValueError) as e:
-            raise RstfError(f"--inputs {user_inputs}: cannot read ({e})") from None
-    feeds = {}
-    for p in graph.placeholders:
-        shape, dtype = p.shape(0), p.out_dtypes[0]
-        if p.name in provided:
-            val = np.asarray(provided[p.name])
-            if shape is not None and (len(val.shape) != len(shape) or any(
-                    d is not None and d != v for d, v in zip(shape, val.shape))):
-                raise RstfError(f"--inputs: {p.name} has shape {list(val.shape)}, the graph "
-                                f"expects {list(shape)}")
-            feeds[f"{p.name}:0"] = val.astype(dtype)
-            continue
-        if shape and shape[0] is None:
-            shape = (batch, *shape[1:])
-        if shape is None or any(d is None for d in shape):
-            raise RstfError(f"input {p.name!r} has an unknown shape; pass --inputs FILE.npz")
-        if np.issubdtype(dtype, np.floating):
-            feeds[f"{p.name}:0"] = rng.standard_normal(shape).astype(dtype)
-        elif np.issubdtype(dtype, np.integer):
-            feeds[f"{p.name}:0"] = rng.randint(0, 4, size=shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[f"{p.name}:0"] = rng.randint(0, 2, size=shape).astype(bool)
-        else:
-            raise RstfError(f"input {p.name!r}: cannot generate values of dtype {dtype}")
-    return feeds
+def spread_ratio(err: float | None, spread: float | None) -> float | None:
+    """An error over TensorFlow's oneDNN-vs-Eigen spread on the same inputs (module
+    docstring); None where it has no meaning: no spread measured, a spread of 0, or a value
+    that is not finite (an error of inf already says what there is to say)."""
+    if err is None or spread is None or not (math.isfinite(err) and math.isfinite(spread)):
+        return None
+    return err / spread if spread > 0 else None
+
+
+def format_ratio(ratio: float | None) -> str:
+    """'0.05x', '1.2x', '14x', '140x'; 'n/a' for None."""
+    if ratio is None:
+        return "n/a"
+    if ratio >= 10:
+        return f"{ratio:.0f}x"
+    return f"{ratio:.1f}x" if ratio >= 0.1 else f"{ratio:.1g}x"
 
 
 def graph_fetches(graph) -> list[str]:
@@ -105,22 +103,25 @@ def _run(label: str, graph_path: str, libs: list[str], inputs: str, fetches: lis
 
 
 def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1e-4,
-            reps: int = 5, seed: int = 0, latency: bool = True, batch: int = 1) -> dict:
-    """Errors against TF with Eigen and latencies (module docstring). With `latency=False`
-    only the numbers are checked: two runs instead of three, none timed (the fuzzer)."""
+            reps: int = 5, seed: int = 0, latency: bool = True, batch: int = 1,
+            input_range: tuple[float, float] | None = None, warn=None) -> dict:
+    """Errors against TF with Eigen, TF's own spread, and latencies (module docstring), on
+    the inputs of `rstf.inputs.draw_inputs` (`inputs`: the user's .npz; `input_range`: every
+    random float input uniform in [LO, HI); `warn`: receives the warnings, default stderr).
+    With `latency=False` only the numbers are checked: two runs instead of three, none
+    timed, and no TF spread (the fuzzer); `tf_spread` and `spread_ratio` are then None."""
     report = _read_report(out_dir)
     pins = {k: tuple(v) for k, v in report.get("pinned_shapes", {}).items()}
     graph = load_model(model, pins, report.get("outputs"))
-    feeds = make_inputs(graph, seed, inputs, batch)
+    feeds, sources = draw_inputs(graph, seed, inputs, batch, input_range, warn)
     fetches = graph_fetches(graph)
     optimized = os.path.join(out_dir, "optimized.pb")
     libs = [os.path.join(out_dir, report["library"])] if report.get("library") else []
     with tempfile.TemporaryDirectory() as tmp:
         in_path, orig_path = write_run_files(tmp, graph, feeds)
         runs = {}
-        configs = [("tf_eigen", orig_path, [], {"TF_ENABLE_ONEDNN_OPTS": "0"}),
-                   ("tf_onednn", orig_path, [], {"TF_ENABLE_ONEDNN_OPTS": "1"}),
-                   ("rstf", optimized, libs, {})]
+        configs = [("tf_eigen", orig_path, [], EIGEN_ENV),
+                   ("tf_onednn", orig_path, [], ONEDNN_ENV), ("rstf", optimized, libs, {})]
         for label, path, lib, env in configs if latency else [configs[0], configs[2]]:
             save = os.path.join(tmp, f"{label}.npz")
             runs[label] = _run(label, path, lib, in_path, fetches, reps if latency else 0,
@@ -133,21 +134,27 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
         abs_err, rel_err = _errors(ref, got)
         ok = bool(rel_err <= rtol)
         passed &= ok
-        outputs.append({"name": name, "shape": list(ref.shape), "max_abs_err": abs_err,
-                        "max_rel_err": rel_err, "passed": ok})
+        spread = None
         if "tf_onednn" in runs:
-            onednn = runs["tf_onednn"]["outputs"][i].astype(np.float64)
-            outputs[-1]["onednn_vs_eigen_rel_err"] = _errors(ref, onednn)[1]
+            spread = _errors(ref, runs["tf_onednn"]["outputs"][i].astype(np.float64))[1]
+        outputs.append({"name": name, "shape": list(ref.shape), "max_abs_err": abs_err,
+                        "max_rel_err": rel_err, "tf_spread": spread,
+                        "spread_ratio": spread_ratio(rel_err, spread), "passed": ok})
+    result = {"passed": passed, "rtol": rtol, "outputs": outputs, "seed": seed,
+              "inputs": {k.removesuffix(":0"): list(v.shape) for k, v in feeds.items()},
+              "input_values": sources}
     if not latency:
-        return {"passed": passed, "rtol": rtol, "outputs": outputs, "seed": seed}
+        return result
     lat = {k: runs[k]["latency_ms"] for k in ("rstf", "tf_eigen", "tf_onednn")}
-    return {"passed": passed, "rtol": rtol, "outputs": outputs, "latency_ms": lat,
-            "reps": reps, "seed": seed, "timed_through": runs["rstf"].get("client"),
+    return {**result, "latency_ms": lat, "reps": reps,
+            "timed_through": runs["rstf"].get("client"),
             "speedup_vs_eigen": lat["tf_eigen"] / lat["rstf"] if lat["rstf"] else None,
             "speedup_vs_onednn": lat["tf_onednn"] / lat["rstf"] if lat["rstf"] else None}
 
 
 def _errors(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
+    """(max_abs_err, max_rel_err) of `got` against the reference `ref` (module docstring);
+    (inf, inf) for a shape mismatch or a non-finite difference where `ref` is not NaN too."""
     if ref.shape != got.shape:
         return float("inf"), float("inf")
     if ref.size == 0:
@@ -186,10 +193,14 @@ def _custom_op_graph_def(op_type: str, slots, graph, prepacked: dict) -> object:
 
 
 def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
-                         rtol: float = 1e-4, seed: int = 0) -> dict:
+                         rtol: float = 1e-4, seed: int = 0,
+                         input_range: tuple[float, float] | None = None, warn=None) -> dict:
     """Run every custom op alone on the intermediate tensors stock TF (Eigen) computed for
-    its inputs, and compare its outputs with TF's. For a subgraph over the tolerance, a
-    debug build of its C that exposes every node's output names the first bad node."""
+    its inputs, and compare its outputs with TF's (the errors of `compare`, per subgraph
+    output and the worst per subgraph). The TF spread of a subgraph is stock TF with oneDNN
+    on the subgraph's original nodes, fed those same intermediate tensors, against Eigen.
+    For a subgraph over the tolerance, a debug build of its C that exposes every node's
+    output names the first bad node. `inputs`, `input_range`, `warn`: as for `compare`."""
     from .cexec import run_subgraph_c
     from .codegen import generate_subgraph
     from .opgen import get_handler
@@ -201,7 +212,7 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
     pins = {k: tuple(v) for k, v in report.get("pinned_shapes", {}).items()}
     graph = load_model(model, pins, report.get("outputs"), fold=True,  # what optimize saw
                        fold_scales=report.get("options", {}).get("fold_scales", False))
-    feeds = make_inputs(graph, seed, inputs)
+    feeds, sources = draw_inputs(graph, seed, inputs, 1, input_range, warn)
     codes = []
     for i, entry in enumerate(report["subgraphs"]):
         missing = [n for n in entry["nodes"] if n not in graph.nodes]
@@ -222,9 +233,10 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
         np.savez(in_path, **feeds)
         with open(gpath, "wb") as f:
             f.write(graph.graph_def.SerializeToString())
-        _run("reference", gpath, [], in_path, fetches, 0, {"TF_ENABLE_ONEDNN_OPTS": "0"}, save)
-        ref_npz = np.load(save)
-        ref = {t: ref_npz[f"out{i}"] for i, t in enumerate(fetches)}
+        _run("reference", gpath, [], in_path, fetches, 0, EIGEN_ENV, save)
+        with np.load(save) as ref_npz:
+            ref = {t: ref_npz[f"out{i}"] for i, t in enumerate(fetches)}
+        onednn = _onednn_per_subgraph(gpath, graph, codes, ref, tmp)
 
     def value(t):
         return ref[t] if t in ref else graph.const_value(t)
@@ -251,11 +263,17 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
             got = sess.run([f"op:{j}" for j in range(len(sg.outputs))], feed)
         outs = []
         for s, v in zip(sg.outputs, got):
-            abs_err, rel_err = _errors(ref[s.tensor].astype(np.float64), v.astype(np.float64))
-            outs.append({"name": s.tensor, "max_abs_err": abs_err, "max_rel_err": rel_err})
+            r = ref[s.tensor].astype(np.float64)
+            abs_err, rel_err = _errors(r, v.astype(np.float64))
+            spread = _errors(r, onednn[s.tensor].astype(np.float64))[1]
+            outs.append({"name": s.tensor, "max_abs_err": abs_err, "max_rel_err": rel_err,
+                         "tf_spread": spread, "spread_ratio": spread_ratio(rel_err, spread)})
         worst = max((o["max_rel_err"] for o in outs), default=0.0)
+        spread = max((o["tf_spread"] for o in outs), default=0.0)
         item = {"name": entry["name"], "op_type": entry["op_type"], "nodes": len(sg.nodes),
-                "max_rel_err": worst, "passed": bool(worst <= rtol), "outputs": outs}
+                "max_rel_err": worst, "tf_spread": spread,
+                "spread_ratio": spread_ratio(worst, spread), "passed": bool(worst <= rtol),
+                "outputs": outs}
         if not item["passed"]:
             item["first_bad_node"] = _first_bad_node(graph, sg, value, rtol, run_subgraph_c,
                                                      generate_subgraph)
@@ -263,7 +281,36 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
                 first_failure = {"subgraph": entry["name"], **(item["first_bad_node"] or {})}
         results.append(item)
     return {"passed": first_failure is None, "rtol": rtol, "subgraphs": results,
-            "first_failure": first_failure}
+            "first_failure": first_failure, "seed": seed,
+            "inputs": {k.removesuffix(":0"): list(v.shape) for k, v in feeds.items()},
+            "input_values": sources}
+
+
+def _onednn_per_subgraph(gpath: str, graph, codes, ref: dict, tmp: str) -> dict:
+    """{subgraph output tensor: its value from stock TF with oneDNN}, each subgraph's nodes
+    fed its inputs' values in `ref` (Eigen's), as its custom op is fed. Subgraphs share a
+    run unless one's output is another's input: a fed tensor that is fetched returns the
+    fed value instead of being computed."""
+    rounds: list[tuple[set, set]] = []  # (fed tensors, fetched tensors) of one run
+    for sg in codes:
+        fed = {s.tensor for s in sg.inputs if not graph.is_const(s.tensor)}
+        fetched = {s.tensor for s in sg.outputs}
+        for r_fed, r_fetched in rounds:
+            if not (fed & r_fetched or fetched & r_fed):
+                r_fed |= fed
+                r_fetched |= fetched
+                break
+        else:
+            rounds.append((fed, fetched))
+    values = {}
+    for k, (fed, fetched) in enumerate(rounds):
+        in_path, save = (os.path.join(tmp, f"onednn{k}.{x}.npz") for x in ("in", "out"))
+        np.savez(in_path, **{t: ref[t] for t in sorted(fed)})
+        fetch = sorted(fetched)
+        _run("TF oneDNN", gpath, [], in_path, fetch, 0, ONEDNN_ENV, save)
+        with np.load(save) as npz:
+            values.update((t, npz[f"out{i}"]) for i, t in enumerate(fetch))
+    return values
 
 
 def _first_bad_node(graph, sg, value, rtol, run_subgraph_c, generate_subgraph):

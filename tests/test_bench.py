@@ -44,7 +44,8 @@ def test_bench_every_engine(tmp_path, capsys):
     text = bench_mod.table(r)
     for label in bench_mod.LABELS.values():
         assert label in text
-    assert "tiny (input 1x8x8x3)" in text
+    assert "tiny (input 1x8x8x3 uniform [0, 1)), TF spread (oneDNN vs Eigen) " in text
+    assert m["tf_spread"] == rows["tf-onednn"]["max_rel_err"]
     md = bench_mod.markdown_table(r)
     assert md.count("\n| tiny |") == len(bench_mod.ENGINES)
 
