@@ -2,7 +2,7 @@
 
 Usage::
 
-    python models/build.py NAME -o PATH.pb [--input-size H] [--seed S]
+    python models/build.py NAME -o PATH.pb [--input-size H] [--seed S] [--input-range LO,HI]
 
 NAME is one of ``inception_v3`` (default input 299), ``inception_v4`` (299; built by
 ``models/inception_v4.py``, not in keras.applications), ``resnet50`` (224) or
@@ -14,8 +14,13 @@ NAME may also be ``keras:CTOR`` for any image classifier constructor in
 ``benchmarks/zoo.py``), at that architecture's standard input size by default
 (``KERAS_DEFAULT_SIZE``, else 224) and no smaller than ``KERAS_MIN_INPUT_SIZE`` (else
 32).  The weight rules are the same; architectures' extra weight kinds get small
-values from the same RandomState (see ``_assign_weights``), and the classifier is
-rescaled by a power of two so the logits' std is about 1 (``_calibrate_classifier``).
+values from the same RandomState (see ``_assign_weights``).
+
+Every model's batch-norm statistics are calibrated on images uniform in [0, 1)
+(``_calibrate_batch_norms``), so that activations stay O(1) through the whole depth as
+in a trained network fed the inputs it was trained on, and the classifier is rescaled by
+a power of two so the logits' std is about 1 on such images (``_calibrate_classifier``).
+Feed these models images in [0, 1): `rstf compare` does by default.
 
 Contract of the produced file (and of :func:`build_graph_def`):
 
@@ -75,31 +80,17 @@ KERAS_DEFAULT_SIZE: dict[str, int] = {
 KERAS_MIN_INPUT_SIZE: dict[str, int] = {"InceptionV3": 75, "InceptionResNetV2": 75,
                                         "Xception": 71}
 
+# Images in the batch the batch-norm statistics are calibrated on (_calibrate_batch_norms).
+CALIBRATION_IMAGES = 8
+
 INPUT_NAME = "input"
 OUTPUT_NAME = "output"
 
-# Per-model deviations from the plain He/BN rules in _assign_weights, needed
-# because in inference mode BatchNorm uses the *random* moving statistics and so
-# does not re-normalise activations; magnitudes then drift with depth.
-#
-# CLASSIFIER_SCALE multiplies the (He-scaled) final Dense kernel so the
-# pre-softmax logits have a standard deviation of roughly 0.3-2 at the default
-# input sizes on a standard-normal input: large enough that the softmax is not
-# uniform, small enough that it is not one-hot (max probability well below
-# 0.99).  Measured logit std with scale 1.0: inception_v3 ~14, mobilenet_v2
-# ~0.35; with these scales: inception_v3 1.4, resnet50 0.75, mobilenet_v2 0.35.
-CLASSIFIER_SCALE: dict[str, float] = {
-    "inception_v3": 0.1,
-    "resnet50": 0.1,
-    "mobilenet_v2": 1.0,
-    "inception_v4": 0.1,
-}
-
-# ResNet50 adds each residual branch onto its shortcut with no effective
-# normalisation, so activation std grows ~1.5x per block (logit std ~8e3 after
-# 16 blocks, a one-hot softmax).  Scaling the last conv kernel of every branch
-# ("convS_blockN_3_conv") by 0.25 (cf. Fixup / zero-init-residual) keeps the
-# block outputs' std in ~2-7 throughout.
+# A residual branch added onto its shortcut with no normalisation after its last conv (the
+# pre-activation ResNet*V2) makes the activations' std grow with every block.  Scaling the
+# last conv kernel of every branch ("convS_blockN_3_conv") by 0.25 (cf. Fixup /
+# zero-init-residual) keeps it O(1).  (In ResNet50 v1 a calibrated batch norm follows that
+# conv and undoes the scale.)
 RESIDUAL_BRANCH_SCALE: dict[str, tuple[str, float]] = {
     "resnet50": ("_3_conv/kernel", 0.25),
 }
@@ -148,16 +139,12 @@ def _assign_weights(model, name: str, seed: int) -> None:
     depends only on (architecture, input size, seed).  Distributions are chosen
     so activations neither explode nor vanish through the network in inference
     mode, where BatchNorm uses these moving statistics instead of batch ones
-    (see CLASSIFIER_SCALE and RESIDUAL_BRANCH_SCALE for per-model tweaks).
+    (see RESIDUAL_BRANCH_SCALE); the batch-norm statistics and the classifier's scale are
+    then calibrated (_calibrate_batch_norms, _calibrate_classifier).
     """
     import numpy as np
 
     rng = np.random.RandomState(seed)
-    dense_kernels = [
-        w for w in model.weights if _short(w) == "kernel" and len(w.shape) == 2
-    ]
-    # The classifier is the last 2-D kernel in the model (include_top=True).
-    classifier = dense_kernels[-1] if dense_kernels else None
     residual = _residual_rule(name)
 
     for w in model.weights:
@@ -167,9 +154,7 @@ def _assign_weights(model, name: str, seed: int) -> None:
             # Conv2D (kh, kw, in, out) or Dense (in, out): fan_in = all but last.
             fan_in = int(np.prod(shape[:-1]))
             value = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
-            if w is classifier:
-                value *= CLASSIFIER_SCALE.get(name, 0.1)
-            elif residual is not None and w.path.endswith(residual[0]):
+            if residual is not None and w.path.endswith(residual[0]):
                 value *= residual[1]
         elif kind == "depthwise_kernel":
             # (kh, kw, in, multiplier): each output sees only kh*kw inputs.
@@ -198,14 +183,79 @@ def _assign_weights(model, name: str, seed: int) -> None:
         w.assign(value.astype(np.float32))
 
 
-def _calibrate_classifier(model, size: int) -> None:
-    """``keras:CTOR`` names: scale the classifier kernel by a power of two so the logits
-    have a standard deviation within a factor sqrt(2) of 1 on a N(0,1) input.
+def calibration_images(size: int, count: int = CALIBRATION_IMAGES,
+                       input_range: tuple[float, float] = (0.0, 1.0)):
+    """The in-distribution input the statistics are calibrated on: images uniform in
+    `input_range` ([0, 1) by default, as `rstf compare` feeds an image model), from a
+    fixed RandomState."""
+    import numpy as np
 
-    The zoo's architectures differ too much for one CLASSIFIER_SCALE: with the plain
-    rules Xception's logits have std ~9e4 and NASNetMobile's ~650 at 96x96 (a one-hot
-    softmax, on which rstf's errors would be invisible) and EfficientNetB0's ~0.02 (an
-    almost uniform one).  The classifier is the last kernel (Dense, or the 1x1 Conv2D of
+    rng = np.random.RandomState(20160223)
+    return rng.uniform(*input_range, (count, size, size, 3)).astype(np.float32)
+
+
+def _calibrate_batch_norms(model, size: int, input_range) -> None:
+    """Set every BatchNormalization's moving mean and variance to the statistics of its own
+    input on `calibration_images`, as training on such images would leave them.
+
+    Why: with random moving statistics, batch norm in inference mode does not normalise,
+    and activations drift with depth (their mean grows with every ReLU); errors that a
+    trained network would show stay invisible. Calibrated, every layer's activations are
+    O(1), as in a trained network fed the inputs it was trained on.
+
+    How: one forward pass in training mode with each BN's momentum at 0 (its moving
+    statistics become the batch's, and the layer normalises with them, so the next BN sees
+    what inference will give it) and dropout off. The statistics are rounded to 12
+    significant bits so that the file does not depend on the last bits of the forward pass
+    (another machine's kernels sum in another order).
+    """
+    import keras
+    import numpy as np
+
+    bns = [lay for lay in _all_layers(model) if isinstance(lay, keras.layers.BatchNormalization)]
+    if not bns:
+        return
+    drops = [lay for lay in _all_layers(model) if isinstance(lay, keras.layers.Dropout)]
+    saved = [(lay, lay.momentum) for lay in bns] + [(lay, lay.rate) for lay in drops]
+    for lay in bns:
+        lay.momentum = 0.0
+    for lay in drops:
+        lay.rate = 0.0
+    try:
+        model(calibration_images(size, input_range=input_range), training=True)
+    finally:
+        for lay in bns:
+            lay.momentum = dict(saved)[lay]
+        for lay in drops:
+            lay.rate = dict(saved)[lay]
+    for lay in bns:
+        for w in (lay.moving_mean, lay.moving_variance):
+            w.assign(_round_bits(np.asarray(w.numpy(), np.float64), 12).astype(np.float32))
+
+
+def _all_layers(model):
+    """Every layer, nested models' too."""
+    out = []
+    for lay in model.layers:
+        out.extend(_all_layers(lay) if hasattr(lay, "layers") else [lay])
+    return out
+
+
+def _round_bits(x, bits: int):
+    import numpy as np
+
+    m, e = np.frexp(x)
+    return np.ldexp(np.round(m * 2.0 ** bits) / 2.0 ** bits, e)
+
+
+def _calibrate_classifier(model, size: int, input_range) -> None:
+    """Scale the classifier kernel by a power of two so the logits have a standard
+    deviation within a factor sqrt(2) of 1 over `calibration_images`.
+
+    The architectures differ too much for one fixed scale: with the plain rules
+    Xception's logits have std ~9e4 and NASNetMobile's ~650 at 96x96 (a one-hot softmax,
+    on which rstf's errors would be invisible) and EfficientNetB0's ~0.02 (an almost
+    uniform one).  The classifier is the last kernel (Dense, or the 1x1 Conv2D of
     MobileNet v1/v3).  Scaling by a power of two is exact, and rounding log2 of the
     measured std makes the file independent of the forward pass's last-bit rounding.
     """
@@ -217,12 +267,13 @@ def _calibrate_classifier(model, size: int) -> None:
         return
     cls = kernels[-1]
     layer = next(lay for lay in model.layers if any(w is cls for w in lay.weights))
-    x = np.random.RandomState(20160223).standard_normal((1, size, size, 3)).astype(np.float32)
-    feats = np.asarray(keras.Model(model.input, layer.input)(x), np.float64).reshape(-1)
+    x = calibration_images(size, input_range=input_range)
+    feats = np.asarray(keras.Model(model.input, layer.input)(x), np.float64)
+    feats = feats.reshape(len(x), -1)
     kernel = np.asarray(cls.numpy(), np.float64)
-    if feats.size != int(np.prod(kernel.shape[:-1])):
+    if feats.shape[1] != int(np.prod(kernel.shape[:-1])):
         return  # a classifier over a spatial map: leave it
-    std = float(np.std(feats @ kernel.reshape(feats.size, -1)))
+    std = float(np.std(feats @ kernel.reshape(feats.shape[1], -1)))
     if not np.isfinite(std) or std == 0.0:
         return
     cls.assign((kernel * 2.0 ** round(-np.log2(std))).astype(np.float32))
@@ -404,7 +455,8 @@ def _prune_to_output(graph_def: "tf.compat.v1.GraphDef") -> "tf.compat.v1.GraphD
 
 
 def build_graph_def(
-    name: str, input_size: int | None = None, seed: int = 0, batch: int | None = 1
+    name: str, input_size: int | None = None, seed: int = 0, batch: int | None = 1,
+    input_range: tuple[float, float] = (0.0, 1.0),
 ) -> "tf.compat.v1.GraphDef":
     """Return the frozen inference GraphDef of model ``name``.
 
@@ -413,7 +465,8 @@ def build_graph_def(
     :func:`default_input_size` for ``keras:CTOR`` names); the input is
     ``[1, input_size, input_size, 3]`` float32.  Raises ``ValueError`` for an
     unknown name or an input size below :func:`min_input_size`. ``batch=None``
-    leaves the batch dimension unknown (a serving graph's dynamic batch).  See the module
+    leaves the batch dimension unknown (a serving graph's dynamic batch).  ``input_range``:
+    the images the batch-norm statistics are calibrated on are uniform in it.  See the module
     docstring for the input/output naming and determinism contract.
 
     Calls ``keras.backend.clear_session()`` first: keras auto-names layers from
@@ -446,8 +499,8 @@ def build_graph_def(
             weights=None, include_top=True, input_shape=(size, size, 3), classes=1000
         )
     _assign_weights(model, name, seed)
-    if name.startswith("keras:"):
-        _calibrate_classifier(model, size)
+    _calibrate_batch_norms(model, size, input_range)
+    _calibrate_classifier(model, size, input_range)
 
     # autograph is unnecessary for a straight-line keras call.
     @tf.function(autograph=False)
@@ -503,6 +556,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-size", type=int, default=None, metavar="H",
                         help="square input size (default: the model's standard)")
     parser.add_argument("--seed", type=int, default=0, help="numpy seed (default 0)")
+    parser.add_argument("--input-range", default="0,1", metavar="LO,HI",
+                        help="calibrate batch norm on images uniform in [LO, HI) "
+                        "(default 0,1; feed the model such images)")
     parser.add_argument("--dynamic-batch", action="store_true",
                         help="leave the batch dimension unknown ([?, H, H, 3])")
     args = parser.parse_args(argv)
@@ -512,6 +568,14 @@ def main(argv: list[str] | None = None) -> int:
         _check_name(args.name)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        lo, hi = (float(v) for v in args.input_range.split(","))
+        if not lo < hi:
+            raise ValueError
+    except ValueError:
+        print(f"error: --input-range {args.input_range!r}: give LO,HI with LO < HI",
+              file=sys.stderr)
         return 2
     if args.input_size is not None and args.input_size < min_input_size(args.name):
         print(f"error: {args.name} needs --input-size >= "
@@ -526,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     try:
         graph_def = build_graph_def(args.name, args.input_size, args.seed,
-                                    None if args.dynamic_batch else 1)
+                                    None if args.dynamic_batch else 1, (lo, hi))
     except ValueError as e:
         if not str(e).startswith("unknown model"):
             raise

@@ -56,7 +56,7 @@ def test_graph_contract_and_runs(graph_def):
     assert x_t.shape.as_list() == [1, SIZE, SIZE, 3]
     assert y_t.shape.as_list() == [1, 1000]
 
-    x = np.random.RandomState(123).standard_normal((1, SIZE, SIZE, 3)).astype(np.float32)
+    x = np.random.RandomState(123).uniform(0, 1, (1, SIZE, SIZE, 3)).astype(np.float32)
     with tf.compat.v1.Session(graph=g) as sess:
         y = sess.run(y_t, {x_t: x})
     assert y.shape == (1, 1000)
@@ -65,6 +65,23 @@ def test_graph_contract_and_runs(graph_def):
     # Softmax neither one-hot nor exactly uniform.
     assert y.max() < 0.99
     assert y.max() > y.min()
+
+
+def test_activations_are_o1_on_in_distribution_images(graph_def):
+    """Batch norm calibrated on images in [0, 1): every batch norm's and ReLU's output has a
+    standard deviation of order 1 on such an image, as in a trained network, and the logits
+    too (the test that would have caught errors hidden by logits in the thousands)."""
+    g = tf.Graph()
+    with g.as_default():
+        tf.import_graph_def(graph_def, name="")
+    ops = [o for o in g.get_operations() if o.type in ("FusedBatchNormV3", "Relu6", "Relu")]
+    logits = [o for o in g.get_operations() if o.type == "Softmax"][0].inputs[0]
+    x = np.random.RandomState(5).uniform(0, 1, (1, SIZE, SIZE, 3)).astype(np.float32)
+    with tf.compat.v1.Session(graph=g) as sess:
+        values = sess.run([o.outputs[0] for o in ops] + [logits], {"input:0": x})
+    stds = np.array([v.std() for v in values])
+    assert len(ops) > 30 and np.median(stds) > 0.2 and stds.max() < 5, stds
+    assert 0.3 < values[-1].std() < 3.0
 
 
 def test_unknown_name_cli(tmp_path):
@@ -108,11 +125,12 @@ def test_inception_v4_architecture(v4_graph_def):
 
 
 def _run(graph_def, size: int) -> np.ndarray:
-    """The model's output on a seeded N(0, 1) image of size x size."""
+    """The model's output on a seeded image of size x size, uniform in [0, 1) (what its
+    batch norm was calibrated on)."""
     g = tf.Graph()
     with g.as_default():
         tf.import_graph_def(graph_def, name="")
-    x = np.random.RandomState(0).standard_normal((1, size, size, 3)).astype(np.float32)
+    x = np.random.RandomState(0).uniform(0, 1, (1, size, size, 3)).astype(np.float32)
     with tf.compat.v1.Session(graph=g) as sess:
         return sess.run("output:0", {"input:0": x})
 
