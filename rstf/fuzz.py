@@ -100,11 +100,6 @@ def image_feeds(graph_def, seed: int) -> dict:
     return feeds
 
 
-def _conv_out(size, k, s, d, padding):
-    eff = (k - 1) * d + 1
-    return -(-size // s) if padding == "SAME" else (size - eff) // s + 1
-
-
 def build_graph(ch, max_steps: int = 7) -> RandomGraph:
     """One random graph, every decision taken by the chooser `ch` (module docstring)."""
     from .tfutil import tf
