@@ -73,7 +73,11 @@ def splice(graph: Graph, subgraphs: list[SubgraphCode], op_types: list[str],
             new = out.node.add()
             new.CopyFrom(nd)
             del new.input[:]
-            new.input.extend(_dedup(remap(r) for r in nd.input))
+            # Only control inputs may repeat once remapped (two members of one op); a data
+            # input read twice (concat(x, x), x * x) is two operands and must stay so.
+            refs = [remap(r) for r in nd.input]
+            new.input.extend([r for r in refs if not r.startswith("^")]
+                             + _dedup(r for r in refs if r.startswith("^")))
             continue
         if i not in emitted:
             emitted.add(i)

@@ -1,32 +1,30 @@
 """Differential fuzzing: random graphs of supported ops, optimized, compared with TF.
 
 CI runs a bounded, derandomized campaign (RSTF_FUZZ_EXAMPLES, default 6: each example builds
-an op library, ~20 s); `scripts/fuzz.py` runs longer ones and saves what fails under
-tests/data/fuzz_regressions/, which `test_fuzz_regressions` replays forever after.
+an op library, ~20 s); `scripts/fuzz.py` runs longer ones in parallel and saves what fails
+under tests/data/fuzz_regressions/ (a graph and a sidecar with its options), which
+`test_fuzz_regressions` replays forever after.
 """
+import dataclasses
 import glob
+import json
 import os
+import subprocess
+import sys
+import tempfile
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from harness import save_graph_def
-from rstf.compare import compare
-from rstf.fuzz import graphs
-from rstf.pipeline import optimize
+from rstf.fuzz import graphs, random_graph
+from rstf.fuzzcase import Options, available_configs, check, load_regression, replay
 
 EXAMPLES = int(os.environ.get("RSTF_FUZZ_EXAMPLES", "6"))
+ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
 REGRESSIONS = os.path.join(os.path.dirname(__file__), "data", "fuzz_regressions")
-
-
-def optimize_and_compare(gd, tmp_dir, max_ops, optimizer="poly"):
-    model = save_graph_def(gd, tmp_dir, "fuzz.pb")
-    out = os.path.join(tmp_dir, "fuzz.rstf")
-    report = optimize(model, out, max_ops=max_ops, force=True, log=lambda m: None,
-                      optimizer=optimizer)
-    result = compare(model, out, latency=False)
-    return report, result
+SCRIPT = os.path.join(ROOT, "scripts", "fuzz.py")
 
 
 @pytest.mark.tfbuild
@@ -35,22 +33,102 @@ def optimize_and_compare(gd, tmp_dir, max_ops, optimizer="poly"):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(g=graphs(), max_ops=st.sampled_from([2, 3, 400]),
-       optimizer=st.sampled_from(["none", "poly"]))
-def test_random_graphs_match_tensorflow(tmp_path, g, max_ops, optimizer):
-    report, result = optimize_and_compare(g.graph_def, str(tmp_path), max_ops, optimizer)
-    assert result["passed"], (g.recipe, result["outputs"])
-    for sg in report["subgraphs"]:
-        assert len(sg["nodes"]) <= max_ops
+       config=st.sampled_from(available_configs()))
+def test_random_graphs_match_tensorflow(tmp_path, g, max_ops, config):
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d:  # one function-scoped tmp_path
+        v = check(g.graph_def, g.feeds, Options.of(config, max_ops), d)
+    assert v.passed, (g.recipe, v.why)
 
 
 @pytest.mark.tfbuild
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REGRESSIONS, "*.pbtxt"))))
 def test_fuzz_regressions(tmp_path, path):
-    from google.protobuf import text_format
+    v = replay(path, str(tmp_path))
+    assert v.passed, v.why
 
-    from harness import tf
 
-    gd = text_format.Parse(open(path).read(), tf.compat.v1.GraphDef())
-    max_ops = int(os.path.basename(path).split("-maxops")[1].split(".")[0])
-    _, result = optimize_and_compare(gd, str(tmp_path), max_ops)
-    assert result["passed"], result["outputs"]
+def _planned_winograd(gd) -> list[str]:
+    """The convs rstf's polyhedral pass runs as Winograd (report.json's poly.winograd),
+    found without building an op library."""
+    from rstf.codegen import generate_subgraph
+    from rstf.pipeline import load_for_codegen, partition, select
+    from rstf.poly import optimize_source
+
+    quiet = lambda m: None  # noqa: E731
+    with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(d, "g.pb")
+        with open(model, "wb") as f:
+            f.write(gd.SerializeToString())
+        graph, _, _, keep = load_for_codegen(model, None, None, True, quiet)
+    parts = [p for split in partition(select(graph, keep), 400, quiet) for p in split]
+    planned = []
+    for i, nodes in enumerate(parts):
+        sg = generate_subgraph(graph, nodes, i)
+        consts = frozenset(s.cname for s in sg.inputs if graph.is_const(s.tensor))
+        _, info = optimize_source(sg.source, sg.entry, constants=consts, winograd=True)
+        planned += [f"{w['node']} {w['algorithm']}" for w in info.get("winograd", [])]
+    return planned
+
+
+def test_generator_draws_winograd_convolutions():
+    """A fair share of the graphs hold a conv winograd.plan accepts, of each filter shape;
+    a seed gives the same graph and inputs every time, the inputs in [0, 1)."""
+    planned = {seed: _planned_winograd(random_graph(seed).graph_def) for seed in range(40)}
+    assert sum(bool(p) for p in planned.values()) >= 8, planned  # about 30% (200 seeds)
+    kernels = {w.split("F(")[1].split(",")[1].rstrip(")") for p in planned.values() for w in p}
+    assert kernels == {"3x3", "5x5", "1x7", "7x1"}, kernels
+    a, b = random_graph(7), random_graph(7)
+    assert a.graph_def.SerializeToString(deterministic=True) == \
+        b.graph_def.SerializeToString(deterministic=True)
+    assert a.recipe == b.recipe and a.feeds.keys() == b.feeds.keys() == {"input"}
+    assert np.array_equal(a.feeds["input"], b.feeds["input"])
+    assert 0 <= a.feeds["input"].min() and a.feeds["input"].max() < 1
+
+
+def test_rstf_imports_without_hypothesis():
+    code = ("import sys; sys.modules['hypothesis'] = None\n"  # import hypothesis now fails
+            "import rstf.fuzz, rstf.fuzzcase\n"
+            "print(rstf.fuzz.random_graph(1).recipe[0])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0 and proc.stdout.startswith("input ["), proc.stderr
+
+
+def _campaign(*args):
+    return subprocess.run([sys.executable, SCRIPT, "--cache-dir", os.environ["RSTF_CACHE_DIR"],
+                           *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+@pytest.mark.tfbuild
+def test_campaign_runs_in_parallel_and_saves_nothing_when_all_pass(tmp_path):
+    save = tmp_path / "regressions"
+    proc = _campaign("--examples", "2", "--jobs", "2", "--save-dir", str(save))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert summary.startswith("fuzz: 2 examples, 0 failures,"), proc.stdout
+    assert "examples/min" in summary and "poly 1 (0 failed" in summary, summary
+    assert not save.exists()
+
+
+@pytest.mark.tfbuild
+def test_campaign_saves_a_failure_with_its_options_and_the_replay_honours_them(tmp_path):
+    # A negative tolerance fails every comparison: the failure path, on a real example.
+    save = tmp_path / "regressions"
+    proc = _campaign("--examples", "1", "--jobs", "1", "--rtol", "-1", "--seed", "5",
+                     "--optimizers", "poly-nowinograd", "--save-dir", str(save))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "fuzz: 1 examples, 1 failures," in proc.stdout
+    (path,) = glob.glob(str(save / "*.pbtxt"))
+    meta = json.load(open(path.removesuffix(".pbtxt") + ".json"))
+    assert (meta["optimizer"], meta["winograd"], meta["rtol"]) == ("poly", False, -1)
+    assert path.endswith(f"-maxops{meta['max_ops']}.pbtxt") and meta["recipe"]
+    gd, feeds, options = load_regression(path)
+    assert options == Options(meta["max_ops"], "poly", False, -1.0)
+    assert 0 <= feeds["input"].min() and feeds["input"].max() < 1
+    v = replay(path, str(tmp_path))
+    assert not v.passed
+    assert {k: v.report["options"][k] for k in ("optimizer", "winograd", "max_ops")} == \
+        {"optimizer": "poly", "winograd": False, "max_ops": meta["max_ops"]}
+    # At compare's tolerance the same graph, inputs and options pass (the library is cached).
+    assert check(gd, feeds, dataclasses.replace(options, rtol=1e-4), str(tmp_path)).passed

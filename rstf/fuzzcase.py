@@ -1,0 +1,152 @@
+"""One differential-fuzzing case: a graph, its inputs and the options it is optimized with,
+checked against stock TensorFlow, and saved as a regression file when it fails.
+
+Contract:
+- `CONFIGS` names the optimizer settings a campaign cycles through: `poly` (Winograd on,
+  rstf's default), `poly-nowinograd`, `none`, `graphite`, `polly`; `available_configs`
+  keeps those whose compiler is installed (`build.c_toolchain` raises otherwise).
+- `check(graph_def, feeds, options, work_dir)` optimizes the graph with `options` and compares
+  it with TensorFlow on `feeds` (or, with None, compare's own seeded inputs); returns a
+  `Verdict`. Errors of rstf itself (RstfError, or any exception) propagate: the caller
+  decides whether that is a failure (the campaign) or an error (pytest).
+- `save_regression` writes `<hash>-maxops<N>.pbtxt` (the GraphDef, as text) and beside it
+  `<hash>-maxops<N>.json` (the options and the inputs' seed: everything `replay` needs);
+  `replay(path, work_dir)` checks such a file again. A .pbtxt without a .json (the first
+  format) replays as it always did: poly with Winograd, its max_ops from the name,
+  compare's inputs.
+
+The tolerance is compare's (1e-4 of each output's largest magnitude) for every optimizer,
+Winograd included: its error is about 1e-6 of a conv's outputs per layer (winograd.py
+measures F(4x4,3x3) and F(4x4,5x5) at 0.95e-6, F(1x4,1x7) at 6.2e-6), so a few layers of it
+stay well inside, and a Winograd conv that errs by more is a bug to look at, not noise.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from .errors import RstfError
+
+# name -> (optimizer, winograd)
+CONFIGS = {"poly": ("poly", True), "poly-nowinograd": ("poly", False), "none": ("none", False),
+           "graphite": ("graphite", False), "polly": ("polly", False)}
+DEFAULT_RTOL = 1e-4  # compare's
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    max_ops: int = 400
+    optimizer: str = "poly"
+    winograd: bool = True
+    rtol: float = DEFAULT_RTOL
+
+    @classmethod
+    def of(cls, config: str, max_ops: int, rtol: float = DEFAULT_RTOL) -> Options:
+        optimizer, winograd = CONFIGS[config]
+        return cls(max_ops, optimizer, winograd, rtol)
+
+
+@dataclasses.dataclass
+class Verdict:
+    passed: bool
+    why: str  # what failed, "" when passed
+    max_rel_err: float
+    winograd: list  # nodes run as Winograd convolutions (report.json's poly.winograd)
+    report: dict
+    result: dict  # compare's
+
+
+def available_configs(names=tuple(CONFIGS)) -> list[str]:
+    """The configs of `names` whose compiler is installed."""
+    from .build import c_toolchain
+
+    out = []
+    for name in names:
+        try:
+            c_toolchain(CONFIGS[name][0])
+        except RstfError:
+            continue
+        out.append(name)
+    return out
+
+
+def check(graph_def, feeds: dict | None, options: Options, work_dir: str,
+          jobs: int | None = None) -> Verdict:
+    """Optimize into `work_dir` and compare with TensorFlow (module docstring). `jobs`:
+    optimize's (a campaign runs one example per process, so 1 there)."""
+    from .compare import compare
+    from .pipeline import optimize
+
+    model = os.path.join(work_dir, "fuzz.pb")
+    with open(model, "wb") as f:
+        f.write(graph_def.SerializeToString())
+    inputs = None
+    if feeds is not None:
+        inputs = os.path.join(work_dir, "inputs.npz")
+        np.savez(inputs, **feeds)
+    out = os.path.join(work_dir, "fuzz.rstf")
+    report = optimize(model, out, max_ops=options.max_ops, force=True, log=lambda m: None,
+                      optimizer=options.optimizer, winograd=options.winograd, jobs=jobs,
+                      verbosity=0)
+    result = compare(model, out, inputs=inputs, rtol=options.rtol, latency=False)
+    problems = [f"{o['name']} differs from TensorFlow (max rel err {o['max_rel_err']:.3g} > "
+                f"rtol {options.rtol:g})" for o in result["outputs"] if not o["passed"]]
+    problems += [f"{sg['name']} has {len(sg['nodes'])} nodes > max_ops {options.max_ops}"
+                 for sg in report["subgraphs"] if len(sg["nodes"]) > options.max_ops]
+    winograd = [w["node"] for sg in report["subgraphs"]
+                for w in (sg.get("poly") or {}).get("winograd", [])]
+    worst = max((o["max_rel_err"] for o in result["outputs"]), default=0.0)
+    return Verdict(not problems, "; ".join(problems), worst, winograd, report, result)
+
+
+def save_regression(directory: str, graph_def, options: Options, input_seed: int | None,
+                    **notes) -> str:
+    """Write the graph and its sidecar (module docstring); `notes` (the recipe, what
+    failed, how it was found) go into the sidecar for the reader. Returns the .pbtxt's path.
+    The name hashes the graph and the options, so one graph failing two ways is two files."""
+    from google.protobuf import text_format
+
+    text = text_format.MessageToString(graph_def)
+    meta = {"max_ops": options.max_ops, "optimizer": options.optimizer,
+            "winograd": options.winograd, "rtol": options.rtol,
+            "inputs": None if input_seed is None else {"distribution": "uniform [0, 1)",
+                                                      "seed": input_seed}}
+    key = hashlib.sha256((text + json.dumps(meta, sort_keys=True)).encode()).hexdigest()[:12]
+    os.makedirs(directory, exist_ok=True)
+    stem = os.path.join(directory, f"{key}-maxops{options.max_ops}")
+    with open(stem + ".json", "w") as f:
+        json.dump({**meta, **notes}, f, indent=1, default=str)
+        f.write("\n")
+    with open(stem + ".pbtxt", "w") as f:
+        f.write(text)
+    return stem + ".pbtxt"
+
+
+def load_regression(path: str) -> tuple[object, dict | None, Options]:
+    """(GraphDef, feeds or None for compare's own inputs, Options) of a regression file."""
+    from google.protobuf import text_format
+
+    from .fuzz import image_feeds
+    from .tfutil import tf
+
+    with open(path) as f:
+        gd = text_format.Parse(f.read(), tf.compat.v1.GraphDef())
+    sidecar = path.removesuffix(".pbtxt") + ".json"
+    if not os.path.exists(sidecar):  # the first format: max_ops in the name alone
+        max_ops = int(os.path.basename(path).split("-maxops")[1].split(".")[0])
+        return gd, None, Options(max_ops)
+    with open(sidecar) as f:
+        meta = json.load(f)
+    options = Options(meta["max_ops"], meta["optimizer"], meta["winograd"],
+                      meta.get("rtol", DEFAULT_RTOL))
+    inputs = meta.get("inputs")
+    return gd, None if inputs is None else image_feeds(gd, inputs["seed"]), options
+
+
+def replay(path: str, work_dir: str) -> Verdict:
+    gd, feeds, options = load_regression(path)
+    return check(gd, feeds, options, work_dir)
