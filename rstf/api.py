@@ -87,7 +87,7 @@ def _model_path(model, name: str = "model"):
 def optimize(model, out_dir=None, *, input_shapes=None, outputs=None, max_ops=None,
              march: str = "native", force: bool = False, optimizer: str = "poly",
              threads: int = 0, occupancy: float = 1.0, jobs: int | None = None,
-             winograd: bool = True, fold_scales: bool = True,
+             winograd: bool = False, fold_scales: bool = True,
              model_name: str | None = None,
              model_version: int = 1, verbosity: int = 1, progress: bool = False,
              log=None) -> OptimizeResult:

@@ -70,12 +70,12 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--threads", type=int, default=0,
                    help="threads of the parallel loops (default 0: what TensorFlow gives "
                    "the op)")
-    o.add_argument("--winograd", default="on", choices=["on", "off"],
-                   help="poly: run stride-1 3x3, 5x5, 1x7 and 7x1 convolutions as Winograd "
-                   "F(4x4,3x3), F(4x4,5x5), F(1x4,1x7), F(4x1,7x1) (on, the default: 2.8x to "
-                   "6x fewer multiply-adds, 1e-6 to 6e-6 of the largest output away from the "
-                   "direct sum); off keeps the direct kernels, bit-identical "
-                   "to the textbook C")
+    o.add_argument("--winograd", default="off", choices=["on", "off"],
+                   help="poly: on runs stride-1 3x3, 5x5, 1x7 and 7x1 convolutions as "
+                   "Winograd F(4x4,3x3), F(4x4,5x5), F(1x4,1x7), F(4x1,7x1) (2.8x to 6x fewer "
+                   "multiply-adds, but on in-distribution inputs errors several times "
+                   "TensorFlow's own spread: see the README); off, the default, keeps the "
+                   "direct kernels, bit-identical to the textbook C")
     _fold_scales_arg(o, "poly: ")
     o.add_argument("--occupancy", type=float, default=1.0,
                    help="versioned placement under a dynamic batch: distribute the batch loop "
