@@ -8,7 +8,7 @@ This machine's load comes in bursts of seconds to minutes, so two builds timed o
 other can differ by 50% for no reason of their own. Here both subgraph C files (same tensor
 table, so the same inputs) are compiled into shared libraries with the op library's C flags,
 loaded into one process, and called alternately (A, B, B, A, ...) on the same inputs. A burst
-then lands on both sides. Each library carries rstf's OpenMP team (custom_ops/rstf_team.c) and
+then lands on both sides. Each library carries rstf's OpenMP team (rstf/runtime/rstf_team.c) and
 each call takes the team's lock, as in the op library, so the parallel loops run as they do
 under TensorFlow. Prints each side's median and the median of the per-pair ratios
 B/A, the figure to quote (below 1: B is faster).

@@ -5,7 +5,7 @@
 
 OUTDIR is an `rstf optimize` output folder (the gcc builds: `--optimizer poly` or `none`).
 Its op library is rebuilt from OUTDIR/src with RSTF_CALL_TIMES defined, which compiles in
-a timestamp at five points of every op call (`RSTF_MARK` in custom_ops/rstf_kernel.h) and
+a timestamp at five points of every op call (`RSTF_MARK` in rstf/runtime/rstf_kernel.h) and
 changes nothing else: the same op names, so OUTDIR/optimized.pb loads it. The graph then
 runs --reps times through TensorFlow's C API (rstf.runner, after one warm-up call), on the
 seeded inputs `rstf compare` feeds. Printed, as medians and 10th / 90th percentiles in

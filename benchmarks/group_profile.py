@@ -57,7 +57,7 @@ def load_subgraph(outdir: str, subgraph: int, tool: str) -> tuple[str, dict, dic
 
 
 # C: the standalone programs' random buffers, one after the other in one arena on 2 MB
-# pages, as the op library keeps its weights and workspace (custom_ops/rstf_kernel.h).
+# pages, as the op library keeps its weights and workspace (rstf/runtime/rstf_kernel.h).
 ALLOC_RAND = """
 #include <sys/mman.h>
 extern int madvise(void *, size_t, int);  /* (hidden by -std=c11) */
@@ -96,7 +96,7 @@ def bench_c_flags() -> list[str]:
 
 def team_build(unit: str, exe: str, workdir: str) -> None:
     """Compile the C program `unit` with the op library's C flags and RSTF_TEAM and link it
-    with rstf's OpenMP team (custom_ops/rstf_team.c) instead of libgomp, as the op library
+    with rstf's OpenMP team (rstf/runtime/rstf_team.c) instead of libgomp, as the op library
     is built, into `exe`: the parallel loops then run as they do under TensorFlow."""
     from rstf.build import CUSTOM_OPS_DIR, TEAM_SOURCE
     objs = []

@@ -4,7 +4,7 @@ C sources are compiled by the optimizer's C toolchain (`c_toolchain`: gcc, gcc w
 or clang-14 with Polly; each subgraph its own translation unit, in parallel), the C++ wrapper
 once by g++ with TensorFlow's compile flags (its headers are heavy, so all ops share one
 unit), and everything is linked by g++ with TensorFlow's link flags. The code of `poly` and
-`none` runs its parallel loops on the library's own OpenMP team (custom_ops/rstf_team.c,
+`none` runs its parallel loops on the library's own OpenMP team (rstf/runtime/rstf_team.c,
 compiled in; see `uses_team`), Graphite's and Polly's on libgomp. The cache key
 covers every source byte, the C compiler, its flags and version, and the g++ and TensorFlow
 versions; a hit costs no compilation.
@@ -24,8 +24,9 @@ import tempfile
 from .cache import cache_dir, check_trusted, locked, private_cache_dir  # noqa: F401 (API)
 from .errors import RstfError
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CUSTOM_OPS_DIR = os.path.join(REPO_ROOT, "custom_ops")
+# The runtime the op libraries compile in: package data, so that an installed rstf (not
+# only a checkout) has it.
+CUSTOM_OPS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime")
 RUNTIME_HEADERS = ["rstf_kernel.h"]
 # The library's own OpenMP team (the libgomp entry points gcc's code for the generated C
 # calls), compiled into the op libraries of `poly` and `none`.
@@ -190,7 +191,7 @@ def _compiler_version(cc: str) -> str:
 
 
 def runtime_sources() -> dict[str, str]:
-    """{file name: text} of the runtime in custom_ops/ that op libraries compile in: the
+    """{file name: text} of the runtime in rstf/runtime/ that op libraries compile in: the
     kernel header and the OpenMP team."""
     out = {}
     for name in (*RUNTIME_HEADERS, TEAM_SOURCE):
@@ -328,7 +329,7 @@ def _check_no_libgomp(lib: str) -> None:
                       if re.search(r"\b(GOMP_|omp_)", ln)})
     if proc.returncode != 0 or missing:
         raise RstfError(f"the op library calls libgomp entry points rstf's OpenMP team "
-                        f"(custom_ops/{TEAM_SOURCE}) does not have: "
+                        f"(rstf/runtime/{TEAM_SOURCE}) does not have: "
                         f"{', '.join(missing) or proc.stderr.strip()[:200]}")
 
 

@@ -9,7 +9,7 @@ The op's frozen weights (`Slot.weight`: constant inputs) are not inputs of its n
 tensor attributes `w0`, `w1`, ... in input order, holding the value as the op's C reads it:
 as it is, or re-laid out for the kernels (`SubgraphCode.prepacked`, panel layout or
 Winograd's transformed weights, `prepack.pack`). The kernel reads and checks them once when
-TensorFlow builds it (custom_ops/rstf_kernel.h, LoadWeight), where a Const input would be
+TensorFlow builds it (rstf/runtime/rstf_kernel.h, LoadWeight), where a Const input would be
 a node run and an input checked on every call. The original Const (and the Identity nodes
 forwarding it) is dropped when nothing else reads it, so the graph does not carry the
 weight twice.

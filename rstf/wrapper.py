@@ -21,7 +21,7 @@ TF_TYPES = {np.dtype(np.float32): ("float", "DT_FLOAT")}
 
 def runtime_digest() -> str:
     """A hash of the code every op library carries besides its generated C: the wrapper's
-    template and the runtime in custom_ops/ (the kernel header, the OpenMP team). Two
+    template and the runtime in rstf/runtime/ (the kernel header, the OpenMP team). Two
     libraries of the same generated C from two versions of that code are different
     libraries: loaded in one process, the same op names would clash ("Multiple OpKernel
     registrations match")."""

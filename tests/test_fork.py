@@ -1,6 +1,6 @@
 """fork() while another thread is inside an op library's call: the child must be able to make
 calls of its own. Only the forking thread exists in a child, so whatever another thread held
-at that moment (the call lock of rstf's OpenMP team, custom_ops/rstf_team.c; the queue and the
+at that moment (the call lock of rstf's OpenMP team, rstf/runtime/rstf_team.c; the queue and the
 master thread of OmpMaster, the runtime of libraries without the team, rstf_kernel.h) must be
 reset there, or the child's first call waits forever.
 

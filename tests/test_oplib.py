@@ -1,4 +1,4 @@
-"""The op library's runtime (custom_ops/rstf_kernel.h, the generated wrapper): it exports
+"""The op library's runtime (rstf/runtime/rstf_kernel.h, the generated wrapper): it exports
 nothing of its own, so that op libraries of any rstf versions in one process never bind to
 each other's helpers; and shapes that overflow int64 are the op's InvalidArgument error, not
 a process abort (TensorShape::AddDim CHECK-fails on them).

@@ -1,4 +1,4 @@
-"""rstf's own OpenMP team (custom_ops/rstf_team.c): the libgomp entry points gcc's -fopenmp
+"""rstf's own OpenMP team (rstf/runtime/rstf_team.c): the libgomp entry points gcc's -fopenmp
 code calls, as the op libraries of `poly` and `none` carry them. A C program compiled with
 -fopenmp and linked with the team instead of libgomp checks what the generated C relies on:
 every iteration of a (collapsed) static loop run exactly once by a thread of the requested

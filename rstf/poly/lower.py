@@ -46,7 +46,7 @@ MIN_WORK = 16384  # statement instances under a loop before a parallel region pa
 # Statement instances in one chunk of a parallel loop (a few microseconds of kernel time),
 # and at least MIN_CHUNKS chunks in the loop where it has that many iterations (4 a thread
 # on 2). A thread takes its next chunk with a compare-and-swap, and one whose share is done
-# steals the back half of another's (custom_ops/rstf_team.c): the chunks must be small
+# steals the back half of another's (rstf/runtime/rstf_team.c): the chunks must be small
 # enough for the threads to even out, and large enough that a stolen chunk, whose input the
 # other core made and whose output the other core reads next, is rare. Measured on
 # MobileNet v2 (Zen 4, 2 threads, `ab_kernels.py`, B/A against 65536 instances in at least

@@ -22,7 +22,7 @@ from .raise_c import Scop, Statement
 
 def dynamic_schedule(chunk: int) -> str:
     """The schedule clause of the pass's parallel loops (`lower.MACROS`' RSTF_SCHEDULE):
-    with rstf's OpenMP team (custom_ops/rstf_team.c), chunks of `chunk` iterations in any
+    with rstf's OpenMP team (rstf/runtime/rstf_team.c), chunks of `chunk` iterations in any
     order, which the team runs as a static loop whose threads steal from each other's ends
     when one falls behind (a core slowed by its neighbours, or taken by another of
     TensorFlow's threads); with libgomp, static."""

@@ -30,7 +30,7 @@
 #include "tensorflow/core/framework/tensor_shape.h"
 
 #ifdef RSTF_TEAM
-// The op library's own OpenMP team (custom_ops/rstf_team.c, hidden in the library).
+// The op library's own OpenMP team (rstf/runtime/rstf_team.c, hidden in the library).
 extern "C" {
 void rstf_team_lock(void);
 void rstf_team_unlock(void);
@@ -285,7 +285,7 @@ class CallTimes {
 #endif
 
 #ifdef RSTF_TEAM
-// The op library carries its own OpenMP team (custom_ops/rstf_team.c, compiled in with
+// The op library carries its own OpenMP team (rstf/runtime/rstf_team.c, compiled in with
 // RSTF_TEAM defined): the calling thread is the team's thread 0, whichever TensorFlow thread
 // it is, and the library's worker threads are the others. The lock serialises calls, so
 // there is one team at a time; each call already uses all the threads it is given.

@@ -1,0 +1,55 @@
+"""The package installs and runs on its own: a wheel holds everything `rstf optimize` reads
+(the templates, the op runtime, the TF client's source), and the `rstf` it holds optimizes
+a model from outside the checkout."""
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                        "-q", "-w", str(out), REPO], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (whl,) = [out / f for f in os.listdir(out) if f.endswith(".whl")]
+    return whl
+
+
+def test_wheel_holds_the_runtime_and_templates(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for f in ("rstf/runtime/rstf_kernel.h", "rstf/runtime/rstf_team.c", "rstf/tf_client.c",
+              "rstf/templates/wrapper.cc.j2", "rstf/templates/subgraph.c.j2",
+              "rstf/templates/ops/conv2d.c.j2"):
+        assert f in names, f
+
+
+@pytest.mark.tfbuild
+def test_unpacked_wheel_optimizes_outside_the_checkout(wheel, tmp_path):
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    code = ("import numpy as np, tensorflow as tf\n"
+            "g = tf.Graph()\n"
+            "with g.as_default():\n"
+            "    x = tf.compat.v1.placeholder(tf.float32, [2, 4], name='x')\n"
+            "    tf.nn.relu(tf.matmul(x, np.ones((4, 3), np.float32)), name='y')\n"
+            "open('m.pb', 'wb').write(g.as_graph_def().SerializeToString())\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True,
+                   capture_output=True)
+    r = subprocess.run([sys.executable, "-c", "import rstf, sys; print(rstf.__file__); "
+                        "from rstf.cli import main; sys.exit(main(sys.argv[1:]))",
+                        "optimize", "m.pb", "-o", "m.rstf", "-q"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(str(site)), r.stdout  # the wheel's rstf, not the checkout's
+    assert (tmp_path / "m.rstf" / "src" / "rstf_kernel.h").exists()
+    r = subprocess.run([sys.executable, "-c", "from rstf.cli import main; import sys; "
+                        "sys.exit(main(sys.argv[1:]))", "compare", "m.pb", "m.rstf",
+                        "--reps", "1"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stderr + r.stdout
