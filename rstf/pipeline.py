@@ -1,6 +1,6 @@
 """`rstf optimize`, top to bottom: load -> select -> partition -> opgen -> build -> splice.
 
-Each stage is a plain function of the previous stage's value (see shared/DESIGN.md); this
+Each stage is a plain function of the previous stage's value (see docs/design.md); this
 module only strings them together and writes the output folder atomically.
 """
 from __future__ import annotations

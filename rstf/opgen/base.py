@@ -5,7 +5,7 @@ shapes and dtype (rstream-tf.txt §II.C, Fig. 3). Adding an op takes one handler
 registered with `@op_handler("OpType", ...)`, one Jinja template under
 `rstf/templates/ops/`, and one test.
 
-The C a handler emits stays inside the raisable subset of `shared/DESIGN.md`: array
+The C a handler emits stays inside the raisable subset of `docs/design.md`: array
 parameters with static extents, `for` loops with affine bounds, affine subscripts and affine
 `if` guards, one assignment per statement, reductions as an initialisation statement followed
 by an update statement, and data-dependent choices inside expressions.

@@ -1,5 +1,5 @@
 """Register-blocked microkernels for contractions (PolyScientist's split: a microkernel for
-the innermost loops, polyhedral loops around it; shared/papers/polyscientist.txt).
+the innermost loops, polyhedral loops around it; PolyScientist, docs/design.md).
 
 A kernel `rstf_mk_<RB>x<NV>` computes, for a tile of RB rows and VB = VLEN*NV contiguous
 columns, `y[r][0:VB] += sum_k a[r, k] * b[k][0:VB]` over K reduction steps, keeping the

@@ -5,7 +5,7 @@ function called by the entry, and returns a `Scop`: one `Statement` per assignme
 isl iteration domain (loop bounds and affine `if` guards), its original schedule (2d+1
 textual order over the whole inlined program), and its read and write access relations on
 the *buffers* of the entry function (in0, out0, t3, ...). Code outside the raisable subset
-of shared/DESIGN.md raises `NotRaisable` naming the construct and its line; the caller then
+of docs/design.md raises `NotRaisable` naming the construct and its line; the caller then
 leaves that subgraph unoptimized, never mis-compiled.
 
 The subset: op functions whose parameters are arrays with constant (or parametric) extents,

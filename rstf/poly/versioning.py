@@ -1,6 +1,6 @@
 """Versioned placement: code that adapts to sizes known only at run time.
 
-Implements `../shared/papers/static-versioning.txt` §4 on isl:
+Implements static versioning (the paper's §4; see docs/design.md) on isl:
 
 - `place` is the placement pass (§4.2). For each statement it tries the parallel loops from
   the outermost in, and keeps the first whose *maximum* trip count (from a parametric
