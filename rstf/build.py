@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import tempfile
 
-from .cache import cache_dir, check_trusted, locked, private_cache_dir  # noqa: F401 (API)
+from .cache import check_trusted, locked, private_cache_dir
 from .errors import RstfError
 
 # The runtime the op libraries compile in: package data, so that an installed rstf (not

@@ -141,7 +141,7 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
                         "max_rel_err": rel_err, "tf_spread": spread,
                         "spread_ratio": spread_ratio(rel_err, spread), "passed": ok})
     result = {"passed": passed, "rtol": rtol, "outputs": outputs, "seed": seed,
-              "inputs": {k.removesuffix(":0"): list(v.shape) for k, v in feeds.items()},
+              "inputs": _shapes(feeds),
               "input_values": sources}
     if not latency:
         return result
@@ -150,6 +150,11 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
             "timed_through": runs["rstf"].get("client"),
             "speedup_vs_eigen": lat["tf_eigen"] / lat["rstf"] if lat["rstf"] else None,
             "speedup_vs_onednn": lat["tf_onednn"] / lat["rstf"] if lat["rstf"] else None}
+
+
+def _shapes(feeds: dict) -> dict[str, list]:
+    """{input name: shape} of the feeds, as the JSON results give them."""
+    return {k.removesuffix(":0"): list(v.shape) for k, v in feeds.items()}
 
 
 def _errors(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
@@ -282,7 +287,7 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
         results.append(item)
     return {"passed": first_failure is None, "rtol": rtol, "subgraphs": results,
             "first_failure": first_failure, "seed": seed,
-            "inputs": {k.removesuffix(":0"): list(v.shape) for k, v in feeds.items()},
+            "inputs": _shapes(feeds),
             "input_values": sources}
 
 

@@ -208,12 +208,14 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", model_name):
         raise RstfError(f"--model-name {model_name!r}: use letters, digits, '_', '.', '-'")
     out_dir = outdir.resolve(out_dir or _default_out_dir(model))
-    outdir.check(out_dir, force, _kept(model))
+    kept = _kept(model)
+    outdir.check(out_dir, force, kept)
     private_cache_dir()  # a cache rstf cannot trust fails here, before any work
     with Reporter(verbosity, progress, log) as rep:
         return _optimize(rep, model, out_dir, input_shapes, outputs, max_ops, march,
                          model_name, model_version, optimizer, threads, occupancy, jobs,
-                         toolchain, winograd, fold_scales and optimizer == "poly", force)
+                         toolchain, winograd, fold_scales and optimizer == "poly", force,
+                         kept)
 
 
 def default_jobs() -> int:
@@ -222,7 +224,7 @@ def default_jobs() -> int:
 
 def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, march,
               model_name, model_version, optimizer, threads, occupancy, jobs, toolchain,
-              winograd, fold_scales, force) -> dict:
+              winograd, fold_scales, force, kept) -> dict:
     log = rep.message
     t0 = time.perf_counter()
     with rep.stage("load"):
@@ -304,7 +306,7 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
     report["output_dir"] = os.path.abspath(out_dir)
     with rep.stage("write"):
         _write_output(out_dir, new_gd, lib, c_sources, wrapper, report, graph.signature,
-                      force, _kept(model))
+                      force, kept)
     return report
 
 
