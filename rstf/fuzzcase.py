@@ -9,6 +9,14 @@ Contract:
   it with TensorFlow on `feeds` (or, with None, compare's own seeded inputs); returns a
   `Verdict`. Errors of rstf itself (RstfError, or any exception) propagate: the caller
   decides whether that is a failure (the campaign) or an error (pytest).
+- `check_kernels(graph_def, feeds, options)` is the quick check a campaign runs on most
+  examples: the pipeline's own stages up to the C (load with its folds, select, partition,
+  generate, the polyhedral pass, weights prepacked as the splice stores them), each
+  subgraph's C compiled alone and run through ctypes (`cexec`) on the intermediate tensors
+  stock TensorFlow computed for its inputs, its outputs compared with TensorFlow's at
+  `options.rtol`; the folded graph's outputs are compared with the original's as well. It
+  skips what `check` alone covers (the C++ wrapper, the splice, the op library's build),
+  and costs a compiler run instead of a TensorFlow op build.
 - `save_regression` writes `<hash>-maxops<N>.pbtxt` (the GraphDef, as text) and beside it
   `<hash>-maxops<N>.json` (the options and the inputs' seed: everything `replay` needs);
   `replay(path, work_dir)` checks such a file again. A .pbtxt without a .json (the first
@@ -102,6 +110,81 @@ def check(graph_def, feeds: dict | None, options: Options, work_dir: str,
                 for w in (sg.get("poly") or {}).get("winograd", [])]
     worst = max((o["max_rel_err"] for o in result["outputs"]), default=0.0)
     return Verdict(not problems, "; ".join(problems), worst, winograd, report, result)
+
+
+def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> Verdict:
+    """The quick check (module docstring). `feeds`: a value for every Placeholder. Runs TF
+    in this process: set TF_ENABLE_ONEDNN_OPTS=0 before TensorFlow is imported for an
+    Eigen reference. `toolchain`: `build.c_toolchain(options.optimizer)` (looked up when
+    None)."""
+    import tempfile
+
+    from .build import c_toolchain
+    from .cexec import run_subgraph_c
+    from .codegen import generate_subgraph
+    from .compare import _errors, graph_fetches
+    from .graph import load_model
+    from .pipeline import _apply_poly, _select
+    from .splice import mark_weights, weight_value
+
+    toolchain = toolchain or c_toolchain(options.optimizer)
+    with tempfile.TemporaryDirectory(prefix="rstf-kernels-") as d:
+        model = os.path.join(d, "fuzz.pb")
+        with open(model, "wb") as f:
+            f.write(graph_def.SerializeToString())
+        graph = load_model(model, fold=True, fold_scales=options.optimizer == "poly")
+    parts, _ = _select(graph, options.max_ops, lambda m: None)
+    codes = [generate_subgraph(graph, nodes, i) for i, nodes in enumerate(parts)]
+    problems = [f"subgraph {i} has {len(p)} nodes > max_ops {options.max_ops}"
+                for i, p in enumerate(parts) if len(p) > options.max_ops]
+    infos = [{} for _ in codes]
+    if options.optimizer == "poly":
+        from .poly import optimize_source
+        from .poly.target import detect
+
+        vec = detect("native", toolchain.cc).name
+        infos = [_apply_poly(sg, optimize_source(
+            sg.source, sg.entry, True, True,
+            frozenset(s.cname for s in sg.inputs if graph.is_const(s.tensor)),
+            options.winograd, vec), lambda m: None) for sg in codes]
+    mark_weights(graph, codes)
+    outputs = graph_fetches(graph)
+    fetches = list(dict.fromkeys(
+        [s.tensor for sg in codes for s in sg.inputs + sg.outputs if not s.weight]))
+    ref = _tf_run(graph.graph_def, feeds, fetches + outputs)
+    original = _tf_run(graph_def, feeds, outputs)
+    worst = 0.0
+    for t in outputs:  # the folds (constants, batch norm's scales) keep the graph's value
+        err = _errors(original[t].astype(np.float64), ref[t].astype(np.float64))[1]
+        worst = max(worst, err)
+        if not err <= options.rtol:
+            problems.append(f"the folded graph's {t} differs from the model's "
+                            f"(max rel err {err:.3g} > rtol {options.rtol:g})")
+    for sg, info in zip(codes, infos):
+        specs = info.get("prepacked", {})
+        ins = {s.tensor: weight_value(graph, s, specs.get(s.cname)) if s.weight
+               else ref[s.tensor] for s in sg.inputs}
+        got = run_subgraph_c(sg, ins, toolchain=toolchain, team_threads=2)
+        for s in sg.outputs:
+            err = _errors(ref[s.tensor].astype(np.float64),
+                          got[s.tensor].astype(np.float64))[1]
+            worst = max(worst, err)
+            if not err <= options.rtol:
+                problems.append(f"subgraph {sg.index}'s {s.tensor} differs from TensorFlow "
+                                f"(max rel err {err:.3g} > rtol {options.rtol:g})")
+    winograd = [w["node"] for info in infos for w in info.get("winograd", [])]
+    return Verdict(not problems, "; ".join(problems), worst, winograd, {}, {})
+
+
+def _tf_run(graph_def, feeds: dict, fetches: list[str]) -> dict:
+    from .tfutil import tf
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    with tf.compat.v1.Session(graph=g) as sess:
+        values = sess.run(fetches, {f"{k}:0": v for k, v in feeds.items()})
+    return dict(zip(fetches, values))
 
 
 def save_regression(directory: str, graph_def, options: Options, input_seed: int | None,

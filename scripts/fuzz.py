@@ -16,6 +16,13 @@ failure (outputs differ, a subgraph over max_ops, rstf raising, an example runni
 replays) as rstf.fuzzcase.save_regression writes it: the graph and a sidecar with the
 options and the inputs' seed.
 
+Every --full-every'th example (default 20) is checked end to end (`rstf.fuzzcase.check`:
+optimize, build the op library, splice, compare with TensorFlow); the others take the quick
+check (`rstf.fuzzcase.check_kernels`: the same stages up to the C, each subgraph's C run
+alone through ctypes on TensorFlow's intermediate tensors), which costs a compiler run
+instead of a TensorFlow op build and so reaches ten times the examples. A failure either
+way is saved the same, and CI replays it end to end.
+
 It stops after --examples, or once --minutes have passed (examples under way finish), or
 after --max-failures failures; one line per example, then a summary line. Exit status 1
 when anything failed. Op libraries are built into a fresh private cache folder (mode 0700),
@@ -56,19 +63,23 @@ def _timeout(signum, frame):
 def run_example(k: int, graph_seed: int, config: str, max_ops: int, a) -> dict:
     """One example in a worker process: draw, check, save it if it failed."""
     from rstf.fuzz import random_graph
-    from rstf.fuzzcase import Options, check, save_regression
+    from rstf.fuzzcase import Options, check, check_kernels, save_regression
 
     t0 = time.perf_counter()
     g = random_graph(graph_seed, a.max_steps)
     options = Options.of(config, max_ops, a.rtol)
-    out = {"k": k, "seed": graph_seed, "config": config, "max_ops": max_ops,
+    full = a.full_every > 0 and k % a.full_every == 0
+    out = {"k": k, "seed": graph_seed, "config": config, "max_ops": max_ops, "full": full,
            "recipe": g.recipe, "winograd": 0, "err": None, "saved": None}
     # SIGALRM interrupts even a wait on a compiler or the runner (subprocess.run kills it).
     signal.signal(signal.SIGALRM, _timeout)
     signal.alarm(a.timeout)
     try:
-        with tempfile.TemporaryDirectory(prefix="rstf-fuzz-") as d:
-            v = check(g.graph_def, g.feeds, options, d, jobs=1)
+        if full:
+            with tempfile.TemporaryDirectory(prefix="rstf-fuzz-") as d:
+                v = check(g.graph_def, g.feeds, options, d, jobs=1)
+        else:
+            v = check_kernels(g.graph_def, g.feeds, options)
         out.update(passed=v.passed, why=v.why, err=v.max_rel_err, winograd=len(v.winograd))
     except Exception as e:  # rstf raising on a graph it should take is a failure too
         why = (f"{type(e).__name__}: {e}".splitlines() or [""])[0][:500]
@@ -82,7 +93,7 @@ def run_example(k: int, graph_seed: int, config: str, max_ops: int, a) -> dict:
         out["saved"] = save_regression(
             a.save_dir, g.graph_def, options, g.input_seed, recipe=g.recipe, failure=out["why"],
             found_by=f"scripts/fuzz.py --seed {a.seed}: example {k}, graph seed {graph_seed}, "
-                     f"config {config}")
+                     f"config {config}, {'end-to-end' if full else 'quick'} check")
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -90,6 +101,7 @@ def run_example(k: int, graph_seed: int, config: str, max_ops: int, a) -> dict:
 def _worker_init(cache: str) -> None:
     os.environ["RSTF_CACHE_DIR"] = cache
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"  # the quick check's reference is TF Eigen
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the campaign
 
 
@@ -112,6 +124,9 @@ def parse_args(argv=None):
                    help="compare's tolerance (a negative one fails every example: the tests "
                         "use it to check the failure path)")
     p.add_argument("--max-steps", type=int, default=7, help="ops drawn per graph, at most")
+    p.add_argument("--full-every", type=int, default=20,
+                   help="check every N'th example end to end, the others with the quick "
+                        "check (1: all end to end; 0: none)")
     p.add_argument("--max-failures", type=int, default=10,
                    help="stop starting examples after this many failures (0: never)")
     p.add_argument("--timeout", type=int, default=600, help="seconds one example may take")
@@ -124,6 +139,8 @@ def parse_args(argv=None):
         a.examples = 200
     if a.jobs < 1:
         p.error("--jobs must be at least 1")
+    if a.full_every < 0:
+        p.error("--full-every must be 0 or more")
     unknown = [c for c in a.optimizers.split(",") if c not in CONFIGS]
     if unknown:
         p.error(f"--optimizers: unknown {', '.join(unknown)}; choose of {', '.join(CONFIGS)}")
@@ -144,7 +161,7 @@ def main(argv=None) -> int:
         return 2
     own_cache = a.cache_dir is None
     cache = tempfile.mkdtemp(prefix="rstf-fuzz-cache-") if own_cache else a.cache_dir
-    stats = {c: {"n": 0, "failed": 0, "winograd": 0} for c in configs}
+    stats = {c: {"n": 0, "failed": 0, "winograd": 0, "full": 0} for c in configs}
     done = failures = 0
     t0 = time.monotonic()
     deadline = t0 + a.minutes * 60 if a.minutes is not None else None
@@ -177,6 +194,7 @@ def main(argv=None) -> int:
                 s = stats[r["config"]]
                 s["n"] += 1
                 s["winograd"] += bool(r["winograd"])
+                s["full"] += r["full"]
                 if not r["passed"]:
                     failures += 1
                     s["failed"] += 1
@@ -185,7 +203,7 @@ def main(argv=None) -> int:
                 print(f"[{done} done, {failures} failed, {_fmt_time(el)}, "
                       f"{done / el * 60:.1f}/min] {'ok  ' if r['passed'] else 'FAIL'} "
                       f"#{r['k']} {r['config']} max_ops={r['max_ops']} err={err} "
-                      f"winograd={r['winograd']} {r['seconds']:.0f}s: {'; '.join(r['recipe'])}",
+                      f"winograd={r['winograd']} {'e2e ' if r['full'] else ''}{r['seconds']:.0f}s: {'; '.join(r['recipe'])}",
                       flush=True)
                 if not r["passed"]:
                     print(f"  {r['why']}\n  saved {r['saved']}", flush=True)
@@ -198,7 +216,7 @@ def main(argv=None) -> int:
         if own_cache:
             shutil.rmtree(cache, ignore_errors=True)
     el = time.monotonic() - t0
-    per = ", ".join(f"{c} {s['n']} ({s['failed']} failed"
+    per = ", ".join(f"{c} {s['n']} ({s['full']} end to end, {s['failed']} failed"
                     + (f", {s['winograd']} with Winograd" if CONFIGS[c][1] else "") + ")"
                     for c, s in stats.items())
     print(f"fuzz: {done} examples, {failures} failures, {_fmt_time(el)}, "

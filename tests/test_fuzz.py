@@ -19,9 +19,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from rstf.fuzz import graphs, random_graph
-from rstf.fuzzcase import Options, available_configs, check, load_regression, replay
+from rstf.fuzzcase import (Options, available_configs, check, check_kernels, load_regression,
+                           replay)
 
 EXAMPLES = int(os.environ.get("RSTF_FUZZ_EXAMPLES", "6"))
+QUICK_EXAMPLES = int(os.environ.get("RSTF_FUZZ_QUICK_EXAMPLES", "30"))  # ~1 s each
 ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
 REGRESSIONS = os.path.join(os.path.dirname(__file__), "data", "fuzz_regressions")
 SCRIPT = os.path.join(ROOT, "scripts", "fuzz.py")
@@ -38,6 +40,41 @@ def test_random_graphs_match_tensorflow(tmp_path, g, max_ops, config):
     with tempfile.TemporaryDirectory(dir=tmp_path) as d:  # one function-scoped tmp_path
         v = check(g.graph_def, g.feeds, Options.of(config, max_ops), d)
     assert v.passed, (g.recipe, v.why)
+
+
+@settings(max_examples=QUICK_EXAMPLES, deadline=None, derandomize=True, database=None,
+          phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(g=graphs(), max_ops=st.sampled_from([2, 3, 400]),
+       config=st.sampled_from(available_configs()))
+def test_random_graphs_kernels_match_tensorflow(g, max_ops, config):
+    """The campaign's quick check: every subgraph's C alone, on TF's intermediate tensors."""
+    v = check_kernels(g.graph_def, g.feeds, Options.of(config, max_ops))
+    assert v.passed, (g.recipe, v.why)
+
+
+def _conv_relu_graph():
+    from rstf.tfutil import tf
+
+    rng = np.random.RandomState(0)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 8, 8, 4], name="x")
+        w = tf.constant(rng.standard_normal((3, 3, 4, 8)).astype(np.float32))
+        tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"), name="out")
+    return g.as_graph_def(), {"x": rng.random_sample((1, 8, 8, 4)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("config", ["poly", "none"])
+def test_quick_check_finds_a_wrong_kernel(monkeypatch, config):
+    from rstf.opgen import elementwise
+
+    gd, feeds = _conv_relu_graph()
+    assert check_kernels(gd, feeds, Options.of(config, 400)).passed
+    monkeypatch.setattr(elementwise.Relu, "expr", "{0}")  # a Relu that forgets to clamp
+    v = check_kernels(gd, feeds, Options.of(config, 400))
+    assert not v.passed and "subgraph 0's out:0 differs from TensorFlow" in v.why, v.why
+    assert v.max_rel_err > 0.1
 
 
 @pytest.mark.tfbuild
@@ -107,7 +144,9 @@ def test_campaign_runs_in_parallel_and_saves_nothing_when_all_pass(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = proc.stdout.strip().splitlines()[-1]
     assert summary.startswith("fuzz: 2 examples, 0 failures,"), proc.stdout
-    assert "examples/min" in summary and "poly 1 (0 failed" in summary, summary
+    # Example 0 runs end to end (--full-every 20), example 1 the quick check.
+    assert "examples/min" in summary and "poly 1 (1 end to end, 0 failed" in summary, summary
+    assert "poly-nowinograd 1 (0 end to end, 0 failed" in summary, summary
     assert not save.exists()
 
 
