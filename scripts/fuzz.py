@@ -16,7 +16,7 @@ failure (outputs differ, a subgraph over max_ops, rstf raising, an example runni
 replays) as rstf.fuzzcase.save_regression writes it: the graph and a sidecar with the
 options and the inputs' seed.
 
-Every --full-every'th example (default 20) is checked end to end (`rstf.fuzzcase.check`:
+Every --full-every'th example (default 50) is checked end to end (`rstf.fuzzcase.check`:
 optimize, build the op library, splice, compare with TensorFlow); the others take the quick
 check (`rstf.fuzzcase.check_kernels`: the same stages up to the C, each subgraph's C run
 alone through ctypes on TensorFlow's intermediate tensors), which costs a compiler run
@@ -124,7 +124,7 @@ def parse_args(argv=None):
                    help="compare's tolerance (a negative one fails every example: the tests "
                         "use it to check the failure path)")
     p.add_argument("--max-steps", type=int, default=7, help="ops drawn per graph, at most")
-    p.add_argument("--full-every", type=int, default=20,
+    p.add_argument("--full-every", type=int, default=50,
                    help="check every N'th example end to end, the others with the quick "
                         "check (1: all end to end; 0: none)")
     p.add_argument("--max-failures", type=int, default=10,

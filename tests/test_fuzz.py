@@ -144,7 +144,7 @@ def test_campaign_runs_in_parallel_and_saves_nothing_when_all_pass(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = proc.stdout.strip().splitlines()[-1]
     assert summary.startswith("fuzz: 2 examples, 0 failures,"), proc.stdout
-    # Example 0 runs end to end (--full-every 20), example 1 the quick check.
+    # Example 0 runs end to end (--full-every 50), example 1 the quick check.
     assert "examples/min" in summary and "poly 1 (1 end to end, 0 failed" in summary, summary
     assert "poly-nowinograd 1 (0 end to end, 0 failed" in summary, summary
     assert not save.exists()
