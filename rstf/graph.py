@@ -86,6 +86,7 @@ class Graph:
                 self.consumers[c].append(n.name)
         self._const_cache: dict[str, np.ndarray] = {}
         self.folded: list[str] = []  # nodes evaluated at load time (rstf.fold)
+        self.bypassed: list[str] = []  # pass-through nodes removed at load time (rstf.passthrough)
         self.scales_folded: list[str] = []  # Muls folded into weights (rstf.scalefold)
         # {"inputs": {key: tensor}, "outputs": {key: tensor}}: the names users call it by
         self.signature: dict = {}
@@ -300,8 +301,9 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
                fold_scales: bool = False) -> Graph:
     """Load a model file or directory into a `Graph` with static shapes where TF knows them.
 
-    With `fold`, nodes computable from constants alone are evaluated first (rstf.fold); the
-    Graph's `folded` lists them. With `fold_scales` too, per-channel multiplies after a
+    With `fold`, pass-through nodes are bypassed first (rstf.passthrough; the Graph's
+    `bypassed` lists those removed), then nodes computable from constants alone are
+    evaluated (rstf.fold); the Graph's `folded` lists them. With `fold_scales` too, per-channel multiplies after a
     contraction go into its weights (rstf.scalefold); the Graph's `scales_folded` lists the
     Muls removed.
     """
@@ -317,11 +319,13 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     for o in outs:
         if o not in names:
             raise RstfError(f"output {o!r} is not a node of the graph")
-    folded = []
+    folded, bypassed = [], []
     if fold:
         from .fold import fold_constants
+        from .passthrough import bypass
 
         infer_shapes(gd)  # a graph TF cannot import fails here, with its one-line message
+        gd, bypassed = bypass(gd, outs)
         gd, folded = fold_constants(gd, outs)
     scales = []
     if fold and fold_scales:
@@ -330,6 +334,7 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
         gd, scales = fold_scale_muls(gd, outs)
     graph = build_graph(gd, outs)
     graph.folded = folded
+    graph.bypassed = bypassed
     graph.scales_folded = scales
     if signature is None or outputs:
         signature = default_signature(graph)

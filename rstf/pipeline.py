@@ -164,6 +164,8 @@ def load_for_codegen(model, input_shapes, outputs, fold_scales: bool, log) -> tu
     `fold_scales`, then `dynamic_graphs`). `rstf inspect` loads through here as well, so
     its counts and partitions are those `optimize` cuts."""
     graph = load_model(model, input_shapes, outputs, fold=True, fold_scales=fold_scales)
+    if graph.bypassed:
+        log(f"bypassed {len(graph.bypassed)} pass-through nodes (Identity, IdentityN...)")
     if graph.folded:
         log(f"folded {len(graph.folded)} constant subexpressions")
     if graph.scales_folded:

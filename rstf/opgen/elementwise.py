@@ -13,7 +13,11 @@ class _Elementwise(OpHandler):
     keeps_samples_apart = True  # broadcasting aside, point n of the output reads point n
 
     def expression(self, node: Node, operands: list[str]) -> str:
-        return self.expr.format(*operands, f=self.literal_suffix(node), m=self.math_suffix(node))
+        m = self.math_suffix(node)
+        # float: rstf's own exp (rstf/chelpers.py, within 1.001 ulp), which an omp simd loop
+        # (a conv's epilogue, too) vectorises; libm's expf is a scalar call an element.
+        return self.expr.format(*operands, f=self.literal_suffix(node), m=m,
+                                exp="rstf_expf" if m == "f" else f"exp{m}")
 
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         out_shape = node.out_shapes[0]
@@ -63,7 +67,7 @@ class Minimum(_Elementwise):
 
 @op_handler("Sigmoid")
 class Sigmoid(_Elementwise):
-    expr = "1.0{f} / (1.0{f} + exp{m}(-{0}))"
+    expr = "1.0{f} / (1.0{f} + {exp}(-{0}))"
 
 
 @op_handler("Tanh")
@@ -73,7 +77,7 @@ class Tanh(_Elementwise):
 
 @op_handler("Exp")
 class Exp(_Elementwise):
-    expr = "exp{m}({0})"
+    expr = "{exp}({0})"
 
 
 @op_handler("Sqrt")
