@@ -291,3 +291,43 @@ def test_team_moves_a_worker_off_the_starting_threads_cpu(tmp_path):
                           timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("ok")
+
+
+FPMODE = r"""
+#include <stdio.h>
+#include <immintrin.h>
+
+void omp_set_num_threads(int);
+int omp_get_thread_num(void);
+
+static volatile float tiny = 1e-39f, one = 1.0f;  /* a denormal; volatile: not folded */
+static float got[4][2];
+
+static void region(int r) {
+    #pragma omp parallel for schedule(static, 1)
+    for (int t = 0; t < 2; ++t) got[r][omp_get_thread_num()] = tiny * one;
+}
+
+int main(void) {
+    omp_set_num_threads(2);
+    region(0);                                /* the worker starts, denormals kept */
+    _mm_setcsr(_mm_getcsr() | 0x8040);        /* FTZ | DAZ, as TensorFlow's threads run */
+    region(1);
+    _mm_setcsr(_mm_getcsr() & ~0x8040u);
+    region(2);
+    for (int r = 0; r < 3; ++r) printf("%g %g\n", got[r][0], got[r][1]);
+    return 0;
+}
+"""
+
+
+def test_workers_run_under_the_callers_floating_point_mode(tmp_path):
+    """A worker started before the caller flushed denormals flushes them in the caller's
+    regions from then on, and stops when the caller does."""
+    proc = subprocess.run([_build(tmp_path, FPMODE)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [[float(v) for v in line.split()] for line in proc.stdout.split("\n")[:3]]
+    assert rows[0] == [1e-39, 1e-39] or rows[0] == rows[2]
+    assert rows[1] == [0.0, 0.0], proc.stdout
+    assert rows[2][0] == rows[2][1] > 0, proc.stdout

@@ -9,9 +9,10 @@ statements in order at each point (time `[pos, i0, .., ik, j]` for the j-th stat
 which the exact dependences must allow (`check_schedule_legal`, on every dependence between
 the chain's statements).
 
-A temporary written and read only inside the chain (written by one statement, read by the
-next and by nothing else in the subgraph) then lives for one iteration: it is *contracted*
-to a scalar, so it is neither stored nor loaded, and needs no workspace bytes.
+A temporary written and read only inside the chain (written by one statement, read at the
+same point by later statements of the chain and by nothing else in the subgraph) then lives
+for one iteration: it is *contracted* to a scalar, so it is neither stored nor loaded, and
+needs no workspace bytes.
 
 Fusion widens lifetimes: the generated C's memory plan may have given a group's output the
 bytes of a temporary the group reads (their lifetimes were disjoint op by op), which the
@@ -121,9 +122,14 @@ def find_chains(scop: Scop, deps: Dependences, min_len: int = 2) -> list[Chain]:
         if len(stmts) < min_len:
             continue
         contracted = []
-        for a, b in zip(stmts, stmts[1:]):
+        for k, a in enumerate(stmts[:-1]):
+            # Read by later statements of the chain alone, each at the point being written
+            # (swish reads x twice: sigmoid(x), then x * that).
             buf = a.accesses[-1].array
-            if scop.buffers[buf].role == "temp" and users[buf] == {a.name, b.name}:
+            readers = [b for b in stmts[k + 1:] if b.name in users[buf]]
+            if (scop.buffers[buf].role == "temp" and readers
+                    and users[buf] == {a.name} | {b.name for b in readers}
+                    and all(_identity_reads(b, scop, buf) for b in readers)):
                 contracted.append(buf)
         chain = Chain([s.call for s in stmts], stmts, contracted)
         if not legal(chain, deps):

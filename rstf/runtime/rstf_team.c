@@ -44,8 +44,15 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define RSTF_PAUSE() _mm_pause()
+/* The floating-point control word a region runs under: the caller's. TensorFlow runs its
+ * kernels with denormals flushed (FTZ and DAZ in MXCSR); workers started before, or by
+ * another caller, would otherwise compute denormals slowly, and round them unlike it. */
+#define RSTF_FPMODE() (_mm_getcsr() & ~0x3fu) /* less the exception flags */
+#define RSTF_SET_FPMODE(m) _mm_setcsr(m)
 #else
 #define RSTF_PAUSE() ((void)0)
+#define RSTF_FPMODE() 0u
+#define RSTF_SET_FPMODE(m) ((void)(m))
 #endif
 
 #define RSTF_HIDDEN __attribute__((visibility("hidden")))
@@ -69,6 +76,7 @@ static struct {
     atomic_long call_end_ns;           /* when it last released it */
     _Alignas(64) rstf_region_fn fn;    /* the current region (written before `region`) */
     void *data;
+    unsigned fpmode;                   /* its caller's RSTF_FPMODE (written before `region`) */
     int workers;                       /* worker threads started (thread numbers 1..) */
     cpu_set_t allowed;                 /* the CPUs the process may use (see rstf_unstack) */
     int can_move;                      /* more than one of them */
@@ -235,6 +243,7 @@ static void *rstf_worker(void *arg) {
             atomic_store_explicit(&rstf_place[me].moved, 0, memory_order_relaxed);
         }
         if (me < size && rstf_join(now >> RSTF_SIZE_BITS)) {
+            if (RSTF_FPMODE() != rstf_team.fpmode) RSTF_SET_FPMODE(rstf_team.fpmode);
             rstf_tnum = me;
             rstf_tsize = size;
             rstf_in_region = 1;
@@ -479,6 +488,7 @@ static void rstf_parallel(rstf_region_fn fn, void *data, unsigned num_threads,
     if (loop) rstf_share_out(*loop, n);
     rstf_team.fn = fn;
     rstf_team.data = data;
+    rstf_team.fpmode = RSTF_FPMODE();
     atomic_store_explicit(&rstf_team.arrived, 0, memory_order_relaxed);
     atomic_store_explicit(&rstf_team.running, n - 1, memory_order_relaxed);
     const unsigned word = atomic_load_explicit(&rstf_team.region, memory_order_relaxed);
