@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A differential-fuzzing campaign, longer than CI's, in parallel processes.
 
-    python scripts/fuzz.py [--minutes M] [--examples N] [--jobs J] [--seed S]
+    python scripts/fuzz.py [--minutes M] [--examples N] [--jobs J] [--seed S] [--start K]
                            [--optimizers poly,poly-nowinograd,none,graphite,polly]
 
 Example k of a campaign draws its graph from its own seed, SeedSequence([S, k]) (rstf.fuzz:
@@ -117,6 +117,9 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="worker processes (default: the CPU count)")
     p.add_argument("--seed", type=int, default=0, help="the campaign's seed")
+    p.add_argument("--start", type=int, default=0,
+                   help="first example to run: resumes a campaign stopped after example "
+                        "START-1 (an example is a function of --seed and its number alone)")
     p.add_argument("--optimizers", default=",".join(CONFIGS),
                    help="configs to cycle through, of " + ", ".join(CONFIGS) +
                         " (those not installed are left out)")
@@ -139,6 +142,8 @@ def parse_args(argv=None):
         a.examples = 200
     if a.jobs < 1:
         p.error("--jobs must be at least 1")
+    if a.start < 0:
+        p.error("--start must be 0 or more")
     if a.full_every < 0:
         p.error("--full-every must be 0 or more")
     unknown = [c for c in a.optimizers.split(",") if c not in CONFIGS]
@@ -167,14 +172,15 @@ def main(argv=None) -> int:
     deadline = t0 + a.minutes * 60 if a.minutes is not None else None
 
     def more() -> bool:
-        return ((a.examples is None or started < a.examples)
+        return ((a.examples is None or started < a.start + a.examples)
                 and (deadline is None or time.monotonic() < deadline)
                 and not (a.max_failures and failures >= a.max_failures))
 
     print(f"fuzz: seed {a.seed}, {a.jobs} jobs, configs {', '.join(configs)}, rtol {a.rtol:g}"
           + (f", {a.examples} examples" if a.examples is not None else "")
+          + (f" from example {a.start}" if a.start else "")
           + (f", {a.minutes:g} minutes" if a.minutes is not None else ""), flush=True)
-    started = 0
+    started = a.start
     pool = cf.ProcessPoolExecutor(a.jobs, multiprocessing.get_context("spawn"),
                                   initializer=_worker_init, initargs=(cache,),
                                   max_tasks_per_child=50)
