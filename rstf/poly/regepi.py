@@ -20,7 +20,9 @@ or store: a per-channel scale, another tensor of the output's shape) or not at a
 broadcast scalar).
 Arithmetic, negation, comparisons and `?:` are translated (a `?:` on vectors is a bitwise
 select, which keeps NaN and signed-zero behaviour); anything else (a math function call, a
-cast) leaves the group to the row-buffer epilogue. A `?:` that picks one of its two compared
+cast) leaves the group to the row-buffer epilogue. That includes rstf's own vectorisable exp
+(sigmoid, swish): run in the kernel beside its accumulators, its dozen temporaries spill
+them, and the row-buffer loop, with the registers to itself, is faster (docs/benchmarks). A `?:` that picks one of its two compared
 operands is the vector max or min instruction instead (`_select`): x86's MAXPS and MINPS are
 defined as exactly such a select, `a > b ? a : b` and `a < b ? a : b`, NaN and signed zeros
 included, so the result bits are the same. The templates' ReLU6, a clamp
