@@ -211,7 +211,7 @@ def test_grouped_conv_call_inlined_as_depthwise():
         fn.get_concrete_function(tf.TensorSpec([1, 8, 8, 4], tf.float32, name="input")))
     raw = frozen.graph.as_graph_def()
     assert any(n.op == "StatefulPartitionedCall" for n in raw.node)
-    gd = build._prune_to_output(build._inline_calls(raw))
+    gd = build._prune_to_outputs(build._inline_calls(raw))
     ops = collections.Counter(n.op for n in gd.node)
     assert ops["DepthwiseConv2dNative"] == 1 and ops["Conv2D"] == 1
     assert "StatefulPartitionedCall" not in ops and not gd.library.function
