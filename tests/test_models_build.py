@@ -227,7 +227,10 @@ def test_grouped_conv_call_inlined_as_depthwise():
 def test_keras_name_cli_errors(tmp_path):
     script = os.path.join(REPO, "models", "build.py")
     for args, needle in ((["keras:Xception", "--input-size", "64"], ">= 71"),
-                         (["keras:NoSuchNet", "--input-size", "32"], "NoSuchNet")):
+                         (["keras:NoSuchNet", "--input-size", "32"], "NoSuchNet"),
+                         (["bert_small", "--seq-len", "513"], "outside [1, 512]"),
+                         (["bert_base", "--batch", "0"], "--batch 0"),
+                         (["bert_small", "--input-size", "64"], "image models")):
         proc = subprocess.run([sys.executable, script, *args, "-o", str(tmp_path / "x.pb")],
                               capture_output=True, text=True, timeout=120,
                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})

@@ -213,21 +213,22 @@ class NotEqual(_Compare):
     expr = "{0} != {1}"
 
 
+class _Logical(_Elementwise):
+    dtypes = BOOL  # 0 or 1 in, 0 or 1 out: C's && || ! give exactly that
+
+
 @op_handler("LogicalAnd")
-class LogicalAnd(_Elementwise):
-    dtypes = BOOL
+class LogicalAnd(_Logical):
     expr = "{0} && {1}"
 
 
 @op_handler("LogicalOr")
-class LogicalOr(_Elementwise):
-    dtypes = BOOL
+class LogicalOr(_Logical):
     expr = "{0} || {1}"
 
 
 @op_handler("LogicalNot")
-class LogicalNot(_Elementwise):
-    dtypes = BOOL
+class LogicalNot(_Logical):
     expr = "!{0}"
 
 
