@@ -109,9 +109,41 @@ def build_bert_graph_def(name: str, seq_len: int = DEFAULT_SEQ_LEN, batch: int |
 
     specs = [tf.TensorSpec([batch, seq_len], tf.int32, name=n) for n in BERT_INPUTS]
     frozen = convert_variables_to_constants_v2(infer.get_concrete_function(*specs))
-    graph_def = _prune_to_outputs(_inline_calls(frozen.graph.as_graph_def()), BERT_OUTPUTS)
+    graph_def = _sorted_nodes(
+        _prune_to_outputs(_inline_calls(frozen.graph.as_graph_def()), BERT_OUTPUTS))
     ops = {n.name: n.op for n in graph_def.node}
     for n in BERT_INPUTS:
         if ops.get(n) != "Placeholder":
             raise RuntimeError(f"frozen graph has no Placeholder named {n!r}")
     return graph_def
+
+
+def _sorted_nodes(graph_def):
+    """The same graph with its nodes in one fixed topological order (Kahn's algorithm, the
+    ready node with the smallest name first). Why: the frozen graph's node order varies
+    from build to build in one process (keras-hub's graph is traced afresh each time), and
+    the contract is byte-identical files."""
+    import heapq
+
+    nodes = {n.name: n for n in graph_def.node}
+    deps = {name: {i.lstrip("^").split(":")[0] for i in n.input} for name, n in nodes.items()}
+    users: dict[str, list[str]] = {name: [] for name in nodes}
+    for name, ds in deps.items():
+        for d in ds:
+            users[d].append(name)
+    waiting = {name: len(ds) for name, ds in deps.items()}
+    ready = [name for name, k in waiting.items() if k == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        name = heapq.heappop(ready)
+        order.append(nodes[name])
+        for u in users[name]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    out = type(graph_def)()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    out.node.extend(order)  # copies: the original's nodes stay where they were
+    return out
