@@ -3,6 +3,7 @@
 Usage::
 
     python models/build.py NAME -o PATH.pb [--input-size H] [--seed S] [--input-range LO,HI]
+    python models/build.py bert_small -o PATH.pb [--seq-len L] [--batch B | --dynamic-batch]
 
 NAME is one of ``inception_v3`` (default input 299), ``inception_v4`` (299; built by
 ``models/inception_v4.py``, not in keras.applications), ``resnet50`` (224) or
@@ -22,7 +23,11 @@ in a trained network fed the inputs it was trained on, and the classifier is res
 a power of two so the logits' std is about 1 on such images (``_calibrate_classifier``).
 Feed these models images in [0, 1): `rstf compare` does by default.
 
-Contract of the produced file (and of :func:`build_graph_def`):
+``bert_small`` (4 layers, hidden 512, 8 heads) and ``bert_base`` (BERT-base) are keras-hub
+BERT encoders, ``[batch, seq-len]`` int32 inputs, built by ``models/bert.py`` (whose
+docstring gives their contract); keras-hub: ``pip install --no-deps -r requirements-models.txt``.
+
+Contract of the produced file (the image models) (and of :func:`build_graph_def`):
 
 * A binary ``GraphDef`` with no variables: every weight is a ``Const``.
 * Exactly one input: a ``Placeholder`` named ``input``, float32, static shape
@@ -47,8 +52,14 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 from typing import TYPE_CHECKING
+
+try:  # imported as models.build, or run as a script from models/
+    from .bert import BERT_MODELS, DEFAULT_SEQ_LEN, build_bert_graph_def
+    from .freeze import OUTPUT_NAME, _inline_calls, _prune_to_outputs, write_graph_def
+except ImportError:
+    from bert import BERT_MODELS, DEFAULT_SEQ_LEN, build_bert_graph_def
+    from freeze import OUTPUT_NAME, _inline_calls, _prune_to_outputs, write_graph_def
 
 if TYPE_CHECKING:  # Only for annotations: importing TF is slow and noisy.
     import tensorflow as tf
@@ -84,7 +95,6 @@ KERAS_MIN_INPUT_SIZE: dict[str, int] = {"InceptionV3": 75, "InceptionResNetV2": 
 CALIBRATION_IMAGES = 8
 
 INPUT_NAME = "input"
-OUTPUT_NAME = "output"
 
 # A residual branch added onto its shortcut with no normalisation after its last conv (the
 # pre-activation ResNet*V2) makes the activations' std grow with every block.  Scaling the
@@ -122,11 +132,13 @@ def min_input_size(name: str) -> int:
 
 
 def _check_name(name: str) -> None:
+    if name in BERT_MODELS:
+        return
     if name.startswith("keras:") and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name[6:]):
         return  # any keras.applications constructor, checked when it is looked up
     if name not in MODELS:
         raise ValueError(
-            f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))} "
+            f"unknown model {name!r}; valid names: {', '.join(sorted([*MODELS, *BERT_MODELS]))} "
             f"or keras:CTOR (a keras.applications constructor)"
         )
 
@@ -284,176 +296,6 @@ def _short(w) -> str:
     return w.name.split("/")[-1].split(":")[0]
 
 
-_CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
-
-
-def _inline_calls(graph_def: "tf.compat.v1.GraphDef") -> "tf.compat.v1.GraphDef":
-    """Inline function calls that survive freezing, so every op is a node of the graph.
-
-    keras 3 runs grouped convolutions (ConvNeXt's depthwise ``Conv2D(groups=C)``) in a
-    nested ``tf.function(jit_compile=True)``; frozen, each is a
-    ``StatefulPartitionedCall`` (marked ``_XlaMustCompile``) whose body holds the
-    ``Conv2D``, invisible to a graph optimizer.  Each call node is replaced by its body,
-    named ``CALL/NODE``, and an ``Identity`` (``IdentityN`` for several outputs) named
-    like the call, so its consumers are unchanged; control inputs inside the bodies
-    (ordering variable reads, now constants) are dropped.  Stock TensorFlow runs the
-    grouped ``Conv2D`` on CPU itself.  A graph without calls is returned as is.
-    """
-    import tensorflow as tf
-    from tensorflow.python.framework import op_def_registry
-
-    if not any(n.op in _CALL_OPS for n in graph_def.node):
-        return graph_def
-    funcs = {f.signature.name: f for f in graph_def.library.function}
-    out = tf.compat.v1.GraphDef()
-    out.versions.CopyFrom(graph_def.versions)
-
-    def flat_index(node, out_arg: str, idx: int) -> int:
-        k = 0
-        for arg in op_def_registry.get(node.op).output_arg:
-            if arg.name == out_arg:
-                return k + idx
-            if arg.number_attr:
-                k += node.attr[arg.number_attr].i
-            elif arg.type_list_attr:
-                k += len(node.attr[arg.type_list_attr].list.type)
-            else:
-                k += 1
-        raise RuntimeError(f"{node.op} {node.name!r} has no output {out_arg!r}")
-
-    def add(node) -> None:
-        if node.op not in _CALL_OPS:
-            out.node.append(node)
-            return
-        fdef = funcs[node.attr["f"].func.name]
-        data_inputs = [i for i in node.input if not i.startswith("^")]
-        args = dict(zip((a.name for a in fdef.signature.input_arg), data_inputs))
-        body = {b.name: b for b in fdef.node_def}
-
-        def rename(tensor: str) -> str:
-            name, _, rest = tensor.partition(":")
-            if name in args and rest in ("", "0"):
-                return args[name]
-            out_arg, _, idx = rest.partition(":")
-            i = flat_index(body[name], out_arg, int(idx or 0))
-            return f"{node.name}/{name}" + (f":{i}" if i else "")
-
-        for b in fdef.node_def:
-            n = tf.compat.v1.NodeDef()
-            n.CopyFrom(b)
-            n.name = f"{node.name}/{b.name}"
-            n.ClearField("device")
-            del n.input[:]
-            n.input.extend(rename(i) for i in b.input if not i.startswith("^"))
-            add(n)
-        rets = [rename(fdef.ret[a.name]) for a in fdef.signature.output_arg]
-        ident = out.node.add()
-        ident.name = node.name
-        types = node.attr["Tout"].list.type
-        if len(rets) == 1:
-            ident.op = "Identity"
-            ident.attr["T"].type = types[0]
-        else:
-            ident.op = "IdentityN"
-            ident.attr["T"].list.type.extend(types)
-        ident.input.extend(rets)
-
-    for n in graph_def.node:
-        add(n)
-    if any(v.HasField("func") or v.list.func for n in out.node for v in n.attr.values()):
-        out.library.CopyFrom(graph_def.library)  # other functional ops still need it
-    return _depthwise_from_grouped(out)
-
-
-def _depthwise_from_grouped(graph_def: "tf.compat.v1.GraphDef") -> "tf.compat.v1.GraphDef":
-    """Rewrite each grouped ``Conv2D`` with one input channel per group (a depthwise
-    convolution, as keras 3 writes ConvNeXt's) as ``DepthwiseConv2dNative``.
-
-    Stock TensorFlow cannot run a grouped ``Conv2D`` on CPU once Grappler fuses it with
-    its ``BiasAdd`` ("Fused conv implementation does not support grouped convolutions";
-    keras avoids that with XLA).  The two ops agree exactly: the ``(kh, kw, 1, C*M)``
-    filter reshaped to ``(kh, kw, C, M)`` maps output channel ``c*M + m`` to input
-    channel ``c`` in both.  The reshaped filter is a new ``Const`` named ``CONV/filter``.
-    """
-    import numpy as np
-    import tensorflow as tf
-
-    convs = [n for n in graph_def.node if n.op == "Conv2D"]
-    if not convs:
-        return graph_def
-    g = tf.Graph()
-    with g.as_default():
-        tf.import_graph_def(graph_def, name="")
-    by_name = {n.name: n for n in graph_def.node}
-
-    def const_of(tensor: str):
-        node = by_name[tensor.split(":")[0]]
-        while node.op == "Identity":
-            node = by_name[node.input[0].split(":")[0]]
-        return node if node.op == "Const" else None
-
-    new_consts = {}
-    for conv in convs:
-        in_depth = g.get_tensor_by_name(_tensor_name(conv.input[0])).shape[-1]
-        fnode = const_of(conv.input[1])
-        if fnode is None or in_depth is None or conv.attr["data_format"].s != b"NHWC":
-            continue
-        kernel = tf.make_ndarray(fnode.attr["value"].tensor)
-        if kernel.shape[2] != 1 or in_depth == 1 or kernel.shape[3] % in_depth:
-            continue  # an ordinary convolution, or grouped with several channels a group
-        filt = tf.compat.v1.NodeDef(name=f"{conv.name}/filter", op="Const")
-        filt.attr["dtype"].type = fnode.attr["dtype"].type
-        filt.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.ascontiguousarray(
-            kernel.reshape(kernel.shape[0], kernel.shape[1], in_depth, -1))))
-        new_consts[conv.name] = filt
-        conv.op = "DepthwiseConv2dNative"
-        conv.input[1] = filt.name
-        del conv.attr["use_cudnn_on_gpu"]
-    if not new_consts:
-        return graph_def
-    out = tf.compat.v1.GraphDef()
-    out.versions.CopyFrom(graph_def.versions)
-    out.library.CopyFrom(graph_def.library)
-    for n in graph_def.node:
-        if n.name in new_consts:
-            out.node.append(new_consts[n.name])
-        out.node.append(n)
-    return out
-
-
-def _tensor_name(inp: str) -> str:
-    return inp if ":" in inp else inp + ":0"
-
-
-def _prune_to_output(graph_def: "tf.compat.v1.GraphDef") -> "tf.compat.v1.GraphDef":
-    """Keep only ancestors of ``output``, preserving node order.
-
-    The concrete function's graph wraps its return value in an extra
-    ``Identity`` (named ``Identity``, inputs ``["output", "^NoOp"]``), where the
-    ``NoOp`` only carries control dependencies on the (now constant) variable
-    reads.  Dropping everything that does not feed ``output`` removes both, so
-    ``output`` is the graph's final node and its only sink.
-    """
-    import tensorflow as tf
-
-    by_name = {n.name: n for n in graph_def.node}
-    keep: set[str] = set()
-    stack = [OUTPUT_NAME]
-    while stack:
-        name = stack.pop()
-        if name in keep:
-            continue
-        keep.add(name)
-        for inp in by_name[name].input:
-            # "^ctrl", "node:1" -> "node"
-            stack.append(inp.lstrip("^").split(":")[0])
-    out = tf.compat.v1.GraphDef()
-    out.versions.CopyFrom(graph_def.versions)
-    out.library.CopyFrom(graph_def.library)
-    out.node.extend(n for n in graph_def.node if n.name in keep)
-    return out
-
-
 def build_graph_def(
     name: str, input_size: int | None = None, seed: int = 0, batch: int | None = 1,
     input_range: tuple[float, float] = (0.0, 1.0),
@@ -511,7 +353,7 @@ def build_graph_def(
         tf.TensorSpec([batch, size, size, 3], tf.float32, name=INPUT_NAME)
     )
     frozen = convert_variables_to_constants_v2(concrete)
-    graph_def = _prune_to_output(_inline_calls(frozen.graph.as_graph_def()))
+    graph_def = _prune_to_outputs(_inline_calls(frozen.graph.as_graph_def()))
 
     names = {n.name: n for n in graph_def.node}
     if names.get(INPUT_NAME, None) is None or names[INPUT_NAME].op != "Placeholder":
@@ -519,33 +361,6 @@ def build_graph_def(
     if graph_def.node[-1].name != OUTPUT_NAME or graph_def.node[-1].op != "Identity":
         raise RuntimeError("frozen graph's last node is not Identity 'output'")
     return graph_def
-
-
-def write_graph_def(graph_def: "tf.compat.v1.GraphDef", path: str) -> None:
-    """Atomically write ``graph_def`` as deterministic binary protobuf.
-
-    ``deterministic=True`` fixes map-field (attr) ordering; writing a temp file
-    in the destination directory and ``os.replace``-ing it means readers never
-    see a partial file.
-    """
-    data = graph_def.SerializeToString(deterministic=True)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pb")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        # mkstemp creates the file 0600; give it ordinary umask-based perms.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -560,7 +375,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="calibrate batch norm on images uniform in [LO, HI) "
                         "(default 0,1; feed the model such images)")
     parser.add_argument("--dynamic-batch", action="store_true",
-                        help="leave the batch dimension unknown ([?, H, H, 3])")
+                        help="leave the batch dimension unknown ([?, H, H, 3] or [?, L])")
+    parser.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, metavar="L",
+                        help=f"BERT models: sequence length (default {DEFAULT_SEQ_LEN})")
+    parser.add_argument("--batch", type=int, default=1, metavar="B",
+                        help="BERT models: batch size (default 1)")
     args = parser.parse_args(argv)
 
     # Validate before importing TensorFlow so the error is the only stderr line.
@@ -577,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --input-range {args.input_range!r}: give LO,HI with LO < HI",
               file=sys.stderr)
         return 2
+    if args.name in BERT_MODELS:
+        return _main_bert(args)
     if args.input_size is not None and args.input_size < min_input_size(args.name):
         print(f"error: {args.name} needs --input-size >= "
               f"{min_input_size(args.name)}", file=sys.stderr)
@@ -595,6 +416,26 @@ def main(argv: list[str] | None = None) -> int:
         if not str(e).startswith("unknown model"):
             raise
         print(f"error: {e}", file=sys.stderr)  # keras:CTOR that keras.applications lacks
+        return 2
+    write_graph_def(graph_def, args.output)
+    return 0
+
+
+def _main_bert(args) -> int:
+    """`main` for the BERT models: the CNN options do not apply, --seq-len and --batch do."""
+    if args.input_size is not None or args.input_range != "0,1":
+        print("error: --input-size and --input-range are for the image models",
+              file=sys.stderr)
+        return 2
+    if args.batch < 1:
+        print(f"error: --batch {args.batch}: give a positive size", file=sys.stderr)
+        return 2
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        graph_def = build_bert_graph_def(args.name, args.seq_len,
+                                         None if args.dynamic_batch else args.batch, args.seed)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     write_graph_def(graph_def, args.output)
     return 0

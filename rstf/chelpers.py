@@ -49,6 +49,25 @@ static inline float rstf_expf(float x)
 }
 """
 
+# The error channel of the generated C (a gather's out-of-range index): the first error of a
+# call is kept in a thread-local record that the op wrapper clears before the call and reads
+# after it, on the thread that ran it, turning it into TensorFlow's InvalidArgument
+# (templates/wrapper.cc.j2). Weak, so that every subgraph's C defines it and one .so holds
+# one; thread-local, so that two ops running at once on two threads keep their own.
+INDEX_ERROR = """\
+/* Index errors, reported by the op wrapper after the call (rstf/chelpers.py). */
+__attribute__((weak)) __thread long long rstf_index_error_state[3];
+static void rstf_index_error(long long value, long long limit)
+{
+    if (!rstf_index_error_state[0]) {
+        rstf_index_error_state[0] = 1;
+        rstf_index_error_state[1] = value;
+        rstf_index_error_state[2] = limit;
+    }
+}
+"""
+INDEX_ERROR_SYMBOL = "rstf_index_error_state"
+
 # The helpers' names, which the polyhedral pass's raiser accepts as pure functions.
 FUNCTIONS = frozenset({"rstf_expf"})
 
@@ -56,4 +75,6 @@ FUNCTIONS = frozenset({"rstf_expf"})
 def helpers_for(texts) -> str:
     """The helper definitions that C `texts` (function bodies) call, in one block: nothing
     when they call none, so a file defines only what it uses."""
-    return EXPF if any("rstf_expf(" in t for t in texts) else ""
+    parts = [EXPF if any("rstf_expf(" in t for t in texts) else "",
+             INDEX_ERROR if any("rstf_index_error(" in t for t in texts) else ""]
+    return "\n".join(p for p in parts if p)

@@ -8,7 +8,8 @@ Random values (`--seed`), per input:
 - every float input, with `--input-range LO,HI`: uniform in [LO, HI);
 - integer whose values reach the indices of a gather (GatherV2, Gather, ResourceGather),
   directly or through ops that only move or convert values (Identity, Cast, Reshape,
-  ExpandDims, Squeeze, Transpose, Slice, StridedSlice, Tile, ConcatV2, Pack): uniform
+  ExpandDims, Squeeze, Transpose, Slice, StridedSlice, Tile, ConcatV2, Pack, and the value
+  operands of SelectV2/Select, which keras' embedding lookup uses to wrap negative ids): uniform
   integers in [0, rows), rows = the gathered table's static size along the gather axis (the
   smallest, when the input reaches several tables), so every id is in the table;
 - any other integer: 0 or 1 (valid for masks, segment ids, booleans stored as integers);
@@ -85,6 +86,7 @@ def gather_rows(graph, name: str) -> int | None:
                     if rows is not None:
                         bound = rows if bound is None else min(bound, rows)
                 elif (_VALUE_INPUTS.get(node.op) == slot or node.op == "Pack"
+                      or (node.op in ("SelectV2", "Select") and slot > 0)
                       or (node.op == "ConcatV2" and slot < len(node.inputs) - 1)):
                     todo.append(f"{c}:0")
     return bound

@@ -113,7 +113,11 @@ def select(graph: Graph, keep=None) -> Selection:
     for n in supported:
         h = get_handler(graph.nodes[n].op)
         cost[n] = max(h.flops(graph.nodes[n], graph), 1)
-    for c in select_subgraphs(dag, supported):
+    # Isolated nodes (OpHandler.isolated) are each a cluster of their own; the others are
+    # clustered as if those were unsupported, so a single node more keeps the quotient
+    # acyclic.
+    alone = {n for n in supported if get_handler(graph.nodes[n].op).isolated}
+    for c in select_subgraphs(dag, supported - alone) + [[n] for n in sorted(alone)]:
         # A subgraph that only moves data (Identity, Reshape) gains nothing as a custom op.
         if all(cost[n] <= 1 or get_handler(graph.nodes[n].op).flops(graph.nodes[n], graph) == 0
                for n in c):

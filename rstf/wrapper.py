@@ -11,12 +11,17 @@ import os
 
 import numpy as np
 
-from . import __version__
+from . import __version__, chelpers
 from .cescape import c_comment, c_string
 from .codegen import Slot, SubgraphCode
 from .opgen.base import render
 
-TF_TYPES = {np.dtype(np.float32): ("float", "DT_FLOAT")}
+# dtype -> (REGISTER_OP type, DataType enum, C++ element type: the C side's `unsigned char`
+# for a bool is C++ `bool`, the one TensorFlow's Tensor::flat<> accepts; same layout).
+TF_TYPES = {np.dtype(np.float32): ("float", "DT_FLOAT", "float"),
+            np.dtype(np.int32): ("int32", "DT_INT32", "int32_t"),
+            np.dtype(np.int64): ("int64", "DT_INT64", "int64_t"),
+            np.dtype(np.bool_): ("bool", "DT_BOOL", "bool")}
 
 
 def runtime_digest() -> str:
@@ -54,14 +59,18 @@ def op_name(sg: SubgraphCode, lib_digest: str) -> str:
 def _tensor(slot: Slot) -> dict:
     """`dims` for run-time checks and allocation (N: the batch read from the inputs),
     `static_dims` for graph-time shape inference (-1: unknown)."""
-    tf_type, dt_enum = TF_TYPES[slot.dtype]
+    tf_type, dt_enum, cxx = TF_TYPES[slot.dtype]
     dims = [str(d) for d in slot.shape]
     static = list(dims)
     if slot.batched:
         dims[0], static[0] = "N", "-1"
-    return {"tf_type": tf_type, "dt_enum": dt_enum, "ctype": slot.ctype, "dims": dims,
+    return {"tf_type": tf_type, "dt_enum": dt_enum, "ctype": cxx, "dims": dims,
             "static_dims": static, "batched": slot.batched,
             "name_literal": c_string(slot.tensor), "comment": c_comment(slot.tensor)}
+
+
+def _cxx(slot: Slot) -> str:
+    return TF_TYPES[slot.dtype][2]
 
 
 def _args(sg: SubgraphCode) -> list[str]:
@@ -71,10 +80,10 @@ def _args(sg: SubgraphCode) -> list[str]:
     out, n_in, n_w = [], 0, 0
     for s in sg.inputs:
         if s.weight:
-            out.append(f"weights_.at<{s.ctype}>({n_w})")
+            out.append(f"weights_.at<{_cxx(s)}>({n_w})")
             n_w += 1
         else:
-            out.append(f"ctx->input({n_in}).flat<{s.ctype}>().data()")
+            out.append(f"ctx->input({n_in}).flat<{_cxx(s)}>().data()")
             n_in += 1
     return out
 
@@ -84,8 +93,8 @@ def generate_wrapper(subgraphs: list[SubgraphCode], names: list[str], threads: i
     for sg, name in zip(subgraphs, names):
         inputs = [s for s in sg.inputs if not s.weight]
         c_params = (["long", "long"] * sg.dynamic_batch
-                    + [f"const {s.ctype} *" for s in sg.inputs]
-                    + [f"{s.ctype} *" for s in sg.outputs] + ["void *"])
+                    + [f"const {_cxx(s)} *" for s in sg.inputs]
+                    + [f"{_cxx(s)} *" for s in sg.outputs] + ["void *"])
         ops.append({"index": sg.index, "entry": sg.entry, "name_literal": c_string(name),
                     "kernel": f"{name}Kernel", "node_count": len(sg.nodes),
                     "first_node": c_string(sg.nodes[0]), "c_params": c_params,
@@ -94,5 +103,8 @@ def generate_wrapper(subgraphs: list[SubgraphCode], names: list[str], threads: i
                     "args": _args(sg), "outputs": [_tensor(s) for s in sg.outputs],
                     "workspace": max(sg.workspace_bytes, 0), "dynamic": sg.dynamic_batch,
                     "batch_input": next((k for k, s in enumerate(inputs) if s.batched),
-                                        None)})
-    return render("wrapper.cc.j2", version=__version__, ops=ops, threads=threads)
+                                        None),
+                    "index_errors": chelpers.INDEX_ERROR_SYMBOL in sg.source})
+    return render("wrapper.cc.j2", version=__version__, ops=ops, threads=threads,
+                  index_errors=any(op["index_errors"] for op in ops),
+                  index_error_symbol=chelpers.INDEX_ERROR_SYMBOL)

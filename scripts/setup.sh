@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up rstf: the system packages of the other C optimizers and of `rstf inspect --svg`
-# (clang-14 with Polly, graphviz), then rstf itself with its test dependencies.
+# (clang-14 with Polly, graphviz), then rstf itself with its test dependencies, and keras-hub for models/build.py's BERTs.
 # Usage: bash scripts/setup.sh   (apt-get needs root; sudo is used when not root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,3 +14,5 @@ if ! dpkg -s "${packages[@]}" >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${packages[@]}"
 fi
 python3 -m pip install -q -e '.[test]'
+# keras-hub for the BERT reference models, without its dependencies (why: the file's header)
+python3 -m pip install -q --no-deps -r requirements-models.txt

@@ -171,11 +171,11 @@ def test_names_tf_rejects_are_one_line(tmp_path):
 
 
 def test_only_unsupported_ops_gives_the_original_graph(tmp_path):
-    """int32 arithmetic and a v1 cond (Switch/Merge) stay in TF; the result still runs."""
+    """float64 arithmetic and a v1 cond (Switch/Merge) stay in TF; the result still runs."""
     def build():
-        x = tf.compat.v1.placeholder(tf.int32, [4], name="x")
+        x = tf.compat.v1.placeholder(tf.float64, [4], name="x")
         y = tf.compat.v1.cond(tf.reduce_sum(x) > 0, lambda: x * 2, lambda: x - 1)
-        tf.identity(y * 3, name="y")  # Mul has a generator, but not for int32
+        tf.identity(y * 3, name="y")  # Mul has a generator, but not for float64
 
     pb = save_graph_def(make_graph_def(build), str(tmp_path))
     out = tmp_path / "o"
@@ -186,7 +186,7 @@ def test_only_unsupported_ops_gives_the_original_graph(tmp_path):
 
     rep = _json.loads((out / "report.json").read_text())
     assert rep["subgraphs"] == [] and rep["library"] is None
-    assert "int32" in rep["unsupported"]["Mul"]["reason"]
+    assert "float64" in rep["unsupported"]["Mul"]["reason"]
     assert {"StatelessIf", "If", "Switch"} & set(rep["unsupported"])
     r = rstf("compare", pb, str(out), "--reps", "1")
     assert r.returncode == 0, r.stderr + r.stdout

@@ -211,7 +211,7 @@ def test_grouped_conv_call_inlined_as_depthwise():
         fn.get_concrete_function(tf.TensorSpec([1, 8, 8, 4], tf.float32, name="input")))
     raw = frozen.graph.as_graph_def()
     assert any(n.op == "StatefulPartitionedCall" for n in raw.node)
-    gd = build._prune_to_output(build._inline_calls(raw))
+    gd = build._prune_to_outputs(build._inline_calls(raw))
     ops = collections.Counter(n.op for n in gd.node)
     assert ops["DepthwiseConv2dNative"] == 1 and ops["Conv2D"] == 1
     assert "StatefulPartitionedCall" not in ops and not gd.library.function
@@ -227,7 +227,10 @@ def test_grouped_conv_call_inlined_as_depthwise():
 def test_keras_name_cli_errors(tmp_path):
     script = os.path.join(REPO, "models", "build.py")
     for args, needle in ((["keras:Xception", "--input-size", "64"], ">= 71"),
-                         (["keras:NoSuchNet", "--input-size", "32"], "NoSuchNet")):
+                         (["keras:NoSuchNet", "--input-size", "32"], "NoSuchNet"),
+                         (["bert_small", "--seq-len", "513"], "outside [1, 512]"),
+                         (["bert_base", "--batch", "0"], "--batch 0"),
+                         (["bert_small", "--input-size", "64"], "image models")):
         proc = subprocess.run([sys.executable, script, *args, "-o", str(tmp_path / "x.pb")],
                               capture_output=True, text=True, timeout=120,
                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})

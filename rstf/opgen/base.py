@@ -22,10 +22,18 @@ import numpy as np
 
 from ..graph import Graph, Node
 
-# dtype -> (C type, suffix of float literals, suffix of <math.h> functions)
+# dtype -> (C type, suffix of float literals, suffix of <math.h> functions). A TF bool is
+# one byte holding 0 or 1 (C++ `bool`); the C side reads and writes it as `unsigned char`,
+# which has that layout and which the polyhedral pass's parser knows without a typedef.
 C_TYPES = {
     np.dtype(np.float32): ("float", "f", "f"),
+    np.dtype(np.int32): ("int", "", ""),
+    np.dtype(np.int64): ("long", "", ""),
+    np.dtype(np.bool_): ("unsigned char", "", ""),
 }
+FLOAT = frozenset({np.dtype(np.float32)})
+INTEGER = frozenset({np.dtype(np.int32), np.dtype(np.int64)})
+ALL_DTYPES = frozenset(C_TYPES)
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "templates")
 
@@ -115,6 +123,9 @@ class OpHandler:
     """
 
     op_types: tuple[str, ...] = ()
+    # The dtypes of data inputs and outputs the handler's C computes exactly; the default,
+    # float32 only, because most templates are float arithmetic (0.0f, fmaf, expf).
+    dtypes: frozenset = FLOAT
     ignored_inputs: tuple[int, ...] = ()
     const_inputs: tuple[int, ...] = ()  # ignored inputs whose *value* the generator needs
 
@@ -123,13 +134,13 @@ class OpHandler:
         for t in self.data_inputs(node):
             if not _static(graph.tensor_shape(t)):
                 raise Unsupported(f"input {t} has a non-static shape")
-            if graph.tensor_dtype(t) not in C_TYPES:
+            if graph.tensor_dtype(t) not in self.dtypes:
                 raise Unsupported(f"input {t} has dtype {graph.tensor_dtype(t)}")
         produced = self.num_outputs(node)
         for i in range(produced):
             if not _static(node.out_shapes[i]):
                 raise Unsupported(f"output {i} has a non-static shape")
-            if node.out_dtypes[i] not in C_TYPES:
+            if node.out_dtypes[i] not in self.dtypes:
                 raise Unsupported(f"output {i} has dtype {node.out_dtypes[i]}")
         for i in self.const_inputs:
             if i >= len(node.inputs) or not graph.is_const(node.inputs[i]):
@@ -142,6 +153,11 @@ class OpHandler:
                     src, idx = t.rsplit(":", 1)
                     if src == node.name and int(idx) >= produced:
                         raise Unsupported(f"output {idx} is used, only {produced} generated")
+
+    # A node whose C is outside the raisable subset (data-dependent subscripts) is selected
+    # as a custom op of its own: in a subgraph with others, the polyhedral pass would have to
+    # leave all of them as textbook C (pipeline.select).
+    isolated = False
 
     # Dynamic batch (rstf/batch.py): does the op compute each sample of dimension 0 from that
     # sample alone? Only handlers that know it say so; the rest stay in TensorFlow there.
@@ -173,6 +189,10 @@ class OpHandler:
     @staticmethod
     def ctype(node: Node, index: int = 0) -> str:
         return C_TYPES[node.out_dtypes[index]][0]
+
+    @staticmethod
+    def input_ctype(graph: Graph, tensor: str) -> str:
+        return C_TYPES[graph.tensor_dtype(tensor)][0]
 
     @staticmethod
     def literal_suffix(node: Node) -> str:

@@ -1,9 +1,14 @@
 """Elementwise ops with numpy broadcasting: one statement over the output's index space."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..graph import Graph, Node
-from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, broadcast_indices,
-                   index_names, op_handler, render, subscript)
+from .base import (ALL_DTYPES, C_TYPES, FLOAT, INTEGER, ArrayParam, OpFunction, OpHandler,
+                   Unsupported, broadcast_indices, index_names, op_handler, render, subscript)
+
+NUMBERS = FLOAT | INTEGER
+BOOL = frozenset({np.dtype(np.bool_)})
 
 
 class _Elementwise(OpHandler):
@@ -12,7 +17,7 @@ class _Elementwise(OpHandler):
     expr = "{0}"
     keeps_samples_apart = True  # broadcasting aside, point n of the output reads point n
 
-    def expression(self, node: Node, operands: list[str]) -> str:
+    def expression(self, node: Node, operands: list[str], graph: Graph) -> str:
         m = self.math_suffix(node)
         # float: rstf's own exp (rstf/chelpers.py, within 1.001 ulp), which an omp simd loop
         # (a conv's epilogue, too) vectorises; libm's expf is a scalar call an element.
@@ -25,10 +30,10 @@ class _Elementwise(OpHandler):
         ins, reads = [], []
         for k, t in enumerate(self.data_inputs(node)):
             shape = graph.tensor_shape(t)
-            ins.append(ArrayParam(f"x{k}", shape, self.ctype(node)))
+            ins.append(ArrayParam(f"x{k}", shape, self.input_ctype(graph, t)))
             reads.append(subscript(f"x{k}", broadcast_indices(shape, out_shape, idx)))
         body = render("ops/elementwise.c.j2", idx=idx, shape=out_shape, out="y",
-                      expr=self.expression(node, reads))
+                      expr=self.expression(node, reads, graph))
         shapes = " , ".join(str(list(p.shape)) for p in ins)
         return OpFunction(body, ins, [ArrayParam("y", out_shape, self.ctype(node))],
                           summary=f"{node.op} {shapes} -> {list(out_shape)}")
@@ -57,11 +62,13 @@ class Relu6(_Elementwise):
 
 @op_handler("Maximum")
 class Maximum(_Elementwise):
+    dtypes = NUMBERS  # int32/int64 too: index and mask arithmetic
     expr = "{0} < {1} || {1} != {1} ? {1} : {0}"
 
 
 @op_handler("Minimum")
 class Minimum(_Elementwise):
+    dtypes = NUMBERS  # int32/int64 too: index and mask arithmetic
     expr = "{1} < {0} || {1} != {1} ? {1} : {0}"
 
 
@@ -87,6 +94,7 @@ class Sqrt(_Elementwise):
 
 @op_handler("Square")
 class Square(_Elementwise):
+    dtypes = NUMBERS  # int32/int64 too: index and mask arithmetic
     expr = "{0} * {0}"
 
 
@@ -97,6 +105,7 @@ class SquaredDifference(_Elementwise):
 
 @op_handler("Neg")
 class Neg(_Elementwise):
+    dtypes = NUMBERS  # int32/int64 too: index and mask arithmetic
     expr = "-{0}"
 
 
@@ -112,16 +121,19 @@ class Rsqrt(_Elementwise):
 
 @op_handler("Add", "AddV2")
 class Add(_Elementwise):
+    dtypes = NUMBERS  # int32/int64 too: index and mask arithmetic
     expr = "{0} + {1}"
 
 
 @op_handler("Sub")
 class Sub(_Elementwise):
+    dtypes = NUMBERS  # int32/int64 too: index and mask arithmetic
     expr = "{0} - {1}"
 
 
 @op_handler("Mul")
 class Mul(_Elementwise):
+    dtypes = NUMBERS  # int32/int64 too: index and mask arithmetic
     expr = "{0} * {1}"
 
 
@@ -141,3 +153,137 @@ class BiasAdd(_Elementwise):
         if fmt not in ("NHWC", ""):
             raise Unsupported(f"BiasAdd data_format {fmt}")
         super().check(node, graph)
+
+
+# Integer arithmetic above follows C: TensorFlow's int32 kernels wrap around on overflow,
+# where signed overflow in C is undefined; the index and mask paths they serve (position
+# ids, mask offsets) stay far from 2^31.
+
+
+@op_handler("Erf")
+class Erf(_Elementwise):
+    """glibc's erff (at most 1 ulp, glibc's manual), called per element."""
+
+    expr = "erf{m}({0})"
+
+
+@op_handler("Erfc")
+class Erfc(_Elementwise):
+    """glibc's erfcf (at most 3 ulp, glibc's manual), called per element."""
+
+    expr = "erfc{m}({0})"
+
+
+class _Compare(_Elementwise):
+    """A comparison of two numbers into a bool (0 or 1); a NaN operand compares false except
+    under NotEqual, as in C and in TensorFlow's kernels."""
+
+    dtypes = NUMBERS | BOOL
+    keeps_samples_apart = True
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        if node.out_dtypes[0] not in BOOL:
+            raise Unsupported(f"{node.op} producing {node.out_dtypes[0]}")
+
+
+@op_handler("Less")
+class Less(_Compare):
+    expr = "{0} < {1}"
+
+
+@op_handler("LessEqual")
+class LessEqual(_Compare):
+    expr = "{0} <= {1}"
+
+
+@op_handler("Greater")
+class Greater(_Compare):
+    expr = "{0} > {1}"
+
+
+@op_handler("GreaterEqual")
+class GreaterEqual(_Compare):
+    expr = "{0} >= {1}"
+
+
+@op_handler("Equal")
+class Equal(_Compare):
+    expr = "{0} == {1}"
+
+
+@op_handler("NotEqual")
+class NotEqual(_Compare):
+    expr = "{0} != {1}"
+
+
+class _Logical(_Elementwise):
+    dtypes = BOOL  # 0 or 1 in, 0 or 1 out: C's && || ! give exactly that
+
+
+@op_handler("LogicalAnd")
+class LogicalAnd(_Logical):
+    expr = "{0} && {1}"
+
+
+@op_handler("LogicalOr")
+class LogicalOr(_Logical):
+    expr = "{0} || {1}"
+
+
+@op_handler("LogicalNot")
+class LogicalNot(_Logical):
+    expr = "!{0}"
+
+
+@op_handler("SelectV2")
+class SelectV2(_Elementwise):
+    """cond ? t : e with all three broadcast to the output (numpy rules, as SelectV2; the
+    older Select's row-vector condition stays in TensorFlow)."""
+
+    dtypes = ALL_DTYPES
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        if graph.tensor_dtype(node.inputs[0]) not in BOOL:
+            raise Unsupported("SelectV2 whose condition is not bool")
+
+    def expression(self, node: Node, operands: list[str], graph: Graph) -> str:
+        return f"{operands[0]} ? {operands[1]} : {operands[2]}"
+
+
+@op_handler("Cast")
+class Cast(_Elementwise):
+    """Conversions between float32, int32, int64 and bool with C's rules, which are
+    TensorFlow's (static_cast): float to int truncates toward zero, int to float rounds to
+    nearest, anything to bool is `!= 0`. A float outside the integer's range (or NaN) has
+    no defined result in either."""
+
+    dtypes = ALL_DTYPES
+
+    def expression(self, node: Node, operands: list[str], graph: Graph) -> str:
+        if node.out_dtypes[0] in BOOL:
+            return f"{operands[0]} != 0"
+        return f"({C_TYPES[node.out_dtypes[0]][0]}){operands[0]}"
+
+
+@op_handler("Pow")
+class Pow(_Elementwise):
+    """x^y in float. A constant scalar exponent is computed as TensorFlow's graph runs it:
+    Grappler's arithmetic optimizer (ConvertPow) rewrites x^2 as Square, x^3 as x * x * x,
+    x^1 as Identity, x^0.5 as Sqrt (so -0 gives -0 and -inf NaN, not pow's +0 and +inf),
+    x^0 as ones, x^-0.5 as Rsqrt and x^-1 as Reciprocal, and these are those; any other
+    exponent, constant or not, is powf."""
+
+    SPECIAL = {2.0: "{0} * {0}", 3.0: "{0} * {0} * {0}", 1.0: "{0}", 0.0: "1.0{f}",
+               0.5: "sqrt{m}({0})", -0.5: "1.0{f} / sqrt{m}({0})", -1.0: "1.0{f} / {0}"}
+
+    def _exponent(self, node: Node, graph: Graph) -> float | None:
+        t = node.inputs[1]
+        if graph.is_const(t) and np.asarray(graph.const_value(t)).size == 1:
+            return float(np.asarray(graph.const_value(t)).reshape(()))
+        return None
+
+    def expression(self, node: Node, operands: list[str], graph: Graph) -> str:
+        fmt = self.SPECIAL.get(self._exponent(node, graph), "pow{m}({0}, {1})")
+        return fmt.format(*operands, f=self.literal_suffix(node), m=self.math_suffix(node))

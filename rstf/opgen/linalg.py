@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 from ..graph import Graph, Node
-from .base import ArrayParam, OpFunction, OpHandler, Unsupported, op_handler, render
+import math
+
+from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, broadcast_indices,
+                   index_names, op_handler, render, subscript)
 from .window import check_window_attrs, window
 
 
@@ -75,3 +78,65 @@ class MatMul(OpHandler):
         return OpFunction(body, [ArrayParam("a", a_shape, ct), ArrayParam("b", b_shape, ct)],
                           [ArrayParam("c", (M, N), ct)],
                           summary=f"MatMul {M}x{K}x{N} transpose_a={ta} transpose_b={tb}")
+
+
+@op_handler("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
+class BatchMatMul(OpHandler):
+    """C[b...] = op(A[b...]) op(B[b...]) over the last two dimensions, op = adj_x / adj_y
+    (a transpose: float32 only, so no conjugate). The batch dimensions broadcast with numpy's
+    rules (V2 and V3; BatchMatMul v1 requires them equal, a special case), and a rank-2
+    operand is one matrix for every batch."""
+
+    def _dims(self, node: Node, graph: Graph):
+        a, b = (graph.tensor_shape(t) for t in node.inputs[:2])
+        if len(a) < 2 or len(b) < 2:
+            raise Unsupported(f"operands of rank {len(a)} and {len(b)}; both need rank >= 2")
+        ax, ay = self.attr_bool(node, "adj_x"), self.attr_bool(node, "adj_y")
+        M, K = (a[-1], a[-2]) if ax else (a[-2], a[-1])
+        K2, N = (b[-1], b[-2]) if ay else (b[-2], b[-1])
+        if K != K2:
+            raise Unsupported(f"inner dimensions {K} and {K2} differ")
+        return a, b, ax, ay, M, K, N
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        a, b, _, _, M, _, N = self._dims(node, graph)
+        out = node.out_shapes[0]
+        if tuple(out[-2:]) != (M, N):
+            raise Unsupported(f"output {list(out)} is not [..., {M}, {N}]")
+        names = index_names("b", len(out) - 2)
+        for shape in (a, b):
+            try:
+                broadcast_indices(shape[:-2], out[:-2], names)
+            except ValueError as e:
+                raise Unsupported(str(e)) from None
+
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        # Batch entry n of C reads batch entry n of each operand: per sample when the output
+        # is batched (rank >= 3) and every non-constant operand has the output's rank.
+        rank = len(node.out_shapes[0])
+        if rank < 3:
+            raise Unsupported("BatchMatMul of matrices mixes the samples of a dynamic batch")
+        for t in node.inputs[:2]:
+            if not graph.is_const(t) and len(graph.tensor_shape(t)) != rank:
+                raise Unsupported("BatchMatMul operand broadcast along the dynamic batch")
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        _, _, _, _, M, K, N = self._dims(node, graph)
+        return 2 * math.prod(node.out_shapes[0][:-2]) * M * N * K
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        a, b, ax, ay, M, K, N = self._dims(node, graph)
+        out = tuple(node.out_shapes[0])
+        bshape = list(out[:-2])
+        bidx = index_names("b", len(bshape))
+        a_sub = broadcast_indices(a[:-2], bshape, bidx) + (["k", "i"] if ax else ["i", "k"])
+        b_sub = broadcast_indices(b[:-2], bshape, bidx) + (["j", "k"] if ay else ["k", "j"])
+        ct = self.ctype(node)
+        body = render("ops/batch_matmul.c.j2", bidx=bidx, bshape=bshape, M=M, N=N, K=K,
+                      out="c", a=subscript("a", a_sub), b=subscript("b", b_sub),
+                      fs=self.literal_suffix(node), ms=self.math_suffix(node))
+        return OpFunction(body, [ArrayParam("a", tuple(a), ct), ArrayParam("b", tuple(b), ct)],
+                          [ArrayParam("c", out, ct)],
+                          summary=f"{node.op} {list(a)} x {list(b)} -> {list(out)} "
+                                  f"adj_x={ax} adj_y={ay}")

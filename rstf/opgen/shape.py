@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 
 from ..graph import Graph, Node
-from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, index_names, numel,
-                   op_handler, render)
+from .base import (ALL_DTYPES, ArrayParam, OpFunction, OpHandler, Unsupported, index_names,
+                   numel, op_handler, render)
 
 
 @op_handler("Reshape", "Squeeze", "ExpandDims", "Identity", "Snapshot", "StopGradient")
@@ -17,6 +17,8 @@ class Copy(OpHandler):
 
     The shape/axis input of Reshape and ExpandDims is not needed: the output shape is static.
     """
+
+    dtypes = ALL_DTYPES  # moves values: any element type
 
     ignored_inputs = (1,)
     # A flat copy: per sample whenever input and output both lead with the batch dimension
@@ -38,6 +40,8 @@ class Copy(OpHandler):
 class IdentityN(OpHandler):
     """Output i is input i (tf.custom_gradient wraps activations such as swish in it)."""
 
+    dtypes = ALL_DTYPES  # moves values: any element type
+
     keeps_samples_apart = True
 
     def flops(self, node: Node, graph: Graph) -> int:
@@ -56,6 +60,8 @@ class IdentityN(OpHandler):
 @op_handler("ConcatV2")
 class ConcatV2(OpHandler):
     """Concatenation along a constant axis (the last input), each input into its slice."""
+
+    dtypes = ALL_DTYPES  # moves values: any element type
 
     def _axis_input(self, node: Node) -> int:
         return len(node.inputs) - 1
@@ -138,6 +144,8 @@ def _axis(a: int, rank: int, what: str) -> int:
 
 class _AffineGather(OpHandler):
     """Shared check and emission; subclasses say how each input dimension is read."""
+
+    dtypes = ALL_DTYPES  # moves values: any element type
 
     template = "ops/slice.c.j2"
 
@@ -336,6 +344,8 @@ class StridedSlice(_AffineGather):
 @op_handler("Pack")
 class Pack(OpHandler):
     """Stack N same-shaped tensors along a new axis: input k fills index k of that axis."""
+
+    dtypes = ALL_DTYPES  # moves values: any element type
 
     def flops(self, node: Node, graph: Graph) -> int:
         return 0
