@@ -6,7 +6,7 @@ through rstf and every other engine.
                              [--engines LIST|none] [--reps N] [--out DIR] [--docs]
                              [--timeout-per-model S] [--keep] [--no-latency]
 
-The speed sweep (about 25-30 minutes on two cores; the lead's command):
+The speed sweep (estimated 25-30 minutes on two cores; the lead's command):
 
     python benchmarks/zoo.py --quick --out /tmp/zoo --docs
 
