@@ -79,14 +79,16 @@ ALL = [
     "EfficientNetV2S", "EfficientNetB5", "ConvNeXtBase", "EfficientNetB6", "EfficientNetV2M",
     "EfficientNetB7", "ConvNeXtLarge", "NASNetLarge", "EfficientNetV2L", "ConvNeXtXLarge",
 ]
-# A representative subset for the speed sweep: depthwise + squeeze-and-excite (MobileNets,
-# EfficientNetB0), plain and dense residual nets, separable convs (Xception), inception
-# blocks, ConvNeXt's 7x7 depthwise + layer norm + GELU. keras.applications (3.15) has no
-# grouped-conv model (no RegNet, no ResNeXt). Sized for ~25-30 minutes with every engine on
-# two cores (estimated from the compare-only sweep, not yet timed in full).
+# A representative subset for the speed sweep, cheapest first: depthwise + squeeze-and-excite
+# (MobileNets, EfficientNets: the issue-43 bar names B0, B3, V2B0 and MobileNetV3Large),
+# plain and dense residual nets, separable convs (Xception), inception blocks, ConvNeXt's
+# 7x7 depthwise + layer norm + GELU. keras.applications (3.15) has no grouped-conv model (no
+# RegNet, no ResNeXt). Sized for ~25-30 minutes with every engine on two cores: estimated
+# (EfficientNetB0 took 45 s cold with every engine at --reps 10), not yet timed in full.
 QUICK = [
-    "MobileNetV3Small", "MobileNetV2", "EfficientNetB0", "DenseNet121", "ResNet50",
-    "Xception", "InceptionV3", "ConvNeXtTiny",
+    "MobileNetV3Small", "MobileNetV2", "MobileNetV3Large", "EfficientNetB0",
+    "EfficientNetV2B0", "DenseNet121", "ResNet50", "Xception", "InceptionV3",
+    "EfficientNetB3", "ConvNeXtTiny",
 ]
 DEFAULT_SIZE = 96
 DEFAULT_ENGINES = "rstf-poly,tf-eigen,tf-onednn,onnxruntime,openvino"
