@@ -1,20 +1,42 @@
 #!/usr/bin/env python3
-"""Generality sweep: keras.applications image classifiers (and Inception v4) through rstf.
+"""Generality and speed sweep: keras.applications image classifiers (and Inception v4)
+through rstf and every other engine.
 
-    python benchmarks/zoo.py [--models all|quick|NAME[@SIZE],...] [--input-size H]
-                             [--out DIR] [--timeout-per-model S] [--keep] [--no-latency]
+    python benchmarks/zoo.py [--models all|quick|NAME[@SIZE],...] [--quick] [--input-size H]
+                             [--engines LIST|none] [--reps N] [--out DIR] [--docs]
+                             [--timeout-per-model S] [--keep] [--no-latency]
 
-For every model: build it at batch 1 with fixed random weights (``models/build.py``:
-``keras:NAME`` for a keras.applications constructor, or one of build.py's own names such
-as ``inception_v4``), ``rstf.pipeline.optimize`` it and ``rstf.compare.compare`` it with
-stock TensorFlow (``reps=1``).  Each model runs in its own subprocess (its own process
-group), so a crash, an out-of-memory kill or ``--timeout-per-model`` costs one row, not
-the sweep.
+The speed sweep (estimated 25-30 minutes on two cores; the lead's command):
 
-Output: one JSON object per model on stdout as it finishes (also appended to
-``DIR/zoo.jsonl``), then a markdown table (also written to ``DIR/zoo.md``).  A failed model
-has ``"error"``: one line, ``STAGE: ExceptionType: message`` (STAGE is build, optimize,
-compare), ``timeout after S s in STAGE`` or ``killed by signal N in STAGE``.
+    python benchmarks/zoo.py --quick --out /tmp/zoo --docs
+
+For every model: build it at batch 1 with fixed random weights and calibrated batch-norm
+statistics (``models/build.py``: ``keras:NAME`` for a keras.applications constructor, or
+one of build.py's own names such as ``inception_v4``) and ``rstf.pipeline.optimize`` it
+(the coverage columns). Then, with ``--engines LIST`` (default
+``rstf-poly,tf-eigen,tf-onednn,onnxruntime,openvino``; rstf-poly and tf-eigen are always
+added), ``rstf.bench.bench`` times every engine on the same inputs (uniform in [0, 1);
+``--reps`` timed calls after a warm-up; rstf-poly runs the model optimized above) and
+measures each one's error against TF Eigen and TF's own oneDNN-vs-Eigen spread; a model
+passes when bench's rstf-poly status is ok (error within ``--rtol``). ``--engines none``
+instead ``rstf.compare.compare``s rstf with stock TensorFlow (``reps=1``), as before the
+speed sweep. Each model runs in its own subprocess (its own process group), so a crash, an
+out-of-memory kill or ``--timeout-per-model`` costs one row, not the sweep.
+
+Output, in DIR: one JSON object per model on stdout as it finishes (also appended to
+``zoo.jsonl``), then a markdown table and, when engines ran, a one-line summary (geomean of
+rstf / best other engine, the models rstf is fastest on, the models where it is slower than
+stock TF) in ``zoo.md``, and a chart of rstf / best other engine per model in ``zoo.png``.
+``--docs`` also writes them, with the machine, date, commit and command line, to
+``docs/benchmarks/DATE-zoo.md`` and ``DATE-zoo.png``. A failed model has ``"error"``: one
+line, ``STAGE: ExceptionType: message`` (STAGE is build, optimize, bench, compare),
+``timeout after S s in STAGE`` or ``killed by signal N in STAGE``.
+
+A row with engines has ``engines`` ({engine: status, reason, median_ms, q1_ms, q3_ms,
+max_rel_err, spread_ratio}), ``tf_spread``, ``best_other`` ({engine, ms}: the fastest
+non-rstf engine whose status is ok, or None), ``rstf_over_best`` (rstf-poly's median over
+best_other's), ``gflop`` (the model's conv + matmul FLOPs, optimize's ``flops_total``) and
+``rstf_gflops``.
 
 ``--input-size H`` (default 96) is raised to the model's minimum where that is larger
 (``models.build.min_input_size``: 75 for InceptionV3/InceptionResNetV2/inception_v4, 71
@@ -29,7 +51,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -55,14 +79,23 @@ ALL = [
     "EfficientNetV2S", "EfficientNetB5", "ConvNeXtBase", "EfficientNetB6", "EfficientNetV2M",
     "EfficientNetB7", "ConvNeXtLarge", "NASNetLarge", "EfficientNetV2L", "ConvNeXtXLarge",
 ]
-# A representative subset: ~20 minutes on two busy cores with a cold rstf build cache,
-# ~11 with a warm one.
+# A representative subset for the speed sweep, cheapest first: depthwise + squeeze-and-excite
+# (MobileNets, EfficientNets: the issue-43 bar names B0, B3, V2B0 and MobileNetV3Large),
+# plain and dense residual nets, separable convs (Xception), inception blocks, ConvNeXt's
+# 7x7 depthwise + layer norm + GELU. keras.applications (3.15) has no grouped-conv model (no
+# RegNet, no ResNeXt). Sized for ~25-30 minutes with every engine on two cores: estimated
+# (EfficientNetB0 took 45 s cold with every engine at --reps 10), not yet timed in full.
 QUICK = [
-    "MobileNetV3Small", "MobileNet", "EfficientNetB0", "EfficientNetV2B0", "NASNetMobile",
-    "DenseNet121", "ResNet50V2", "Xception", "ConvNeXtTiny", "VGG16", "InceptionResNetV2",
-    "inception_v4@299",
+    "MobileNetV3Small", "MobileNetV2", "MobileNetV3Large", "EfficientNetB0",
+    "EfficientNetV2B0", "DenseNet121", "ResNet50", "Xception", "InceptionV3",
+    "EfficientNetB3", "ConvNeXtTiny",
 ]
 DEFAULT_SIZE = 96
+DEFAULT_ENGINES = "rstf-poly,tf-eigen,tf-onednn,onnxruntime,openvino"
+RSTF = "rstf-poly"  # the engine the sweep is about; always benchmarked
+# bench's fields kept per engine in a row (times_ms and the runtime details are dropped).
+ENGINE_FIELDS = ("status", "reason", "median_ms", "q1_ms", "q3_ms", "max_rel_err",
+                 "spread_ratio")
 
 
 def build_name(model: str) -> str:
@@ -71,6 +104,8 @@ def build_name(model: str) -> str:
 
 
 def parse_models(spec: str, default_size: int) -> list[tuple[str, int]]:
+    """'all', 'quick' or 'NAME[@SIZE],...' -> [(name, input size)]; a size not given is
+    `default_size` raised to the model's minimum."""
     names = {"all": ALL, "quick": QUICK}.get(spec) or [m for m in spec.split(",") if m]
     out = []
     for item in names:
@@ -80,11 +115,24 @@ def parse_models(spec: str, default_size: int) -> list[tuple[str, int]]:
     return out
 
 
+def parse_engine_list(text: str) -> tuple[str, ...]:
+    """`--engines`: 'none' -> () (compare only); otherwise rstf.bench's engine names,
+    checked (RstfError), with tf-eigen (bench's reference) and rstf-poly always in."""
+    from rstf.bench import parse_engines
+
+    if text.strip().lower() == "none":
+        return ()
+    engines = parse_engines(text)
+    return engines if RSTF in engines else (*engines, RSTF)
+
+
 # --------------------------------------------------------------------------- worker
 
 
-def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float) -> None:
-    """Build, optimize and compare one model; write model_dir/result.json.
+def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
+           engines: tuple[str, ...] = (), reps: int = 10) -> None:
+    """Build and optimize one model, then bench it on `engines` (or, with none, compare it
+    with TF); write model_dir/result.json.
 
     Runs in a child process. model_dir/stage holds the current stage, so the parent
     can say where a killed or timed-out child was."""
@@ -126,17 +174,28 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float) -> 
             unsupported_reasons={k: v["reason"] for k, v in rep["unsupported"].items()},
             subgraphs=len(rep["subgraphs"]), nodes_folded=rep.get("nodes_folded"),
             optimize_seconds=rep["optimize_seconds"],
-            build_cached=rep.get("build_cached"), optimize_log=log_lines[-5:])
+            build_cached=rep.get("build_cached"), optimize_log=log_lines[-5:],
+            gflop=rep["flops_total"] / 1e9)
 
-        stage("compare")
-        from rstf.compare import compare
+        if engines:
+            stage("bench")
+            from rstf.bench import bench
 
-        res = compare(pb, rstf_dir, rtol=rtol, reps=1, latency=latency)
-        row["max_rel_err"] = max(o["max_rel_err"] for o in res["outputs"])
-        row["max_abs_err"] = max(o["max_abs_err"] for o in res["outputs"])
-        row["passed"] = res["passed"]
-        if latency:
-            row["latency_ms"] = res["latency_ms"]
+            # rstf-poly runs the model optimized above: the pass is not run twice.
+            res = bench([pb], engines, reps=reps, rtol=rtol, optimized={RSTF: rstf_dir},
+                        log=lambda m: print(f"zoo: {name}: {m}", file=sys.stderr, flush=True))
+            row.update(engine_fields(res["models"][0]["engines"], res["models"][0]["tf_spread"],
+                                     row["gflop"]))
+        else:
+            stage("compare")
+            from rstf.compare import compare
+
+            res = compare(pb, rstf_dir, rtol=rtol, reps=1, latency=latency)
+            row["max_rel_err"] = max(o["max_rel_err"] for o in res["outputs"])
+            row["max_abs_err"] = max(o["max_abs_err"] for o in res["outputs"])
+            row["passed"] = res["passed"]
+            if latency:
+                row["latency_ms"] = res["latency_ms"]
         stage("done")
     except BaseException as e:  # noqa: BLE001 -- reported, one line
         msg = " ".join(str(e).split()) or repr(e)
@@ -160,16 +219,55 @@ def _output_max(graph_def, size: int, np) -> float:
     return float(np.max(y))
 
 
+def engine_fields(bench_rows: list[dict], tf_spread, gflop: float) -> dict:
+    """A zoo row's speed fields (module docstring) from one model's rstf.bench engine rows:
+    engines, tf_spread, best_other, rstf_over_best, rstf_gflops; and its verdict: passed
+    (bench's rstf-poly status is ok), max_rel_err / spread_ratio (rstf-poly's, where
+    measured) and, when rstf-poly is not ok, rstf_problem ('STATUS: reason')."""
+    engines = {r["engine"]: {k: r.get(k) for k in ENGINE_FIELDS} for r in bench_rows}
+    rstf = engines.get(RSTF, {"status": "not run", "reason": ""})
+    best = best_other(engines)
+    out = {"engines": engines, "tf_spread": tf_spread, "best_other": best,
+           "rstf_over_best": rstf_over_best(engines, best), "passed": rstf["status"] == "ok"}
+    ms = rstf.get("median_ms")
+    out["rstf_gflops"] = gflop / (ms / 1e3) if ms else None
+    for k in ("max_rel_err", "spread_ratio"):
+        if rstf.get(k) is not None:
+            out[k] = rstf[k]
+    if rstf["status"] != "ok":
+        out["rstf_problem"] = f"{rstf['status']}: {rstf.get('reason') or ''}".rstrip(": ")
+    return out
+
+
+def best_other(engines: dict) -> dict | None:
+    """{"engine", "ms"} of the fastest engine other than rstf's whose status is ok (a
+    mismatch, failure or missing package does not count), or None."""
+    timed = [(r["median_ms"], e) for e, r in engines.items()
+             if not e.startswith("rstf-") and r["status"] == "ok" and r.get("median_ms")]
+    if not timed:
+        return None
+    ms, engine = min(timed)
+    return {"engine": engine, "ms": ms}
+
+
+def rstf_over_best(engines: dict, best: dict | None) -> float | None:
+    """rstf-poly's median over the best other engine's; None when either is missing."""
+    ms = engines.get(RSTF, {}).get("median_ms")
+    return ms / best["ms"] if ms and best else None
+
+
 # --------------------------------------------------------------------------- driver
 
 
 def run_one(name: str, size: int, out_dir: str, timeout: float, latency: bool,
-            rtol: float, keep: bool) -> dict:
+            rtol: float, keep: bool, engines: tuple[str, ...] = (), reps: int = 10) -> dict:
+    """One model's row: `worker` in its own process group, killed after `timeout` s; a
+    crash or a timeout becomes the row's error."""
     model_dir = os.path.join(out_dir, f"{name}@{size}")
     shutil.rmtree(model_dir, ignore_errors=True)
     os.makedirs(model_dir)
     spec = json.dumps({"name": name, "size": size, "dir": model_dir, "latency": latency,
-                       "rtol": rtol})
+                       "rtol": rtol, "engines": list(engines), "reps": reps})
     started = datetime.datetime.now().isoformat(timespec="seconds")
     t0 = time.perf_counter()
     with open(os.path.join(model_dir, "log.txt"), "w") as log:
@@ -232,68 +330,305 @@ def _pct(a, b) -> str:
     return f"{100 * a / b:.1f}%" if b else "n/a"
 
 
+def _label(r: dict) -> str:
+    """'Model@size': a model as the table and the chart name it."""
+    return f"{r['model']}@{r['input_size']}"
+
+
+def _engine_order(rows: list[dict]) -> list[str]:
+    """Every engine that has a column, in the order the rows list them."""
+    return list(dict.fromkeys(e for r in rows for e in r.get("engines", {})))
+
+
+def _coverage_cells(r: dict) -> list[str]:
+    """The coverage columns of a row (COVERAGE_HEAD), '' where the model did not get so
+    far."""
+    cov = (f"{r['nodes_covered']}/{r['nodes_total']} "
+           f"({_pct(r['nodes_covered'], r['nodes_total'])})" if "nodes_total" in r else "")
+    flops = _pct(r["flops_covered"], r["flops_total"]) if "flops_total" in r else ""
+    left = (", ".join(f"{k} x{v}" for k, v in r["unsupported"].items()) or "-"
+            if "unsupported" in r else "")
+    err = f"{r['max_rel_err']:.2g}" if r.get("max_rel_err") is not None else ""
+    if "error" in r:
+        result = "error: " + r["error"].replace("|", "\\|")
+    elif r.get("passed"):
+        result = "pass"
+    else:
+        problem = r.get("rstf_problem", "").replace("|", "\\|")
+        result = f"FAIL ({problem})" if problem else "FAIL"
+    opt = f"{r['optimize_seconds']:.0f}" if "optimize_seconds" in r else ""
+    pmax = f"{r['output_max']:.3f}" if "output_max" in r else ""
+    return [cov, flops, left, err, result, opt, pmax]
+
+
+COVERAGE_HEAD = ["nodes covered", "conv/matmul FLOPs covered", "left to TF (op x count)",
+                 "max rel err", "result", "optimize s", "max prob"]
+
+
+def _md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _engine_cell(e: dict | None) -> str:
+    """An engine's median ms; its status where it has no time or is not ok."""
+    if e is None:
+        return ""
+    if e.get("median_ms") is None:
+        return e["status"]
+    ms = f"{e['median_ms']:.2f}"
+    return ms if e["status"] == "ok" else f"{ms} ({e['status']})"
+
+
 def table(rows: list[dict]) -> str:
-    out = ["| model | input | nodes covered | conv/matmul FLOPs covered | left to TF "
-           "(op x count) | max rel err | result | optimize s | max prob |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    """The markdown table, rows in the order given. Without engine results (--engines
+    none): model, input and the coverage columns. With them, after the input: GFLOP, one
+    median-ms column per engine, rstf / best (other engine), best engine, rstf GFLOP/s and
+    rstf's error over TF's spread, then the coverage columns."""
+    from rstf.bench import LABELS, _fmt
+    from rstf.compare import format_ratio
+
+    engines = _engine_order(rows)
+    if not engines:
+        head = ["model", "input", *COVERAGE_HEAD]
+        out = [_md_row(head), _md_row(["---"] * len(head))]
+        return "\n".join([*out, *(_md_row([r["model"], str(r["input_size"]),
+                                            *_coverage_cells(r)]) for r in rows)])
+    head = ["model", "input", "GFLOP", *(f"{LABELS[e]} ms" for e in engines), "rstf / best",
+            "best engine", "rstf GFLOP/s", "rstf err / TF spread", *COVERAGE_HEAD]
+    out = [_md_row(head), _md_row(["---"] * len(head))]
     for r in rows:
-        cov = (f"{r['nodes_covered']}/{r['nodes_total']} "
-               f"({_pct(r['nodes_covered'], r['nodes_total'])})" if "nodes_total" in r else "")
-        flops = _pct(r["flops_covered"], r["flops_total"]) if "flops_total" in r else ""
-        left = (", ".join(f"{k} x{v}" for k, v in r["unsupported"].items()) or "-"
-                if "unsupported" in r else "")
-        err = f"{r['max_rel_err']:.2g}" if "max_rel_err" in r else ""
-        if "error" in r:
-            result = "error: " + r["error"].replace("|", "\\|")
-        else:
-            result = "pass" if r.get("passed") else "FAIL"
-        opt = f"{r['optimize_seconds']:.0f}" if "optimize_seconds" in r else ""
-        pmax = f"{r['output_max']:.3f}" if "output_max" in r else ""
-        out.append(f"| {r['model']} | {r['input_size']} | {cov} | {flops} | {left} | {err} | "
-                   f"{result} | {opt} | {pmax} |")
+        eng = r.get("engines", {})
+        best = r.get("best_other")
+        ratio = r.get("rstf_over_best")
+        spread = (format_ratio(r.get("spread_ratio")) if r.get("max_rel_err") is not None
+                  else "")
+        out.append(_md_row([
+            r["model"], str(r["input_size"]), _fmt(r.get("gflop"), ".3g"),
+            *(_engine_cell(eng.get(e)) for e in engines),
+            _fmt(ratio, ".2f"),
+            LABELS[best["engine"]] if best else "-", _fmt(r.get("rstf_gflops"), ".1f"),
+            spread, *_coverage_cells(r)]))
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def slower_than(rows: list[dict], engine: str) -> list[str]:
+    """'Model@size (1.23x)' for every row where rstf-poly's median is above `engine`'s
+    (any status with a time: a stock TF engine's time stands even where its error is above
+    rtol)."""
+    out = []
+    for r in rows:
+        eng = r.get("engines", {})
+        mine, theirs = (eng.get(RSTF, {}).get("median_ms"), eng.get(engine, {}).get("median_ms"))
+        if mine and theirs and mine > theirs:
+            out.append(f"{_label(r)} ({mine / theirs:.2f}x)")
+    return out
+
+
+def summary(rows: list[dict]) -> str:
+    """One line under the table: geomean of rstf / best other engine over the models where
+    both ran, how many of them rstf is fastest on, and the models where rstf is slower than
+    stock TF Eigen or TF oneDNN. '' when no engine ran (--engines none)."""
+    if not _engine_order(rows):
+        return ""
+    ratios = [r["rstf_over_best"] for r in rows if r.get("rstf_over_best") is not None]
+    missing = len(rows) - len(ratios)
+    if not ratios:
+        return f"rstf / best other engine: no model measured ({missing} without a ratio)."
+    parts = [f"rstf / best other engine: geomean {geomean(ratios):.2f}x over {len(ratios)} "
+             f"model{'s' if len(ratios) > 1 else ''}"
+             + (f" ({missing} without a ratio)" if missing else ""),
+             f"rstf fastest on {sum(x < 1 for x in ratios)}/{len(ratios)}"]
+    for engine, label in (("tf-eigen", "TF Eigen"), ("tf-onednn", "TF oneDNN")):
+        if any(engine in r.get("engines", {}) for r in rows):
+            parts.append(f"slower than {label} on: "
+                         f"{', '.join(slower_than(rows, engine)) or 'none'}")
+    return "; ".join(parts) + "."
+
+
+def chart(rows: list[dict], path: str, title: str = "") -> None:
+    """zoo.png: one horizontal bar per model (as run, top to bottom) of rstf-poly's time over
+    the best other engine's, a line at 1.0 (left of it rstf is the fastest), each bar named
+    'Model@size' and labelled with the ratio and that engine; a model without a ratio (it
+    failed, or no engine but rstf ran) gets a red cross and the reason."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: the sweep runs on servers and in CI
+    import matplotlib.pyplot as plt
+
+    from rstf.bench import LABELS, save_png
+
+    ratios = [r.get("rstf_over_best") for r in rows]
+    top = max([x for x in ratios if x is not None] + [1.0]) * 1.35
+    fig, ax = plt.subplots(figsize=(8.5, 1.2 + 0.38 * max(len(rows), 1)), dpi=100)
+    for i, (r, x) in enumerate(zip(rows, ratios)):
+        if x is None:
+            ax.plot([0.02 * top], [i], marker="x", color="#cb181d", markersize=9, mew=2)
+            ax.text(0.05 * top, i, _why_no_ratio(r)[:70], va="center", fontsize=8,
+                    color="#cb181d")
+            continue
+        ax.barh(i, x, 0.7, color="#08519c" if x <= 1 else "#de2d26", edgecolor="#333333",
+                linewidth=0.5)
+        ax.text(x + 0.01 * top, i, f"{x:.2f}x vs {LABELS[r['best_other']['engine']]}",
+                va="center", fontsize=8)
+    ax.axvline(1.0, color="#222222", linestyle="--", linewidth=1)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([_label(r) for r in rows], fontsize=9)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # first model run at the top
+    ax.set_xlim(0, top)
+    ax.set_xlabel("rstf-poly time / best other engine's time (lower is better; "
+                  "< 1: rstf fastest)")
+    ax.set_title(title or "keras.applications zoo, batch 1", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    fig.tight_layout()
+    save_png(fig, path, "zoo chart")
+
+
+def _why_no_ratio(r: dict) -> str:
+    if "error" in r:
+        return f"failed: {r['error']}"
+    if r.get("rstf_problem"):
+        return f"rstf-poly {r['rstf_problem']}"
+    return "no other engine ran"
+
+
+# --------------------------------------------------------------------------- report
+
+
+def git_commit() -> str:
+    """`git rev-parse --short HEAD` of the repository, '-dirty' added when the work tree
+    has changes; 'unknown' outside git."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no")
+                       else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def docs_markdown(md: str, summary_line: str, png_name: str, command: str, date: str,
+                  engines: tuple[str, ...], reps: int) -> str:
+    """docs/benchmarks/DATE-zoo.md: the machine (CPU model, cores), date, commit and command
+    line, then the table, the summary and the chart."""
+    from rstf.bench import cpu_name
+
+    measure = (f"engines {', '.join(engines)}; median of {reps} timed calls after a warm-up, "
+               "inputs uniform in [0, 1); errors vs TF Eigen" if engines
+               else "rstf compared with TF (no engines timed)")
+    lines = ["# keras.applications zoo: rstf against every engine", "",
+             f"- machine: {cpu_name()}, {os.cpu_count()} cores",
+             f"- date: {date}", f"- commit: {git_commit()}", f"- command: `{command}`",
+             f"- measured: batch 1, {measure}", "", md, ""]
+    if summary_line:
+        lines += [summary_line, ""]
+    if png_name:
+        lines += [f"![rstf-poly time / best other engine's time]({png_name})", ""]
+    return "\n".join(lines)
+
+
+def write_outputs(rows: list[dict], out_dir: str, docs: bool, command: str,
+                  engines: tuple[str, ...], reps: int) -> str:
+    """zoo.md (table + summary) and, when engines ran, zoo.png in `out_dir`; with `docs`
+    also docs/benchmarks/DATE-zoo.md (+ .png beside it). Returns the table and summary."""
+    md, line = table(rows), summary(rows)
+    text = md + (f"\n\n{line}" if line else "")
+    with open(os.path.join(out_dir, "zoo.md"), "w") as f:
+        f.write(text + "\n")
+    png = os.path.join(out_dir, "zoo.png") if engines else ""
+    from rstf.bench import LABELS
+
+    others = ", ".join(LABELS[e] for e in engines if not e.startswith("rstf-"))
+    title = (f"keras.applications zoo, batch 1, median of {reps}: rstf-poly / best of "
+             f"{others}")
+    if png:
+        chart(rows, png, title)
+    if docs:
+        date = datetime.date.today().isoformat()
+        base = os.path.join(ROOT, "docs", "benchmarks", f"{date}-zoo")
+        os.makedirs(os.path.dirname(base), exist_ok=True)
+        if png:
+            shutil.copyfile(png, base + ".png")
+        with open(base + ".md", "w") as f:
+            f.write(docs_markdown(md, line, os.path.basename(base) + ".png" if png else "",
+                                  command, date, engines, reps))
+        print(f"zoo: wrote {base}.md", file=sys.stderr)
+    return text
+
+
+def parse_args(argv: list[str] | None):
+    """The command line -> argparse namespace, with .models [(name, size)] and .engines
+    (a tuple; () for none) parsed and checked (an error exits with status 2)."""
+    from rstf.errors import RstfError
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="all",
                    help="'all' (default: every keras.applications classifier and "
                         "inception_v4, cheapest first), 'quick', or NAME[@SIZE],...")
+    p.add_argument("--quick", action="store_true", help="the same as --models quick")
     p.add_argument("--input-size", type=int, default=DEFAULT_SIZE, metavar="H",
                    help=f"square input size (default {DEFAULT_SIZE}; raised to each model's "
                         "minimum)")
+    p.add_argument("--engines", default=DEFAULT_ENGINES, metavar="LIST",
+                   help=f"engines to time, rstf.bench's names (default {DEFAULT_ENGINES}; "
+                        "rstf-poly and tf-eigen are always added); 'none': compare rstf "
+                        "with TF only")
+    p.add_argument("--reps", type=int, default=10, metavar="N",
+                   help="timed calls per engine after a warm-up (default 10)")
     p.add_argument("--out", metavar="DIR", help="results folder (default: a temp folder)")
+    p.add_argument("--docs", action="store_true",
+                   help="also write docs/benchmarks/DATE-zoo.md and DATE-zoo.png")
     p.add_argument("--timeout-per-model", type=float, default=1800, metavar="S",
-                   help="kill a model's build+optimize+compare after S seconds (default 1800)")
-    p.add_argument("--rtol", type=float, default=1e-4, help="compare tolerance (default 1e-4)")
+                   help="kill a model's build+optimize+bench after S seconds (default 1800)")
+    p.add_argument("--rtol", type=float, default=1e-4, help="error tolerance (default 1e-4)")
     p.add_argument("--no-latency", action="store_true",
-                   help="check the numbers only (compare latency=False)")
+                   help="with --engines none: check the numbers only (compare latency=False)")
     p.add_argument("--keep", action="store_true", help="keep each model's .pb and .rstf")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
+        return a
+    if a.reps < 1:
+        p.error("--reps must be at least 1")
+    try:
+        a.engines = parse_engine_list(a.engines)
+        a.models = parse_models("quick" if a.quick else a.models, a.input_size)
+    except (RstfError, ValueError) as e:
+        p.error(str(e))
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    command = shlex.join(["python3", "benchmarks/zoo.py",
+                          *(sys.argv[1:] if argv is None else argv)])
+    a = parse_args(argv)
+    if a.worker:
         s = json.loads(a.worker)
-        worker(s["name"], s["size"], s["dir"], s["latency"], s["rtol"])
+        worker(s["name"], s["size"], s["dir"], s["latency"], s["rtol"],
+               tuple(s["engines"]), s["reps"])
         return 0
 
-    models = parse_models(a.models, a.input_size)
     out_dir = a.out or tempfile.mkdtemp(prefix="rstf-zoo-")
     os.makedirs(out_dir, exist_ok=True)
-    print(f"zoo: {len(models)} models, results in {out_dir}", file=sys.stderr, flush=True)
+    print(f"zoo: {len(a.models)} models, engines: {', '.join(a.engines) or 'none'}; results "
+          f"in {out_dir}", file=sys.stderr, flush=True)
     rows = []
     with open(os.path.join(out_dir, "zoo.jsonl"), "a") as jl:
-        for name, size in models:
+        for name, size in a.models:
             row = run_one(name, size, out_dir, a.timeout_per_model, not a.no_latency,
-                          a.rtol, a.keep)
+                          a.rtol, a.keep, a.engines, a.reps)
             rows.append(row)
             line = json.dumps(row)
             print(line, flush=True)
             jl.write(line + "\n")
             jl.flush()
-    md = table(rows)
-    with open(os.path.join(out_dir, "zoo.md"), "w") as f:
-        f.write(md + "\n")
-    print(md)
+    print(write_outputs(rows, out_dir, a.docs, command, a.engines, a.reps))
     return 0 if all(r.get("passed") for r in rows) else 1
 
 

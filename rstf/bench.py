@@ -31,6 +31,7 @@ the bench goes on.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import platform
 import statistics
@@ -68,7 +69,9 @@ def parse_engines(text: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def machine() -> dict:
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (platform's guess where there is none);
+    does not import TensorFlow."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -76,17 +79,26 @@ def machine() -> dict:
                        cpu)
     except OSError:
         pass
+    return cpu
+
+
+def machine() -> dict:
     from .tfutil import tf
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "tensorflow": tf.__version__}
 
 
 def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=None,
           march: str = "native", threads: int = 0, rtol: float = 1e-4, log=None,
-          input_range: tuple[float, float] | None = None) -> dict:
+          input_range: tuple[float, float] | None = None,
+          optimized: dict[str, str] | None = None) -> dict:
     """Run every engine on every model (module docstring), on rstf.inputs' random inputs
-    (`input_range`: every float input uniform in [LO, HI)). Returns {"machine", "reps",
+    (`input_range`: every float input uniform in [LO, HI)). `optimized` ({engine: DIR}, one
+    model only): an rstf engine whose model is already in DIR, written by
+    rstf.pipeline.optimize with that engine's optimizer, `march` and `threads`, runs from
+    there rather than optimizing the model again (benchmarks/zoo.py has optimized it for its
+    coverage report). Returns {"machine", "reps",
     "seed", "rtol", "input_range", "engines", "models": [{"model", "name", "inputs" ({name:
     shape}), "input_values" ({name: how its values were drawn}), "outputs", "tf_spread"
     (tf-onednn's max_rel_err, None when it did not run), "engines": [row]}]}; a row has
@@ -106,8 +118,11 @@ def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=No
         raise RstfError("--reps must be at least 1")
     engines = parse_engines(",".join(engines))
     input_range = parse_input_range(input_range)  # "LO,HI" or a pair, checked
+    optimized = optimized or {}
+    if optimized and len(models) > 1:
+        raise RstfError("bench: optimized= names one model's outputs; give one model")
     results = [_bench_model(m, engines, reps, seed, input_shapes, march, threads, rtol, log,
-                            input_range) for m in models]
+                            input_range, optimized) for m in models]
     return {"machine": machine(), "reps": reps, "seed": seed, "rtol": rtol,
             "input_range": list(input_range) if input_range else None,
             "engines": list(engines), "models": results}
@@ -124,7 +139,7 @@ def rstf_problems(result: dict) -> list[str]:
 
 
 def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol, log,
-                 input_range) -> dict:
+                 input_range, optimized) -> dict:
     from .compare import _errors, graph_fetches, spread_ratio, write_run_files
     from .graph import load_model
     from .inputs import draw_inputs
@@ -141,7 +156,8 @@ def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol,
         for engine in sorted(engines, key=lambda e: e != REFERENCE):
             log(f"{name}: {engine}")
             row, outs = _run_engine(engine, model, tmp, original, inputs, fetches, reps,
-                                    input_shapes, graph.outputs, march, threads, log)
+                                    input_shapes, graph.outputs, march, threads, log,
+                                    optimized.get(engine))
             rows[engine] = row
             if outs is not None:
                 outputs[engine] = outs
@@ -179,8 +195,9 @@ def missing_packages(engine: str) -> list[str]:
 
 
 def _run_engine(engine, model, tmp, original, inputs, fetches, reps, input_shapes, outputs,
-                march, threads, log):
-    """(row, outputs or None) of one engine; failures become the row's status."""
+                march, threads, log, optimized_dir=None):
+    """(row, outputs or None) of one engine; failures become the row's status. An rstf
+    engine with `optimized_dir` runs the model optimized there."""
     from .compare import _run
 
     missing = missing_packages(engine)
@@ -188,7 +205,9 @@ def _run_engine(engine, model, tmp, original, inputs, fetches, reps, input_shape
         return _row(engine, "not installed", f"needs {', '.join(missing)} ({INSTALL_HINT})"), None
     graph_path, libs, env, runtime, detail = original, [], dict(TF_ENV.get(engine, {})), "tf", {}
     try:
-        if engine.startswith("rstf-"):
+        if engine.startswith("rstf-") and optimized_dir:
+            graph_path, libs, detail = _optimized_output(optimized_dir)
+        elif engine.startswith("rstf-"):
             graph_path, libs, detail = _optimize(engine, model, tmp, input_shapes, outputs,
                                                  march, threads, log)
         elif engine in ("tf-xla", "onnxruntime", "openvino"):
@@ -229,6 +248,21 @@ def _optimize(engine, model, tmp, input_shapes, outputs, march, threads, log):
     out = os.path.join(tmp, engine)
     report = optimize(model, out, input_shapes, outputs, march=march, optimizer=optimizer,
                       threads=threads, log=lambda m: log(f"{engine}: {m}"))
+    return _output_files(out, report)
+
+
+def _optimized_output(out: str):
+    """_optimize's answer for a model optimized earlier into `out` (its report.json)."""
+    try:
+        with open(os.path.join(out, "report.json")) as f:
+            report = json.load(f)
+    except (OSError, ValueError) as e:
+        raise RstfError(f"{out}: not an rstf output folder ({e})") from None
+    return _output_files(out, report)
+
+
+def _output_files(out: str, report: dict):
+    """(optimized graph, op libraries, row details) of the optimize output in `out`."""
     libs = [os.path.join(out, report["library"])] if report.get("library") else []
     detail = {"optimize_seconds": report["optimize_seconds"],
               "compiler": f"{report['compiler']['cc']} {' '.join(report['compiler']['c_flags'])}"}
@@ -431,9 +465,18 @@ def plot(result: dict, path: str) -> None:
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     fig.tight_layout()
+    save_png(fig, path, "--plot")
+
+
+def save_png(fig, path: str, what: str) -> None:
+    """Write matplotlib figure `fig` to `path` as a PNG, atomically (a reader never sees
+    half a file), and close it. RstfError, naming `what`, when `path`'s folder is missing."""
+    import matplotlib.pyplot as plt
+
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
-        raise RstfError(f"--plot {path}: no such directory")
+        plt.close(fig)
+        raise RstfError(f"{what} {path}: no such directory")
     fd, tmp = tempfile.mkstemp(prefix=".rstf-plot-", suffix=".png", dir=directory)
     os.close(fd)
     try:

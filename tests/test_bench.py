@@ -87,6 +87,23 @@ def test_failed_and_not_installed_engines_are_rows(tmp_path, monkeypatch):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_optimized_folder_is_run_not_rebuilt(tmp_path):
+    """bench(optimized={engine: DIR}) runs the rstf engine from DIR (zoo.py's optimize
+    output) without optimizing again: a folder without report.json is that engine's failure,
+    not a fresh optimize; and it names one model's folder, so one model only."""
+    model = save_graph_def(make_graph_def(tiny_cnn()), str(tmp_path), "tiny.pb")
+    empty = tmp_path / "not-rstf"
+    empty.mkdir()
+    r = bench_mod.bench([model], ["rstf-poly"], reps=1, log=lambda m: None,
+                        optimized={"rstf-poly": str(empty)})
+    rows = {row["engine"]: row for row in r["models"][0]["engines"]}
+    assert rows["tf-eigen"]["status"] == "ok"
+    assert rows["rstf-poly"]["status"] == "failed"
+    assert "not an rstf output folder" in rows["rstf-poly"]["reason"]
+    with pytest.raises(RstfError, match="one model"):
+        bench_mod.bench([model, model], ["rstf-poly"], optimized={"rstf-poly": str(empty)})
+
+
 def test_mismatch_is_reported():
     row = {**bench_mod._row("tf-xla", "ok"), "median_ms": 1.0, "min_ms": 1.0, "max_ms": 1.0}
     r = {"machine": {"cpu": "cpu", "cores": 2, "tensorflow": "2"}, "reps": 1, "rtol": 1e-4,
