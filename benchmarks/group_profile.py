@@ -30,19 +30,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-_TENSOR = re.compile(r"^\*\s+(in\d+|out\d+): (?:input|output) float\(([\d, ]*)\)")
+_TENSOR = re.compile(r"^\*\s+(in\d+|out\d+): (?:input|output) ([a-z ]+)\(([\d, ]*)\)")
 _CALL = re.compile(r"^    (sched_\d+|op_\d+)\(.*\);$")
 _NODE = re.compile(r"^    /\* (.*) \((\w+)\) \*/$")
 
 
 def tensor_shapes(src: str) -> dict[str, list[int]]:
     """{'in0': shape, .., 'out0': shape, ..} from the subgraph C's tensor-table comment."""
-    shapes = {}
-    for line in src.splitlines():
-        m = _TENSOR.match(line)
-        if m:
-            shapes[m.group(1)] = [int(d) for d in m.group(2).split(",") if d.strip()]
-    return shapes
+    return {m.group(1): [int(d) for d in m.group(3).split(",") if d.strip()]
+            for m in map(_TENSOR.match, src.splitlines()) if m}
+
+
+def tensor_ctypes(src: str) -> dict[str, str]:
+    """{'in0': its C element type, ..} from the same table ('float', 'int', ...)."""
+    return {m.group(1): m.group(2) for m in map(_TENSOR.match, src.splitlines()) if m}
 
 
 def load_subgraph(outdir: str, subgraph: int, tool: str) -> tuple[str, dict, dict]:
@@ -79,11 +80,19 @@ static float *alloc_rand(long n) {
 """
 
 
-def buffers(shapes: dict, ws_bytes: int) -> tuple[list[str], str]:
-    """(the entry's arguments in order: in0.., out0.., ws; the C that allocates them)."""
+def buffers(shapes: dict, ws_bytes: int, ctypes: dict | None = None) -> tuple[list[str], str]:
+    """(the entry's arguments in order: in0.., out0.., ws; the C that allocates them).
+    Float tensors hold random values; integer and bool ones (`ctypes`) hold 1 everywhere:
+    a valid index of any table, a mask that keeps every position."""
     names = sorted((k for k in shapes if k.startswith("in")), key=lambda k: int(k[2:]))
     names += sorted((k for k in shapes if k.startswith("out")), key=lambda k: int(k[3:]))
-    alloc = [f"    float *{k} = alloc_rand({max(1, math.prod(shapes[k]))});" for k in names]
+    ctypes = ctypes or {}
+    alloc = []
+    for k in names:
+        n, ct = max(1, math.prod(shapes[k])), ctypes.get(k, "float")
+        alloc.append(f"    float *{k} = alloc_rand({n});" if ct == "float" else
+                     f"    {ct} *{k} = malloc({n} * sizeof({ct}));\n"
+                     f"    for (long i = 0; i < {n}; ++i) {k}[i] = 1;")
     alloc.append(f"    void *ws = alloc_rand({(ws_bytes + 3) // 4 or 1});")
     return names + ["ws"], "\n".join(alloc)
 
@@ -98,14 +107,15 @@ def team_build(unit: str, exe: str, workdir: str) -> None:
     """Compile the C program `unit` with the op library's C flags and RSTF_TEAM and link it
     with rstf's OpenMP team (rstf/runtime/rstf_team.c) instead of libgomp, as the op library
     is built, into `exe`: the parallel loops then run as they do under TensorFlow."""
-    from rstf.build import CUSTOM_OPS_DIR, TEAM_SOURCE
+    from rstf.build import CUSTOM_OPS_DIR, TEAM_SOURCE, link_libs
     objs = []
     for c in (unit, os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)):
         objs.append(os.path.join(workdir, os.path.basename(c) + ".o"))
         subprocess.run(["gcc", *bench_c_flags(), "-DRSTF_TEAM", "-I", CUSTOM_OPS_DIR, "-c", c,
                         "-o", objs[-1]], check=True)
     # Linked without -fopenmp: every GOMP_* and omp_* the program calls is the team's.
-    subprocess.run(["gcc", "-pthread", *objs, "-o", exe, "-lm"], check=True)
+    subprocess.run(["gcc", "-pthread", *objs, "-o", exe, "-lm", *link_libs(bench_c_flags())],
+                   check=True)
 
 
 # C: the harness's clock (the team has no omp_get_wtime), before any other include.
@@ -143,11 +153,12 @@ def instrument(src: str, entry: str) -> tuple[str, list[dict]]:
     return head + "\n".join(out) + "\n", calls
 
 
-def harness(entry: str, shapes: dict, ws_bytes: int, reps: int, n_calls: int) -> str:
-    """A main() that runs `entry` reps times on random inputs, on argv[1] threads of the team,
-    and prints per-call medians."""
+def harness(entry: str, shapes: dict, ws_bytes: int, reps: int, n_calls: int,
+            ctypes: dict | None = None) -> str:
+    """A main() that runs `entry` reps times on random inputs (`buffers`), on argv[1]
+    threads of the team, and prints per-call medians."""
     from rstf.build import TEAM_CALLS
-    names, allocs = buffers(shapes, ws_bytes)
+    names, allocs = buffers(shapes, ws_bytes, ctypes)
     args = ", ".join(names)
     return f"""
 #include <stdio.h>
@@ -216,7 +227,7 @@ def profile(outdir: str, subgraph: int = 0, reps: int = 20, threads: int = 0) ->
     src, shapes, sg = load_subgraph(outdir, subgraph, "group_profile")
     entry = f"rstf_sg_{subgraph}"
     code, calls = instrument(src, entry)
-    code += harness(entry, shapes, sg["workspace_bytes"], reps, len(calls))
+    code += harness(entry, shapes, sg["workspace_bytes"], reps, len(calls), tensor_ctypes(src))
     with tempfile.TemporaryDirectory() as d:
         c, exe = os.path.join(d, "p.c"), os.path.join(d, "p")
         with open(c, "w") as f:

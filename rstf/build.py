@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -49,7 +50,37 @@ def c_flags(march: str = "native") -> list[str]:
              *INDEX_RANGE_ERRORS["gcc"]]
     if march:
         flags.append(f"-march={march}")
+    if vector_math("gcc"):
+        flags.append(LIBMVEC_FLAG)
     return flags + sanitize_flags()
+
+
+LIBMVEC_FLAG = "-DRSTF_LIBMVEC"  # the generated C declares libmvec's functions (chelpers)
+
+
+def link_libs(flags) -> list[str]:
+    """The libraries a unit compiled with C `flags` links against, beside libm."""
+    return ["-lmvec"] if LIBMVEC_FLAG in flags else []
+
+
+@functools.lru_cache(maxsize=None)
+def vector_math(cc: str) -> bool:
+    """Whether `cc` and the C library have glibc's libmvec with the functions
+    `chelpers.LIBMVEC_FUNCTIONS` (glibc 2.35 and later, x86-64): a program calling one of
+    their 4-lane (SSE) versions compiles and links with -lmvec. Asked once per process."""
+    if platform.machine() not in ("x86_64", "AMD64") or shutil.which(cc) is None:
+        return False
+    program = ("typedef float v4 __attribute__((vector_size(16)));\n"
+               "v4 _ZGVbN4v_tanhf(v4); v4 _ZGVbN4v_erff(v4); v4 _ZGVbN4v_erfcf(v4);\n"
+               "int main(void) { v4 x = {0}; x = _ZGVbN4v_tanhf(_ZGVbN4v_erff("
+               "_ZGVbN4v_erfcf(x))); return (int)x[0]; }\n")
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "probe.c")
+        with open(src, "w") as f:
+            f.write(program)
+        proc = subprocess.run([cc, src, "-o", os.path.join(d, "probe"), "-lmvec", "-lm"],
+                              capture_output=True)
+    return proc.returncode == 0
 
 
 # The C optimizers rstf can hand its generated C to. `poly` and `none` compile with gcc
@@ -305,7 +336,7 @@ def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, diges
         # With its own team the library needs nothing of libgomp, and must not load it: its
         # GOMP_* are the team's (hidden), so a libgomp loaded beside them is never used.
         _run(["g++", "-shared", *(["-pthread"] if team else ["-fopenmp"]), "-o", tmp_lib,
-              *objs, *tf_lflags, *sanitize_flags()],
+              *objs, *tf_lflags, *link_libs(toolchain.flags), *sanitize_flags()],
              "the op library (link)")
         if team:
             _check_no_libgomp(tmp_lib)
@@ -364,4 +395,5 @@ def compile_c_shared(source: str, out_path: str, march: str = "native",
         flags += ["-DRSTF_TEAM"] if team else []
         # Polly's parallel loops call libgomp, which clang does not link by itself.
         libs = ["-lm"] if toolchain.cc == "gcc" else ["-lm", "-lgomp"]
+        libs += link_libs(flags)
         _run([toolchain.cc, *flags, "-shared", *units, "-o", out_path, *libs], "generated C")

@@ -1,5 +1,5 @@
 """Math helpers that the generated C defines for itself: functions the C library has, in a
-form gcc can vectorise.
+form gcc can vectorise; and the declarations that let gcc vectorise some of libm's own.
 
 `rstf_expf(x)` is exp(x) in float. glibc's `expf` is one scalar call an element (about
 3.2 us for Softmax's 1000 logits on the Zen 4 host); gcc vectorises a call to it only under
@@ -21,6 +21,8 @@ otherwise fuse a different set of operations in each, so `none` and `poly` (and 
 places that inline this) would differ in the last bit.
 """
 from __future__ import annotations
+
+import re
 
 EXPF = """\
 /* exp(x) in float, vectorisable (rstf/chelpers.py: Cody-Waite reduction, Cephes' polynomial,
@@ -68,13 +70,32 @@ static void rstf_index_error(long long value, long long limit)
 """
 INDEX_ERROR_SYMBOL = "rstf_index_error_state"
 
+# glibc's vector math library, libmvec (glibc 2.35 and later on x86-64), has 4-, 8- and
+# 16-lane versions of these. Declared with gcc's `simd` attribute (what glibc's math.h does
+# itself, but only under -ffast-math), a loop that calls them vectorises into calls of those
+# versions: 10-15x faster than one scalar call an element. Measured against the result in
+# double over every third float of |x| < 12 (docs/benchmarks/2026-11-27-vecmath.md): within
+# 1.4 ulp (tanhf), 4 ulp (erff, 16 lanes; 1.9 at 4 and 8) and 1.7 ulp (erfcf), where
+# glibc's scalar functions are within 2.2, 1.0 and 3.1. build.vector_math() says whether
+# the compiler and C library have it (RSTF_LIBMVEC, and -lmvec at the link); without it,
+# the scalar calls stay.
+LIBMVEC_FUNCTIONS = ("tanhf", "erff", "erfcf")
+LIBMVEC = ("/* libm functions gcc may vectorise with glibc's libmvec (rstf/chelpers.py). */\n"
+           "#if defined(RSTF_LIBMVEC) && defined(__GNUC__) && !defined(__clang__)\n"
+           + "".join(f'__attribute__((__simd__("notinbranch"))) float {f}(float);\n'
+                     for f in LIBMVEC_FUNCTIONS)
+           + "#endif\n")
+_LIBMVEC_CALL = re.compile(r"\b(%s)\(" % "|".join(LIBMVEC_FUNCTIONS))
+
 # The helpers' names, which the polyhedral pass's raiser accepts as pure functions.
 FUNCTIONS = frozenset({"rstf_expf"})
 
 
 def helpers_for(texts) -> str:
-    """The helper definitions that C `texts` (function bodies) call, in one block: nothing
-    when they call none, so a file defines only what it uses."""
+    """The helper definitions (and declarations) that C `texts` (function bodies) call, in
+    one block: nothing when they call none, so a file defines only what it uses."""
+    texts = list(texts)
     parts = [EXPF if any("rstf_expf(" in t for t in texts) else "",
-             INDEX_ERROR if any("rstf_index_error(" in t for t in texts) else ""]
+             INDEX_ERROR if any("rstf_index_error(" in t for t in texts) else "",
+             LIBMVEC if any(_LIBMVEC_CALL.search(t) for t in texts) else ""]
     return "\n".join(p for p in parts if p)

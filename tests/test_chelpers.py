@@ -85,3 +85,64 @@ def test_the_simd_loop_vectorises_without_a_libm_call(built):
 def test_a_file_defines_only_the_helpers_it_calls():
     assert helpers_for(["y[i] = rstf_expf(x[i]);"]) == EXPF
     assert helpers_for(["y[i] = expf(x[i]);", "y[i] = x[i];"]) == ""
+
+
+_LIBM_LOOPS = """
+#include <math.h>
+%s
+#define LOOP(f) __attribute__((visibility("default"))) void v##f(const float *x, float *y, \\
+    long n) { for (long i = 0; i < n; ++i) y[i] = f(x[i]); }
+LOOP(tanhf)
+LOOP(erff)
+LOOP(erfcf)
+"""
+
+
+def _build_libm_loops(d, flags):
+    from rstf.build import link_libs
+
+    src, so = os.path.join(d, "m.c"), os.path.join(d, f"m{len(flags)}.so")
+    with open(src, "w") as f:
+        f.write(_LIBM_LOOPS % helpers_for(["tanhf(x)"]))
+    subprocess.run(["gcc", *flags, "-shared", src, "-o", so, "-lm", *link_libs(flags)],
+                   check=True)
+    asm = subprocess.run(["objdump", "-d", so], capture_output=True, text=True).stdout
+    return ctypes.CDLL(so), asm
+
+
+@pytest.mark.parametrize("with_libmvec", [True, False])
+def test_libm_loops_vectorise_with_libmvec_and_stay_within_its_bounds(with_libmvec):
+    """With RSTF_LIBMVEC (where build.vector_math finds glibc's libmvec), the loops call
+    its vector versions; without it the same C calls the scalar functions. Either way the
+    results are within the bounds chelpers states, against the result in double."""
+    from math import erf, erfc, tanh
+
+    from rstf.build import LIBMVEC_FLAG, vector_math
+
+    if with_libmvec and not vector_math("gcc"):
+        pytest.skip("this C library has no libmvec (glibc < 2.35 or not x86-64)")
+    flags = [f for f in c_flags() if f != LIBMVEC_FLAG] + ([LIBMVEC_FLAG] if with_libmvec
+                                                           else [])
+    with tempfile.TemporaryDirectory() as d:
+        lib, asm = _build_libm_loops(d, flags)
+        x = np.concatenate([np.linspace(-12, 12, 200001, dtype=np.float32),
+                            np.float32(2.0) ** -np.arange(1, 120, dtype=np.float32)])
+        # (libmvec's bound, glibc's scalar one: chelpers.py)
+        for name, ref, bounds in (("tanhf", tanh, (1.5, 2.5)), ("erff", erf, (4.0, 1.5)),
+                                  ("erfcf", erfc, (2.0, 3.5))):
+            bound = bounds[0] if with_libmvec else bounds[1]
+            assert ("_ZGV" in asm and f"v_{name}" in asm) == with_libmvec, name
+            y = np.empty_like(x)
+            getattr(lib, f"v{name}")(x.ctypes.data_as(ctypes.c_void_p),
+                                     y.ctypes.data_as(ctypes.c_void_p), ctypes.c_long(x.size))
+            want = np.array([ref(float(v)) for v in x])
+            ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+            ulp = np.maximum(ulp, np.float64(np.finfo(np.float32).smallest_subnormal))
+            err = np.abs(y.astype(np.float64) - want) / ulp
+            assert err.max() <= bound, (name, float(err.max()), float(x[err.argmax()]))
+
+
+def test_vector_math_is_false_without_a_compiler():
+    from rstf.build import vector_math
+
+    assert vector_math("no-such-compiler-rstf") is False

@@ -57,6 +57,7 @@ MIN_WORK = 16384  # statement instances under a loop before a parallel region pa
 # call in 21 chunks (the old sizes), 10.5 in 4, 11.0 in 14 (whole rows), 12.6-19.5 in 28.
 CHUNK_WORK = 262144
 MIN_CHUNKS = 8
+MIN_PARALLEL_ROWS = 16  # outer rows enough to share among the threads without a collapse
 
 MACROS = """\
 /* The parallel loops' schedule. rstf's OpenMP team (RSTF_TEAM: the op library) runs a
@@ -355,7 +356,26 @@ class _CallLowering:
         if re.search(rf"\b{it}\b", bounds):
             return None
         inner = int(body.for_get_iterator().to_C_str()[1:])
-        return body if self._is_parallel(self._originals(_users(body)), inner) else None
+        names = _users(body)
+        # An innermost pointwise loop is the `simd` one: collapsed, it would not vectorise
+        # (a libmvec call, a long chain), so the outer loop alone is shared when it has
+        # rows enough for the threads.
+        if (not _has_for(body.for_get_body()) and not (names & set(self.kernels))
+                and self._extent(names, int(it[1:])) >= MIN_PARALLEL_ROWS):
+            return None
+        return body if self._is_parallel(self._originals(names), inner) else None
+
+    def _extent(self, names: set[str], p: int) -> int:
+        """Iterations of time dimension p over the statements `names` (their bounding box;
+        1 for a parametric one)."""
+        lo = hi = None
+        for n in names:
+            t = self.ast_time[n].range()
+            if t.dim(isl.dim_type.param):
+                return 1
+            a, b = int(t.dim_min_val(p).to_python()), int(t.dim_max_val(p).to_python())
+            lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
+        return 1 if lo is None else hi - lo + 1
 
     def _work_per_entry(self, names: set[str], originals: set[str], p: int) -> float:
         """Statement instances run by one execution of the loop at time dimension p: the

@@ -205,10 +205,32 @@ def _parse(source: str) -> c_ast.FileAST:
     text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), source, flags=re.S)
     text = re.sub(r"//[^\n]*", "", text)
     text = "\n".join("" if ln.lstrip().startswith("#") else ln for ln in text.split("\n"))
+    text = _blank_gnu_extensions(text)
     try:
         return c_parser.CParser().parse(text, filename="<subgraph>")
     except Exception as e:  # pycparser's ParseError
         raise NotRaisable(f"cannot parse the C: {e}") from None
+
+
+def _blank_gnu_extensions(text: str) -> str:
+    """`__attribute__((...))` (balanced parentheses) and `__thread` replaced by spaces, which
+    pycparser does not know: they qualify declarations (the helpers' `simd` and `weak`
+    ones, a thread-local error slot), never a statement's meaning."""
+    out, i = [], 0
+    for m in re.finditer(r"\b__attribute__\s*\(|\b__thread\b", text):
+        if m.start() < i:
+            continue
+        out.append(text[i:m.start()])
+        end = m.end()
+        if m.group(0) != "__thread":
+            depth = 1
+            while depth and end < len(text):
+                depth += {"(": 1, ")": -1}.get(text[end], 0)
+                end += 1
+        out.append(re.sub(r"[^\n]", " ", text[m.start():end]))
+        i = end
+    out.append(text[i:])
+    return "".join(out)
 
 
 def _comments_by_end_line(source: str) -> dict[int, str]:
