@@ -2,7 +2,7 @@
 
 `build_graph(chooser)` draws a small NHWC network built from the ops rstf supports: random
 shapes, broadcasting, strides, paddings and dilations, fan-out (a tensor read twice),
-diamonds through an op rstf does not support (Erf), so selection must keep the parts
+diamonds through an op rstf does not support (Sin), so selection must keep the parts
 convex, and several outputs. Half the graphs are image-shaped (batch 1, at least 14x14,
 3, 16 or 32 channels) and may hold Winograd-eligible convolutions (`winograd` steps:
 stride-1 3x3, 5x5, 1x7 or 7x1, C and K multiples of 16, at least 14x14 outputs, the
@@ -26,7 +26,7 @@ import dataclasses
 import numpy as np
 
 # Kinds of step, repeated to weigh the draw; image-shaped graphs add WINOGRAD_STEPS.
-STEPS = ("conv", "conv", "pool", "relu", "bias", "binary", "binary", "concat", "erf", "mean",
+STEPS = ("conv", "conv", "pool", "relu", "bias", "binary", "binary", "concat", "opaque", "mean",
          "reshape")
 WINOGRAD_STEPS = ("winograd",) * 5
 # The filters winograd.ALGORITHMS transforms, and the channel counts it takes (multiples of
@@ -199,9 +199,9 @@ def build_graph(ch, max_steps: int = 7) -> RandomGraph:
                 other = same[ch.integer(0, len(same) - 1)]
                 y = tf.concat([src, other], axis=ch.choice([3, -1]), name=name)
                 recipe.append(f"{name}=concat")
-            elif kind == "erf":  # unsupported: makes diamonds through TensorFlow
-                y = tf.math.erf(src, name=name)
-                recipe.append(f"{name}=erf (unsupported)")
+            elif kind == "opaque":  # unsupported: makes diamonds through TensorFlow
+                y = tf.math.sin(src, name=name)
+                recipe.append(f"{name}=sin (unsupported)")
             elif kind == "mean":
                 axes = ch.choice([[1, 2], [2], [-1], [1]])
                 y = tf.reduce_mean(src, axes, keepdims=True, name=name)

@@ -21,14 +21,14 @@ W2 = rng.standard_normal((8 * 2, 10)).astype(np.float32)
 
 
 def small_cnn():
-    """conv -> bias -> relu -> (pool | erf) -> concat -> mean -> matmul -> softmax.
+    """conv -> bias -> relu -> (pool | sin) -> concat -> mean -> matmul -> softmax.
 
-    Erf has no generator, so it splits the graph; the output is a supported node.
+    Sin has no generator, so it splits the graph; the output is a supported node.
     """
     x = tf.compat.v1.placeholder(tf.float32, [1, 12, 12, 3], name="input")
     y = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, W1, 2, "SAME"), B1), name="relu")
     a = tf.nn.max_pool2d(y, 3, 1, "SAME")
-    b = tf.math.erf(y, name="erf")
+    b = tf.math.sin(y, name="sin")
     y = tf.concat([a, b], -1)
     y = tf.reduce_mean(y, [1, 2])
     tf.nn.softmax(tf.matmul(y, W2), name="probs")
@@ -44,11 +44,11 @@ def test_splice_structure(small_model):
     graph = load_model(small_model)
     assert graph.outputs == ["probs"]
     supported, reasons = supported_nodes(graph)
-    assert "erf" in reasons and "erf" not in supported
+    assert "sin" in reasons and "sin" not in supported
     from rstf.partition import select_subgraphs
 
     parts = select_subgraphs(dataflow_dag(graph), supported)
-    assert len(parts) == 2  # before and after the unsupported Erf
+    assert len(parts) == 2  # before and after the unsupported Sin
     codes = [generate_subgraph(graph, p, i) for i, p in enumerate(parts)]
     names = custom_node_names(graph, len(codes))
     mark_weights(graph, codes)
@@ -59,9 +59,9 @@ def test_splice_structure(small_model):
             assert n not in by_name or n == "probs"  # replaced, except the kept output name
     assert by_name["probs"].op == "Identity"  # the model's output name survives
     assert by_name["probs"].input == [names[1]]
-    # Erf now reads the first custom op's output; the second custom op reads Erf.
-    assert by_name["erf"].input[0].startswith(names[0])
-    assert any(i.startswith("erf") for i in by_name[names[1]].input)
+    # Sin now reads the first custom op's output; the second custom op reads Sin.
+    assert by_name["sin"].input[0].startswith(names[0])
+    assert any(i.startswith("sin") for i in by_name[names[1]].input)
     # Weights are not C source: they are the custom op's tensor attributes (its node
     # holds each value, as a Const's does), in input order, not Const inputs; the Consts
     # nothing else reads are gone.
@@ -87,7 +87,7 @@ def test_optimize_and_compare(small_model, tmp_path):
                 "optimize_seconds", "subgraphs"):
         assert key in report
     assert report["flops_covered"] == report["flops_total"] > 0
-    assert report["nodes_covered"] == report["nodes_total"] - 1  # all but Erf
+    assert report["nodes_covered"] == report["nodes_total"] - 1  # all but Sin
     for sg in report["subgraphs"]:
         assert {"name", "ops", "flops", "optimizer"} <= set(sg)
         assert sg["optimizer"] == "poly" and sg["poly"]["statements"] > 0
