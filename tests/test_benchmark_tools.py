@@ -180,3 +180,22 @@ def test_ab_graphs_interleaves_two_optimized_graphs_and_tensorflow(tmp_path):
     with open(os.path.join(other, "report.json"), "w") as f:
         json.dump({**report, "model": model + ".elsewhere"}, f)
     assert main([outs["none"], other]) == 1
+
+
+def test_group_profile_feeds_integer_inputs(tmp_path):
+    """A subgraph with an int32 input (a BERT padding mask) builds and runs: the harness
+    declares it with its own C type and fills it with 1, a valid index or mask."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, (4, 32), name="x")
+        m = tf.compat.v1.placeholder(tf.int32, (4, 32), name="mask")
+        y = tf.matmul(x, rng.randn(32, 32).astype(np.float32))
+        tf.multiply(y, tf.cast(m, tf.float32), name="out")
+
+    g = load_graph_def(make_graph_def(build), outputs=["out"])
+    nodes = [n for n in g.topo_order() if g.nodes[n].op not in ("Const", "Placeholder")]
+    sg = generate_subgraph(g, nodes, 0)
+    assert " int(" in sg.source  # the tensor table names the int input's type
+    new, info = optimize_source(sg.source, sg.entry)
+    res = profile(_outdir(str(tmp_path), "int", new, info["workspace_bytes"], sg.flops),
+                  reps=2, threads=1)
+    assert res["total_seconds"] > 0 and res["calls"]
