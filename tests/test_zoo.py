@@ -66,6 +66,12 @@ def test_best_other_and_ratio():
         "status": "ok", "reason": "", "median_ms": 2.0, "q1_ms": 1.8, "q3_ms": 2.2,
         "max_rel_err": 2e-6, "spread_ratio": 1.0}  # times_ms, label... dropped
     assert zoo.best_other({"rstf-poly": _engine(ms=1.0)}) is None
+    # An ill-conditioned model: every engine is a mismatch at --rtol, TF oneDNN too, but
+    # within 2x TF's spread, so their times count; a 3x one does not.
+    ill = {"rstf-poly": _engine("mismatch", ms=2.0, err=3e-4, spread=1.5),
+           "tf-onednn": _engine("mismatch", ms=3.0, err=2e-4, spread=1.0),
+           "openvino": _engine("mismatch", ms=1.0, err=6e-4, spread=3.0)}
+    assert zoo.best_other(ill) == {"engine": "tf-onednn", "ms": 3.0}
     assert zoo.rstf_over_best({"rstf-poly": _engine(ms=1.0)}, None) is None
 
 
