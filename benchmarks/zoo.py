@@ -600,6 +600,10 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--no-latency", action="store_true",
                    help="with --engines none: check the numbers only (compare latency=False)")
     p.add_argument("--keep", action="store_true", help="keep each model's .pb and .rstf")
+    p.add_argument("--rows", metavar="ZOO.jsonl",
+                   help="run nothing: write the table, chart (and --docs) again from an "
+                        "earlier run's rows, its best other engine judged by this version's "
+                        "rule")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
@@ -614,6 +618,23 @@ def parse_args(argv: list[str] | None):
     return a
 
 
+def rejudge(path: str) -> list[dict]:
+    """The rows of an earlier run's zoo.jsonl, with best_other and rstf_over_best
+    recomputed from their engines."""
+    from rstf.errors import RstfError
+
+    try:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError) as e:
+        raise RstfError(f"--rows {path}: {e}") from None
+    for r in rows:
+        if r.get("engines"):
+            r["best_other"] = best_other(r["engines"])
+            r["rstf_over_best"] = rstf_over_best(r["engines"], r["best_other"])
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python3", "benchmarks/zoo.py",
                           *(sys.argv[1:] if argv is None else argv)])
@@ -626,6 +647,11 @@ def main(argv: list[str] | None = None) -> int:
 
     out_dir = a.out or tempfile.mkdtemp(prefix="rstf-zoo-")
     os.makedirs(out_dir, exist_ok=True)
+    if a.rows:
+        rows = rejudge(a.rows)
+        engines = tuple(dict.fromkeys(e for r in rows for e in r.get("engines") or {}))
+        print(write_outputs(rows, out_dir, a.docs, command, engines, a.reps))
+        return 0 if all(r.get("passed") for r in rows) else 1
     print(f"zoo: {len(a.models)} models, engines: {', '.join(a.engines) or 'none'}; results "
           f"in {out_dir}", file=sys.stderr, flush=True)
     rows = []
