@@ -240,8 +240,10 @@ def _compare(a) -> int:
     else:
         _print_inputs(r)
         for o in r["outputs"]:
+            of = o["tf_spread_of"]
             print(f"{o['name']}: max_abs_err {o['max_abs_err']:.2g}  max_rel_err "
-                  f"{o['max_rel_err']:.2g}  TF spread (oneDNN vs Eigen) {o['tf_spread']:.2g}  "
+                  f"{o['max_rel_err']:.2g}  TF spread {o['tf_spread']:.2g} (oneDNN vs Eigen "
+                  f"{of['onednn']:.2g}, Eigen without Grappler {of['grappler_off']:.2g})  "
                   f"ratio {format_ratio(o['spread_ratio'])}  {'ok' if o['passed'] else 'FAIL'}")
         lat = r["latency_ms"]
         print(f"latency (median of {r['reps']}, through the {r['timed_through']}): rstf "

@@ -19,18 +19,20 @@ import time
 
 
 def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
-        reps: int, save: str | None, client: str = "c") -> dict:
+        reps: int, save: str | None, client: str = "c", rewrites: bool = True) -> dict:
     """The frozen graph through TensorFlow: with `client="c"` through its C API
     (rstf.tfclient, the way a C++ server calls Session::Run), with `client="python"` through
     a Python Session, whose per-call interpreter work is then counted in every latency.
-    Without gcc to build the C client, the Python Session it is, and the result says so."""
+    Without gcc to build the C client, the Python Session it is, and the result says so.
+    `rewrites=False`: a Python Session with Grappler off, every node run as it is in the
+    graph (no fused kernels): `compare` measures TF's own spread with it."""
     import numpy as np
 
     from .tfclient import ClientUnavailable, run_graph
 
     feeds = dict(np.load(inputs_path))
     label = "Python Session"
-    if client == "c":
+    if client == "c" and rewrites:
         try:
             outs, times = run_graph(graph_path, libs, feeds, fetches, reps)
         except ClientUnavailable as e:
@@ -52,7 +54,11 @@ def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
     g = tf.Graph()
     with g.as_default():
         tf.graph_util.import_graph_def(gd, name="")
-    with tf.compat.v1.Session(graph=g) as sess:
+    config = tf.compat.v1.ConfigProto()
+    if not rewrites:
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+        label += ", Grappler off"
+    with tf.compat.v1.Session(graph=g, config=config) as sess:
         feed = {g.get_tensor_by_name(k): v for k, v in feeds.items()}
         fetch = [g.get_tensor_by_name(t) for t in fetches]
         return timed(lambda: sess.run(fetch, feed), reps, save, client=label)
@@ -87,10 +93,13 @@ def main(argv=None) -> int:
     p.add_argument("--client", choices=["c", "python"], default="c",
                    help="with --engine tf: call the Session through TensorFlow's C API (the "
                    "default) or from Python")
+    p.add_argument("--no-rewrites", action="store_true",
+                   help="with --engine tf: a Python Session with Grappler off (no fused kernels)")
     a = p.parse_args(argv)
     try:
         if a.engine == "tf":
-            result = run(a.graph, a.lib, a.inputs, a.fetch, a.reps, a.save, a.client)
+            result = run(a.graph, a.lib, a.inputs, a.fetch, a.reps, a.save, a.client,
+                         not a.no_rewrites)
         else:
             from .bench import RUNTIMES
 
