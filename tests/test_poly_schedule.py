@@ -16,7 +16,8 @@ from rstf.poly import microkernel
 from rstf.poly.microkernel import choose_tile, fits_registers
 from rstf.poly.prepack import as_fed, pack, packed_shape
 from rstf.poly.raise_c import is_accumulation
-from rstf.poly.schedule import call_dependences, find_contraction, schedule_call
+from rstf.poly.groups import call_dependences
+from rstf.poly.schedule import find_contraction, schedule_call
 from rstf.poly.target import AVX2, AVX512, AVX512_FULL, current, detect, use
 from rstf.tfutil import tf
 
@@ -732,9 +733,9 @@ def test_column_tile_order_balances_the_threads():
     parallel iterations. 5 tiles of 64 keep 2 threads 5/6 busy (7 of 48, 7/8); the order
     model picks a tile that divides among them, and keeps the tile that computes best
     (`choose_tile`'s, 7x48) for one thread."""
-    from rstf.poly.microkernel import _balance, choose_order
+    from rstf.poly.microkernel import thread_balance, choose_order
 
-    assert _balance(5, 2) == pytest.approx(5 / 6) and _balance(10, 2) == 1.0
+    assert thread_balance(5, 2) == pytest.approx(5 / 6) and thread_balance(10, 2) == 1.0
     args = dict(rb=4, nv=4, rows=7, cols=320, outer=7, depth_total=960,
                 a_bytes=4 * 7 * 7 * 960, cache=1 << 20)
     with use(AVX512):

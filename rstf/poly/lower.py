@@ -34,11 +34,12 @@ from . import regepi
 from .. import chelpers
 from .microkernel import Shape, dispatch_name, dispatch_source, prelude, vlen
 from .parallel import dynamic_schedule
-from .raise_c import Scop, Statement, _isl_name, _text
+from .raise_c import Scop, Statement, isl_name, c_text
 from .band import BandGroup, parts_of
 from . import prepack
 from .prepack import Panels, column_operand
-from .schedule import CallSchedule, Kernel, _addr, call_dependences, extents, parallel_dims
+from .groups import (CallSchedule, Kernel, call_dependences, extents, flat_addr,
+                     parallel_dims)
 from .winograd import helpers as winograd_helpers, plan as winograd_plan
 from .winograd import source as winograd_source
 
@@ -416,7 +417,7 @@ class _CallLowering:
         self._statement(self.stmts[name], args)
 
     def _statement(self, s: Statement, args: list[str]) -> None:
-        env = dict(zip(map(_isl_name, s.iterators), args))
+        env = dict(zip(map(isl_name, s.iterators), args))
         refs = {id(a.ref): (f"{a.array}_c" if a.array in self.contracted else self._ref(a, env))
                 for a in s.accesses}
         emit = _Emitter(refs, dict(zip(s.iterators, args)))
@@ -444,19 +445,19 @@ class _CallLowering:
         env = {}
         for c in s.iterators:
             if c == k.r and k.merged:  # the chunk's first row m: o = m / n, r = m % n
-                env[_isl_name(c)] = f"({vals['s']} % {k.merged_n})"
+                env[isl_name(c)] = f"({vals['s']} % {k.merged_n})"
             elif c == k.merged:
-                env[_isl_name(c)] = f"({vals['s']} / {k.merged_n})"
+                env[isl_name(c)] = f"({vals['s']} / {k.merged_n})"
             elif c == k.r:
-                env[_isl_name(c)] = vals["s"]
+                env[isl_name(c)] = vals["s"]
             elif c == k.v:
-                env[_isl_name(c)] = f"{vlen() * k.nv} * {vals['u']}"
+                env[isl_name(c)] = f"{vlen() * k.nv} * {vals['u']}"
             elif c in first:
-                env[_isl_name(c)] = first[c]
+                env[isl_name(c)] = first[c]
             else:
-                env[_isl_name(c)] = vals[c]
-        ri, ki = _isl_name(k.r) if k.r else None, _isl_name(k.k)
-        aa, ab, ay = (_addr(x, self.scop) for x in (k.a, k.b, k.y))
+                env[isl_name(c)] = vals[c]
+        ri, ki = isl_name(k.r) if k.r else None, isl_name(k.k)
+        aa, ab, ay = (flat_addr(x, self.scop) for x in (k.a, k.b, k.y))
         depth = str(k.depth) if not k.ranged else \
             " * ".join(trip[c] for c in (k.k2, k.k) if c and trip[c] != "1") or "1"
         epi = self.epi_of.get(k.name)
@@ -465,7 +466,7 @@ class _CallLowering:
         self.stats.kernel_calls += 1
         rows = "1" if not k.r else f"{vals['e']} - {vals['s']} + 1"
         b, sbk = f"&{self._ref(k.b, env)}", str(ab.get(ki, 0))
-        kin = _isl_name(k.kin) if k.kin else None
+        kin = isl_name(k.kin) if k.kin else None
         sbin = str(ab.get(kin, 0))
         pk, pn = self.packs.get(k.name), self.panels.get(k.b.array)
         if pk is not None:  # the packed panel: row q of the operand is row q of the panel
@@ -535,7 +536,7 @@ class _CallLowering:
         for o in epi.operands:
             s, a = next((s, a) for s in epi.statements for a in s.accesses
                         if a.array == o.array)
-            chain_env = {_isl_name(c): f"({_affine_text(i, env)})"
+            chain_env = {isl_name(c): f"({_affine_text(i, env)})"
                          for c, i in zip(s.iterators, k.y.index)}
             out.append(f", &{self._ref(a, chain_env)}")
         return "".join(out)
@@ -620,7 +621,7 @@ def _operand_row(ab: dict, env: dict[str, str], k: Kernel, cols: int) -> str:
     """The row of the column operand (seen as rows of `cols` columns) that the kernel
     call's first element lies in, as C: every term of its offset but the column's."""
     terms = [f"{c // cols} * {env[x]}" if c != cols else env[x]
-             for x, c in ab.items() if x not in (1, _isl_name(k.v)) and c and env[x] != "0"]
+             for x, c in ab.items() if x not in (1, isl_name(k.v)) and c and env[x] != "0"]
     if ab.get(1, 0):
         terms.append(str(ab[1] // cols))
     return " + ".join(terms) or "0"
@@ -1094,12 +1095,12 @@ _SIZEOF = {"float": 4, "double": 8, "int": 4, "long": 8, "short": 2, "char": 1,
 def _entry(scop: Scop, calls_text: dict[int, str], offsets: dict[str, int]) -> str:
     fdef = next(f for f in scop.ast.ext
                 if isinstance(f, c_ast.FuncDef) and f.decl.name == scop.entry)
-    lines = [_text(fdef.decl), "{"]
+    lines = [c_text(fdef.decl), "{"]
     for item in fdef.body.block_items or []:
         if isinstance(item, c_ast.Decl) and item.name in offsets:
             b = scop.buffers[item.name]
             ws = item.init  # (T *)((char *)ws + OFFSET): keep its workspace name
-            base = _text(ws).split("(char *)")[1].split(")")[0].strip(" ()")
+            base = c_text(ws).split("(char *)")[1].split(")")[0].strip(" ()")
             lines.append(f"{b.ctype} *{item.name} = ({b.ctype} *)((char *){base} + "
                          f"{offsets[item.name]});")
     for call in scop.calls:

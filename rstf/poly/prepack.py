@@ -30,8 +30,8 @@ import dataclasses
 import numpy as np
 
 from .microkernel import vlen
-from .raise_c import Scop, _isl_name
-from .schedule import Kernel, _addr
+from .raise_c import Scop, isl_name
+from .groups import Kernel, flat_addr
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +52,11 @@ def column_operand(k: Kernel, scop: Scop) -> tuple[int, int] | None:
     kernel's columns are B's whole last dimension, and every other iterator (and the
     constant) steps over whole rows."""
     b = scop.buffers[k.b.array]
-    addr = _addr(k.b, scop)
+    addr = flat_addr(k.b, scop)
     if addr is None or b.ctype != "float" or not b.shape or b.size is None:
         return None
     cols = b.shape[-1]
-    v = _isl_name(k.v)
+    v = isl_name(k.v)
     if addr.get(v) != 1 or any(c % cols for x, c in addr.items() if x != v):
         return None
     if len(k.b.index[-1]) != 1 or k.b.index[-1].get(v) != 1:

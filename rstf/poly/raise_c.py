@@ -142,7 +142,7 @@ class Scop:
             result = result.union(isl.UnionSet.from_set(s))
         return result
 
-    def _union(self, maps) -> isl.UnionMap:
+    def union_maps(self, maps) -> isl.UnionMap:
         result = isl.UnionMap.empty(self._space())
         for m in maps:
             result = result.union(isl.UnionMap.from_map(m))
@@ -159,15 +159,15 @@ class Scop:
 
     @property
     def schedule(self) -> isl.UnionMap:
-        return self._union(s.schedule for s in self.statements)
+        return self.union_maps(s.schedule for s in self.statements)
 
     @property
     def reads(self) -> isl.UnionMap:
-        return self._union(m for s in self.statements for m in s.reads)
+        return self.union_maps(m for s in self.statements for m in s.reads)
 
     @property
     def writes(self) -> isl.UnionMap:
-        return self._union(m for s in self.statements for m in s.writes)
+        return self.union_maps(m for s in self.statements for m in s.writes)
 
     def union_domain(self) -> isl.UnionSet:
         return self.domain
@@ -195,7 +195,7 @@ _ISL_KEYWORDS = {"exists", "and", "or", "implies", "not", "mod", "floor", "ceil"
                  "max", "infty", "NaN", "true", "false", "rat", "floord", "ceild"}
 
 
-def _isl_name(name: str) -> str:
+def isl_name(name: str) -> str:
     return name + "_" if name in _ISL_KEYWORDS else name
 
 
@@ -250,7 +250,7 @@ def _node_of(comment: str) -> tuple[str, str]:
 _GEN = c_generator.CGenerator(reduce_parentheses=True)
 
 
-def _text(node) -> str:
+def c_text(node) -> str:
     return _GEN.visit(node)
 
 
@@ -359,10 +359,10 @@ def _guards(cond, env) -> list[tuple[Affine, str, str]]:
         try:
             lhs, rhs = _affine(cond.left, env), _affine(cond.right, env)
         except _AffineError as e:
-            raise NotRaisable(f"{_line(cond)}: condition '{_text(cond)}' is not affine ({e}; "
+            raise NotRaisable(f"{_line(cond)}: condition '{c_text(cond)}' is not affine ({e}; "
                               f"a data-dependent 'if' is outside the subset)") from None
         return [(*_constraint(lhs, cond.op, rhs), f"{_fmt(lhs)} {_CMP[cond.op]} {_fmt(rhs)}")]
-    raise NotRaisable(f"{_line(cond)}: condition '{_text(cond)}' is not a conjunction (&&) "
+    raise NotRaisable(f"{_line(cond)}: condition '{c_text(cond)}' is not a conjunction (&&) "
                       f"of affine comparisons")
 
 
@@ -375,7 +375,7 @@ def _extent(dim, env, decl) -> int | Affine:
     try:
         a = _affine(dim, env)
     except _AffineError:
-        raise NotRaisable(f"{_line(decl)}: extent '{_text(dim)}' of '{decl.name}' is not an "
+        raise NotRaisable(f"{_line(decl)}: extent '{c_text(dim)}' of '{decl.name}' is not an "
                           f"affine expression of the parameters") from None
     return a.get(1, 0) if set(a) <= {1} else a
 
@@ -452,14 +452,14 @@ def raise_subgraph(source: str, entry: str) -> Scop:
         else:
             raise NotRaisable(f"{_line(p)}: entry parameter '{p.name}' is neither a buffer "
                               f"pointer nor an int")
-    isl_params = [_isl_name(p) for p in params]
+    isl_params = [isl_name(p) for p in params]
     penv = {p: {q: 1} for p, q in zip(params, isl_params)}
 
     calls: list[tuple[Call, c_ast.FuncDef, dict]] = []  # (call, def, {param: _Param})
     for item in entry_def.body.block_items or []:
         if isinstance(item, c_ast.Decl) and isinstance(item.type, c_ast.PtrDecl):
             # float *t3 = (float *)((char *)ws + OFFSET);
-            init = re.sub(r"[\s()]", "", _text(item.init)) if item.init is not None else ""
+            init = re.sub(r"[\s()]", "", c_text(item.init)) if item.init is not None else ""
             off = re.fullmatch(rf"\w+\*(?:char\*)?{workspace}(?:\+(\d+))?", init)
             if not off:
                 raise NotRaisable(f"{_line(item)}: temporary '{item.name}' is not a workspace "
@@ -484,14 +484,14 @@ def raise_subgraph(source: str, entry: str) -> Scop:
                     try:
                         binding[fp.name] = _affine(arg, penv)
                     except _AffineError:
-                        raise NotRaisable(f"{_line(arg)}: int argument '{_text(arg)}' is not "
+                        raise NotRaisable(f"{_line(arg)}: int argument '{c_text(arg)}' is not "
                                           f"an affine expression of the parameters") from None
             line = item.coord.line
             node, op = _node_of(comments.get(line - 1, ""))
             calls.append((Call(len(calls), fdef.decl.name, node, op, line, binding), fdef,
                           {}))
         else:
-            what = (f"call of '{_text(item.name)}' (not an op function of this file)"
+            what = (f"call of '{c_text(item.name)}' (not an op function of this file)"
                     if isinstance(item, c_ast.FuncCall) else type(item).__name__)
             raise NotRaisable(f"{_line(item)}: {what} in the entry function (only temporaries "
                               f"and op-function calls)")
@@ -527,7 +527,7 @@ def _buffer_arg(arg, buffers) -> str:
         e = e.expr
     if isinstance(e, c_ast.ID) and e.name in buffers:
         return e.name
-    raise NotRaisable(f"{_line(arg)}: argument '{_text(arg)}' is not a (cast) buffer of the "
+    raise NotRaisable(f"{_line(arg)}: argument '{c_text(arg)}' is not a (cast) buffer of the "
                       f"entry function (pointer arithmetic is outside the subset)")
 
 
@@ -591,7 +591,7 @@ def multiply_add(node) -> tuple[c_ast.Node, c_ast.Node] | None:
     r = node.rvalue
     if (node.op == "=" and isinstance(r, c_ast.FuncCall) and isinstance(r.name, c_ast.ID)
             and r.name.name in ("fmaf", "fma") and r.args and len(r.args.exprs) == 3
-            and _text(r.args.exprs[2]) == _text(node.lvalue)):
+            and c_text(r.args.exprs[2]) == c_text(node.lvalue)):
         return r.args.exprs[0], r.args.exprs[1]
     return None
 
@@ -625,7 +625,7 @@ class _Builder:
             var, lb, ub = self._for_header(node, env, loops)
             pos = counter[0]
             counter[0] += 1
-            ivar = _isl_name(var)
+            ivar = isl_name(var)
             inner = dict(env)
             inner[var] = {ivar: 1}
             self.walk(node.stmt, loops + [(var, ivar, lb, ub, node.coord.line)], guards, inner,
@@ -665,22 +665,22 @@ class _Builder:
         ok_cond = (isinstance(cond, c_ast.BinaryOp) and cond.op == "<"
                    and isinstance(cond.left, c_ast.ID) and cond.left.name == var)
         if not ok_next:
-            raise NotRaisable(f"{_line(node)}: 'for' step '{_text(nxt) if nxt else ''}' of "
+            raise NotRaisable(f"{_line(node)}: 'for' step '{c_text(nxt) if nxt else ''}' of "
                               f"'{var}' is not '++{var}' (unit steps only)")
         if not ok_cond:
-            raise NotRaisable(f"{_line(node)}: 'for' condition '{_text(cond) if cond else ''}'"
+            raise NotRaisable(f"{_line(node)}: 'for' condition '{c_text(cond) if cond else ''}'"
                               f" is not '{var} < upper bound'")
         if var in {v for v, *_ in loops} or var in self.decl:
             raise NotRaisable(f"{_line(node)}: iterator '{var}' shadows an outer name")
         try:
             lb = _affine(decl.init, env)
         except _AffineError as e:
-            raise NotRaisable(f"{_line(node)}: lower bound '{_text(decl.init)}' of '{var}' is "
+            raise NotRaisable(f"{_line(node)}: lower bound '{c_text(decl.init)}' of '{var}' is "
                               f"not affine ({e})") from None
         try:
             ub = _affine(cond.right, env)
         except _AffineError as e:
-            raise NotRaisable(f"{_line(node)}: upper bound '{_text(cond.right)}' of '{var}' is "
+            raise NotRaisable(f"{_line(node)}: upper bound '{c_text(cond.right)}' of '{var}' is "
                               f"not affine ({e})") from None
         return var, lb, ub
 
@@ -689,7 +689,7 @@ class _Builder:
             raise NotRaisable(f"{_line(node)}: assignment operator '{node.op}' is outside the "
                               f"subset")
         if not isinstance(node.lvalue, c_ast.ArrayRef):
-            raise NotRaisable(f"{_line(node)}: assignment to '{_text(node.lvalue)}', not to "
+            raise NotRaisable(f"{_line(node)}: assignment to '{c_text(node.lvalue)}', not to "
                               f"an array element")
         _check_rhs(node.rvalue, self.decl)
         name = f"S{len(self.statements)}"
@@ -728,14 +728,14 @@ class _Builder:
             subs.insert(0, base.subscript)
             base = base.name
         if not isinstance(base, c_ast.ID):
-            raise NotRaisable(f"{_line(ref)}: array reference '{_text(ref)}' has no array "
+            raise NotRaisable(f"{_line(ref)}: array reference '{c_text(ref)}' has no array "
                               f"name as its base")
         param = self.decl.get(base.name)
         if param is None or param.kind != "array":
-            raise NotRaisable(f"{_line(ref)}: '{base.name}' in '{_text(ref)}' is not an array "
+            raise NotRaisable(f"{_line(ref)}: '{base.name}' in '{c_text(ref)}' is not an array "
                               f"parameter of {self.call.function}")
         if len(subs) != len(param.shape):
-            raise NotRaisable(f"{_line(ref)}: '{_text(ref)}' has {len(subs)} subscripts, "
+            raise NotRaisable(f"{_line(ref)}: '{c_text(ref)}' has {len(subs)} subscripts, "
                               f"'{base.name}' {len(param.shape)} dimensions")
         if write and param.const:
             raise NotRaisable(f"{_line(ref)}: write to const parameter '{base.name}'")
@@ -744,7 +744,7 @@ class _Builder:
             try:
                 affs.append(_affine(s, env))
             except _AffineError as e:
-                raise NotRaisable(f"{_line(ref)}: subscript '{_text(ref)}' is not affine "
+                raise NotRaisable(f"{_line(ref)}: subscript '{c_text(ref)}' is not affine "
                                   f"({e})") from None
         buf = self.buffers[self.call.binding[base.name]]
         if buf.linearised:
@@ -776,18 +776,18 @@ def _check_rhs(expr, decl):
         if isinstance(n, c_ast.FuncCall):
             fn = n.name.name if isinstance(n.name, c_ast.ID) else None
             if fn not in _PURE_FUNCTIONS:
-                raise NotRaisable(f"{_line(n)}: call to '{_text(n.name)}' in a right-hand "
+                raise NotRaisable(f"{_line(n)}: call to '{c_text(n.name)}' in a right-hand "
                                   f"side (only pure math.h functions)")
             for a in (n.args.exprs if n.args else []):
                 walk(a, n)
             return
         if isinstance(n, c_ast.Assignment):
-            raise NotRaisable(f"{_line(n)}: nested assignment '{_text(n)}'")
+            raise NotRaisable(f"{_line(n)}: nested assignment '{c_text(n)}'")
         if isinstance(n, c_ast.UnaryOp) and n.op in ("++", "--", "p++", "p--", "&", "*"):
-            raise NotRaisable(f"{_line(n)}: '{_text(n)}' (side effect or pointer use) in a "
+            raise NotRaisable(f"{_line(n)}: '{c_text(n)}' (side effect or pointer use) in a "
                               f"right-hand side")
         if isinstance(n, (c_ast.StructRef, c_ast.ExprList, c_ast.CompoundLiteral)):
-            raise NotRaisable(f"{_line(n)}: '{_text(n)}' is outside the subset")
+            raise NotRaisable(f"{_line(n)}: '{c_text(n)}' is outside the subset")
         if isinstance(n, c_ast.ID) and n.name in decl and decl[n.name].kind == "array" \
                 and not (isinstance(parent, c_ast.ArrayRef) and parent.name is n):
             raise NotRaisable(f"{_line(n)}: array '{n.name}' used as a pointer (pointer "
@@ -819,8 +819,8 @@ def _set(name: str, ivars: list[str], params: list[str], cons) -> isl.Set:
 
 def _schedule_map(s: Statement, depth: int, prefix: str) -> isl.Map:
     """{ S[i] -> [2d+1 path, zero-padded to depth] }."""
-    ivars = [_isl_name(v) for v in s.iterators]
-    time = [_isl_name(p) if isinstance(p, str) else str(p) for p in s.path]
+    ivars = [isl_name(v) for v in s.iterators]
+    time = [isl_name(p) if isinstance(p, str) else str(p) for p in s.path]
     time += ["0"] * (depth - len(time))
     return isl.Map(f"{prefix}{{ {s.name}[{', '.join(ivars)}] -> [{', '.join(time)}] }}")
 
@@ -839,9 +839,9 @@ def _schedule_tree(scop: Scop, reverse: bool) -> isl.Schedule:
             d = level // 2  # the loop's iterator index
             sign = "-" if reverse else ""
             pieces = "; ".join(
-                f"{s.name}[{', '.join(map(_isl_name, s.iterators))}] -> "
-                f"[({sign}{_isl_name(s.iterators[d])})]" for s in g)
-            prefix = f"[{', '.join(map(_isl_name, scop.params))}] -> " if scop.params else ""
+                f"{s.name}[{', '.join(map(isl_name, s.iterators))}] -> "
+                f"[({sign}{isl_name(s.iterators[d])})]" for s in g)
+            prefix = f"[{', '.join(map(isl_name, scop.params))}] -> " if scop.params else ""
             band = isl.MultiUnionPwAff(f"{prefix}[{{ {pieces} }}]")
             parts.append(build(g, level + 2).insert_partial_schedule(band))
         out = parts[0]

@@ -69,8 +69,8 @@ import numpy as np
 from . import regepi
 from .microkernel import fits_registers, vlen
 from .parallel import dynamic_schedule
-from .raise_c import Scop, Statement, _isl_name
-from .schedule import CallSchedule, _addr, extents
+from .raise_c import Scop, Statement, isl_name
+from .groups import CallSchedule, extents, flat_addr
 
 RB = 6  # tiles of one register tile
 MIN_PIXELS = 196  # outputs per image below which Winograd does not pay (docstring)
@@ -305,7 +305,7 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
         return None
     if upd.domain.dim(isl.dim_type.param) or len(upd.iterators) != 7:
         return None
-    n, h, w, kh, kw, ic, oc = iv = [_isl_name(v) for v in upd.iterators]
+    n, h, w, kh, kw, ic, oc = iv = [isl_name(v) for v in upd.iterators]
     ya = upd.accesses[-1]
     reads = [a for a in upd.accesses if not a.write and a.array != ya.array]
     if not ya.write or len(reads) != 2:
@@ -330,7 +330,7 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
     k = ws_[3]
     oh, ow = (hi + 1 for _, hi in extents(upd)[1:3])
     # The output, in any view (an op after the conv may read it flat): NHWC, batch 1.
-    ay = _addr(ya, scop)
+    ay = flat_addr(ya, scop)
     if ay is None or {v: cf for v, cf in ay.items() if v != n} != {h: ow * k, w: k, oc: 1} \
             or bufs[ya.array].size != oh * ow * k:
         return None
@@ -417,7 +417,7 @@ def _operands(scop: Scop, chain: list[Statement], y: str, contracted: set[str],
     written = {s.accesses[-1].array for s in chain}
     out: dict[str, Operand] = {}
     for s in chain:
-        iv = [_isl_name(x) for x in s.iterators]
+        iv = [isl_name(x) for x in s.iterators]
         if len(iv) != 4 or extents(s) != [(0, 0), (0, oh - 1), (0, ow - 1), (0, k - 1)] \
                 or s.domain.n_basic_set() != 1 or s.domain.dim(isl.dim_type.param):
             return None
@@ -429,7 +429,7 @@ def _operands(scop: Scop, chain: list[Statement], y: str, contracted: set[str],
                 if a.index != ident:
                     return None
                 continue
-            addr = _addr(a, scop)
+            addr = flat_addr(a, scop)
             if addr is None or set(addr) - set(iv) - {1}:
                 return None  # (n, iv[0], is 0: its coefficient does not matter)
             op = Operand(a.array, addr.get(iv[1], 0), addr.get(iv[2], 0),
