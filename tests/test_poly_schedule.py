@@ -145,7 +145,7 @@ CASES = {
     "matmul": ((20, 70), lambda x: tf.matmul(x, _w(70, 50))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
     # A classifier head: the 1x1 conv's kernels prefetch the GEMV's 1.2 MB weight
-    # (lower.plan_prefetch); the Mean between them has no kernel.
+    # (prefetch.plan_prefetch); the Mean between them has no kernel.
     "conv_mean_matmul_head": ((1, 7, 7, 64), lambda x: tf.nn.softmax(tf.matmul(
         tf.reduce_mean(tf.nn.relu6(tf.nn.conv2d(x, _w(1, 1, 64, 512), 1, "VALID")), [1, 2]),
         _w(512, 600)))),
@@ -231,7 +231,7 @@ def test_poly_equals_textbook_bitwise_on_the_team(case, threads):
 def test_the_next_weight_panel_is_prefetched_during_each_column_tile(threads):
     """Column tiles outermost over a frozen weight of 1 MB or more (a 3x3x256x176 conv on a
     5x5 map, 1.6 MB in panels of 48 columns): each kernel call prefetches its share of the
-    next tile's panel (lower.plan_panel_prefetch), one line every second step; bit-identical
+    next tile's panel (prefetch.plan_panel_prefetch), one line every second step; bit-identical
     on the team, 2 and 3 threads. The partial last tile (32 columns) has no next panel."""
     info, _, new = _bitwise_case("conv_deep_weights_packed", threads=threads, team=True)
     assert info["tiled"][0]["order"] == "column tiles outermost"
@@ -245,13 +245,13 @@ def test_the_next_weight_panel_is_prefetched_during_each_column_tile(threads):
 
 
 def test_panel_prefetch_shares_cover_the_next_panel():
-    """rstf_pp_at / rstf_pp_lines (lower.PANEL_PREFETCH_C): the calls of a tile, each for
+    """rstf_pp_at / rstf_pp_lines (prefetch.PANEL_PREFETCH_C): the calls of a tile, each for
     its rows [g0, g1) of n, prefetch every line of the next panel, and no line twice
     but where two calls' shares meet inside it."""
     import subprocess
     import tempfile
 
-    from rstf.poly.lower import PANEL_PREFETCH_C
+    from rstf.poly.prefetch import PANEL_PREFETCH_C
 
     main = PANEL_PREFETCH_C + r"""
 #include <stdio.h>
@@ -532,7 +532,7 @@ def test_lowered_c_is_readable_and_marked():
     assert "rstf_mk" in new and "#pragma omp parallel for" in new and "#pragma omp simd" in new
     assert info["parallel_loops"] >= 1 and info["simd_loops"] >= 1
     # Every parallel loop in chunks the team's threads can steal (parallel.dynamic_schedule),
-    # at least lower.MIN_CHUNKS of them where the loop has that many iterations.
+    # at least cprint.MIN_CHUNKS of them where the loop has that many iterations.
     lines = new.splitlines()
     marked = [i for i, ln in enumerate(lines) if "#pragma omp parallel for" in ln]
     assert len(marked) == info["parallel_loops"]
@@ -846,12 +846,12 @@ def test_halo_band_carries_rows_in_a_sequential_row_loop(budget, rows, monkeypat
     down a buffer of as many rows as the byte budget holds (13 x 48 floats a row: 3 in
     no budget, 7 in 18 KB, 17 at most) and the shared row moves up when it reaches the
     end: 19 band rows cover every case, a move at each row down to none at all."""
-    from rstf.poly import band, lower
+    from rstf.poly import band, emit
 
     monkeypatch.setattr(band, "HALO_MIN_BYTES", 0)
-    monkeypatch.setattr(lower, "MIN_WORK", 10 ** 12)
+    monkeypatch.setattr(emit, "MIN_WORK", 10 ** 12)
     if budget is not None:
-        monkeypatch.setattr(lower, "WINDOW_BUFFER_BYTES", budget)
+        monkeypatch.setattr(emit, "WINDOW_BUFFER_BYTES", budget)
     shape = (1, 37, 13, 16)
 
     def build():

@@ -28,7 +28,7 @@ starts with it), computing into a buffer of the window's kh rows, for each band 
 rows s*h+lo .. s*h+lo+kh-1 it needs. The kh - s rows two windows share belong to both
 iterations (overlapped tiling): that is what keeps every iteration, and so the band loop,
 parallel. The lowering keeps one window per thread and, when the thread's previous band
-row was h-1, keeps those rows instead of computing them again (`lower._carry_rows`: the
+row was h-1, keeps those rows instead of computing them again (`emit.CallLowering._carry_rows`: the
 window slides down a buffer of a few windows, and they move to its top when it reaches the
 end), so only the first band row of each thread's chunk recomputes them. A's
 schedule becomes a relation (one point per window holding the row), which isl's AST

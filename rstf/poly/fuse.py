@@ -17,7 +17,7 @@ needs no workspace bytes.
 Fusion widens lifetimes: the generated C's memory plan may have given a group's output the
 bytes of a temporary the group reads (their lifetimes were disjoint op by op), which the
 polyhedral model cannot see (its buffers are distinct). The lowering therefore redoes the
-plan with one step per scheduled group (`lower.replan`): the buffers of one group never
+plan with one step per scheduled group (`workspace.replan`): the buffers of one group never
 share bytes.
 """
 from __future__ import annotations

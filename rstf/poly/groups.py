@@ -65,11 +65,11 @@ class Kernel:
     merged: str | None = None
     merged_n: int = 0
     # Lines of another group's weight (`prefetch_of`) that each call prefetches while it
-    # computes (`lower.plan_prefetch`); 0: none.
+    # computes (`prefetch.plan_prefetch`); 0: none.
     prefetch: int = 0
     prefetch_of: str | None = None
     # Each call prefetches its rows' share of the next column tile's weight panel
-    # (`lower.plan_panel_prefetch`).
+    # (`prefetch.plan_panel_prefetch`).
     panel_prefetch: bool = False
 
     @property

@@ -116,11 +116,11 @@ class Shape:
     # 0 <= j < J. Empty: the rows' own windows, every tap in range.
     slide: tuple = ()
     # Lines of another group's weight each call prefetches, two a reduction step, from the
-    # pointer `pf` its caller passes (`lower.plan_prefetch`); 0: none.
+    # pointer `pf` its caller passes (`prefetch.plan_prefetch`); 0: none.
     pf: int = 0
     # The next column tile's weight panel prefetched while this one's computes: `npp`
     # lines from the pointer `pp` its caller passes, one every second reduction step
-    # (`lower.plan_panel_prefetch`).
+    # (`prefetch.plan_panel_prefetch`).
     pp: bool = False
 
     @property
