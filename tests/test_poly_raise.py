@@ -10,7 +10,7 @@ from harness import load_graph_def, make_graph_def, tf
 from rstf.codegen import generate_subgraph
 from rstf.poly import (NotRaisable, check_schedule_legal, compute_dependences, raise_subgraph,
                        violated)
-from rstf.poly.raise_c import c_text, multiply_add
+from rstf.poly.cparse import c_text, multiply_add
 
 rng = np.random.RandomState(0)
 

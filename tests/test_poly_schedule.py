@@ -15,7 +15,7 @@ from rstf.poly import compute_dependences, optimize_source, raise_subgraph
 from rstf.poly import microkernel
 from rstf.poly.microkernel import choose_tile, fits_registers
 from rstf.poly.prepack import as_fed, pack, packed_shape
-from rstf.poly.raise_c import is_accumulation
+from rstf.poly.cparse import is_accumulation
 from rstf.poly.groups import call_dependences
 from rstf.poly.schedule import find_contraction, schedule_call
 from rstf.poly.target import AVX2, AVX512, AVX512_FULL, current, detect, use

@@ -10,7 +10,8 @@ failure of a later stage, leaves the subgraph's C as it was, with the diagnostic
 mis-compiled.
 """
 from .deps import Dependences, Violation, check_schedule_legal, compute_dependences, violated
-from .raise_c import Access, ArrayInfo, Call, NotRaisable, Scop, Statement, raise_subgraph
+from .raise_c import raise_subgraph
+from .scop import Access, ArrayInfo, Call, NotRaisable, Scop, Statement
 
 __all__ = ["Access", "ArrayInfo", "Call", "Dependences", "NotRaisable", "Scop", "Statement",
            "Violation", "check_schedule_legal", "compute_dependences", "optimize_source",

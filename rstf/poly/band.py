@@ -57,7 +57,7 @@ import islpy as isl
 from . import regepi
 from .deps import Dependences
 from .fuse import ROW_BYTES, array_users
-from .raise_c import Scop
+from .scop import Scop
 from .groups import (MIN_ROWS, CallSchedule, call_dependences, eq_prefix, union_maps,
                      violations)
 

@@ -14,7 +14,7 @@ import islpy as isl
 from pycparser import c_generator
 
 from .groups import extents
-from .raise_c import Statement
+from .scop import Statement
 
 
 # Statement instances in one chunk of a parallel loop (a few microseconds of kernel time),

@@ -29,7 +29,7 @@ from .groups import (CallSchedule, Kernel, call_dependences, extents, flat_addr,
 from .microkernel import Shape, dispatch_name, vlen
 from .parallel import dynamic_schedule
 from .prepack import PACK_DIM, Panels, operand_row, packing_of, plus_c
-from .raise_c import Scop, Statement, isl_name
+from .scop import Scop, Statement, isl_name
 
 
 MIN_WORK = 16384  # statement instances under a loop before a parallel region pays off

@@ -29,7 +29,8 @@ import islpy as isl
 
 from . import regepi
 from .deps import Dependences
-from .raise_c import Scop, Statement, isl_name, is_accumulation
+from .cparse import is_accumulation
+from .scop import Scop, Statement, isl_name
 from .microkernel import vlen
 from .groups import (CallSchedule, extents, is_pointwise, kernel_roles, pad_time,
                      row_major_access, violations)

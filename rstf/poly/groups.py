@@ -17,7 +17,7 @@ import islpy as isl
 
 from .deps import Dependences, check_schedule_legal
 from .microkernel import Shape, vlen
-from .raise_c import Scop, Statement, isl_name
+from .scop import Scop, Statement, isl_name
 
 
 @dataclasses.dataclass

@@ -33,7 +33,7 @@ from .emit import CallLowering, LoweringStats, window_start
 from .groups import CallSchedule
 from .microkernel import dispatch_source, prelude
 from .prefetch import PANEL_PREFETCH_C, PREFETCH_C, plan_panel_prefetch, plan_prefetch
-from .raise_c import Scop
+from .scop import Scop
 from .winograd import helpers as winograd_helpers, plan as winograd_plan
 from .winograd import source as winograd_source
 from .workspace import (entry_source, group_buffers, replan, retable_header, scratch_name,

@@ -13,7 +13,7 @@ import math
 
 from .band import BandGroup
 from .groups import CallSchedule
-from .raise_c import Scop
+from .scop import Scop
 
 
 # Prefetching a GEMV's weight while the group before it computes (`plan_prefetch`).

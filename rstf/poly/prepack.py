@@ -34,7 +34,7 @@ import dataclasses
 import numpy as np
 
 from .microkernel import vlen
-from .raise_c import Scop, isl_name
+from .scop import Scop, isl_name
 from .groups import Kernel, flat_addr
 
 

@@ -41,7 +41,7 @@ from pycparser import c_ast
 
 from .microkernel import (guarded, kernel_text, lanes, reduction_args, reduction_params,
                           splat, vectors)
-from .raise_c import Scop, Statement, isl_name
+from .scop import Scop, Statement, isl_name
 from .groups import CallSchedule, Kernel, extents, flat_addr, kernel_roles
 from .target import current
 

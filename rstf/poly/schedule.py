@@ -65,7 +65,8 @@ from .groups import (MIN_ROWS, CallSchedule, Kernel, extents, flat_addr, is_poin
 from .microkernel import (thread_balance, choose_order, choose_tile, single_vector_tile,
                           threads, vlen)
 from .target import current
-from .raise_c import Scop, Statement, isl_name, multiply_add
+from .cparse import multiply_add
+from .scop import Scop, Statement, isl_name
 
 
 def find_contraction(s: Statement, scop: Scop) -> Kernel | None:

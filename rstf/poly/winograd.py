@@ -69,7 +69,7 @@ import numpy as np
 from . import regepi
 from .microkernel import fits_registers, vlen
 from .parallel import dynamic_schedule
-from .raise_c import Scop, Statement, isl_name
+from .scop import Scop, Statement, isl_name
 from .groups import CallSchedule, extents, flat_addr
 
 RB = 6  # tiles of one register tile

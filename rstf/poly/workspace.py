@@ -11,7 +11,8 @@ from pycparser import c_ast
 
 from .band import BandGroup, parts_of
 from .groups import CallSchedule
-from .raise_c import Scop, c_text
+from .cparse import c_text
+from .scop import Scop
 
 
 def local_buffers(cs) -> set[str]:
