@@ -34,8 +34,8 @@ from .groups import CallSchedule
 from .microkernel import dispatch_source, prelude
 from .prefetch import PANEL_PREFETCH_C, PREFETCH_C, plan_panel_prefetch, plan_prefetch
 from .scop import Scop
-from .winograd import helpers as winograd_helpers, plan as winograd_plan
-from .winograd import source as winograd_source
+from .winograd import plan as winograd_plan
+from .winograd_c import helpers as winograd_helpers, source as winograd_source
 from .workspace import (entry_source, group_buffers, replan, retable_header, scratch_name,
                         scalar_statement_names, workspace_param)
 
