@@ -17,7 +17,8 @@ from rstf.poly.microkernel import choose_tile, fits_registers
 from rstf.poly.prepack import as_fed, pack, packed_shape
 from rstf.poly.cparse import is_accumulation
 from rstf.poly.groups import call_dependences
-from rstf.poly.schedule import find_contraction, schedule_call
+from rstf.poly.contraction import find_contraction
+from rstf.poly.schedule import schedule_call
 from rstf.poly.target import AVX2, AVX512, AVX512_FULL, current, detect, use
 from rstf.tfutil import tf
 
@@ -133,7 +134,7 @@ CASES = {
     "conv_1x1_fan_out_in_registers": ((1, 6, 6, 8), lambda x: (lambda m: tf.nn.relu(m) + m[..., :1])(
         tf.nn.conv2d(x, _w(1, 1, 8, 32), 1, "SAME") + _w(32))),
     # A 7x7 map's 1x1 conv: its rows and columns follow each other in memory, so the 49
-    # pixels are one row of kernel chunks (schedule.merge_rows), the residual add (rows at
+    # pixels are one row of kernel chunks (contraction.merge_rows), the residual add (rows at
     # the same strides) still in registers.
     "conv_1x1_7x7_merged_rows_residual_in_registers": ((1, 7, 7, 160), lambda x: (
         tf.nn.conv2d(x, _w(1, 1, 160, 160), 1, "VALID") * _w(160) + _w(160) + x)),
@@ -331,7 +332,7 @@ def test_poly_equals_textbook_bitwise(case, target):
         assert info["tiled"] and info["kernel_calls"] > 0, info
     # Merged rows (target.merge_rows) are on for AVX2 and AVX512_FULL: a 1x1 conv over a
     # small map whose rows follow each other runs its pixels as one row where the tile
-    # model says it pays (schedule.merge_rows): not the 7x7 map's 7x32 tiles of K=160.
+    # model says it pays (contraction.merge_rows): not the 7x7 map's 7x32 tiles of K=160.
     merged = {"conv_1x1_7x7_merged_rows_broadcast_epilogue", "conv_1x1_bn_relu6_in_registers",
               "conv_1x1_bn_residual_in_registers", "conv_mean_matmul_head"}
     assert all((t["loops"][0] == "oh x ow") == (target is AVX512_FULL and case in merged)
@@ -520,7 +521,7 @@ def test_kernels_round_like_the_statement_they_replace():
 
 def test_lowered_c_is_readable_and_marked():
     # 40 input channels: the 40-step calls leave kh and kw outside, summing into a row
-    # buffer that the Relu reads (schedule.SHORT_CALL)
+    # buffer that the Relu reads (contraction.SHORT_CALL)
     def build():
         x = tf.compat.v1.placeholder(tf.float32, [1, 17, 17, 40], name="x")
         y = tf.nn.relu(tf.nn.conv2d(x, _w(3, 3, 40, 64), 1, "SAME"))
@@ -596,7 +597,7 @@ def test_contraction_roles():
 ])
 def test_which_reductions_a_conv_kernel_runs(ic, padding, inside):
     """Which of a 3x3 conv's reduction loops one kernel call runs beside ic, and which
-    stay outside it and accumulate through memory (schedule.find_contraction)."""
+    stay outside it and accumulate through memory (contraction.find_contraction)."""
     def build():
         x = tf.compat.v1.placeholder(tf.float32, [1, 12, 12, ic], name="x")
         tf.identity(tf.nn.conv2d(x, _w(3, 3, ic, 64), 1, padding), name="out")
