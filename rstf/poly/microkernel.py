@@ -21,7 +21,7 @@ sliding-window variant that loads each input column once and feeds the up to thr
 whose taps read it (0.61 loads per FMA instead of 1.125, bit-identical) was measured on
 MobileNet v2's stride-1 depthwise kernels (hand-patched C, Zen 4): kernels 1.004x in A/B,
 no gain, so these kernels are not bound by their loads and the simple form stays. What
-does pay on the small maps is a *sliding row* (`Shape.slide`, schedule.sliding_row): one
+does pay on the small maps is a *sliding row* (`Shape.slide`, contraction.sliding_row): one
 call for a whole output row of at most 16, its border taps skipped inside, instead of a
 chunk of rows plus a one-row kernel at each border.
 
