@@ -357,8 +357,8 @@ def compare_model(model, out_dir, inputs: str | None = None, rtol: float = 1e-4,
 
 class _CallableModule(types.ModuleType):
     """This module is also the API function: `rstf.compare(model, out_dir_or_result, ...)`
-    runs `compare_model`, as `rstf.api.compare` does (once imported, a submodule shadows a package attribute of its
-    name, so the module itself has to be callable)."""
+    runs `compare_model`, as `rstf.api.compare` does (once imported, a submodule shadows a
+    package attribute of its name, so the module itself has to be callable)."""
 
     def __call__(self, *args, **kwargs):
         return compare_model(*args, **kwargs)

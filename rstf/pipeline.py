@@ -141,7 +141,8 @@ def partition(sel: Selection, max_ops: int, log, advance=None) -> list[list[list
     return split_all
 
 
-def select_parts(graph: Graph, max_ops: int, log, keep=None) -> tuple[list[list[str]], dict[str, str]]:
+def select_parts(graph: Graph, max_ops: int, log,
+                 keep=None) -> tuple[list[list[str]], dict[str, str]]:
     """The subgraphs to generate (every cluster's parts, in order) and the reasons."""
     sel = select(graph, keep)
     return [p for split in partition(sel, max_ops, log) for p in split], sel.reasons

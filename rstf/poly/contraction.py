@@ -141,7 +141,8 @@ def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float) -> Kernel | 
     # collapse, so charge the threads' idle share (20 tiles on 16 threads).
     tiles = -(-cols // (vlen() * tile[1]))
     par = tiles * (1 if n_o * n % tile[0] else n_o * n // tile[0])
-    busy = thread_balance(par, threads()) / thread_balance(n_o * -(-cols // (vlen() * kern.nv)), threads())
+    busy = (thread_balance(par, threads())
+            / thread_balance(n_o * -(-cols // (vlen() * kern.nv)), threads()))
     if tile[2] / busy >= cost * MERGE_GAIN:
         return None
     o_c = dict(zip(iv, s.iterators))[o]

@@ -171,7 +171,8 @@ def guards_of(cond, env) -> list[tuple[Affine, str, str]]:
         except AffineError as e:
             raise NotRaisable(f"{line_of(cond)}: condition '{c_text(cond)}' is not affine ({e}; "
                               f"a data-dependent 'if' is outside the subset)") from None
-        return [(*constraint_of(lhs, cond.op, rhs), f"{fmt_affine(lhs)} {_CMP[cond.op]} {fmt_affine(rhs)}")]
+        return [(*constraint_of(lhs, cond.op, rhs),
+                 f"{fmt_affine(lhs)} {_CMP[cond.op]} {fmt_affine(rhs)}")]
     raise NotRaisable(f"{line_of(cond)}: condition '{c_text(cond)}' is not a conjunction (&&) "
                       f"of affine comparisons")
 

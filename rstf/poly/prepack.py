@@ -5,8 +5,8 @@ weight, seen as `rows` rows of `cols` columns) one column tile at a time: VB con
 columns of every row, rows `cols` floats apart. Read in place, that is a strided walk
 (power-of-two strides conflict in the cache's sets), and a weight-heavy layer (MobileNet's
 7x7 Conv_1, 1.6 MB; its classifier, 5.1 MB) pays for it on every call; the lowering's
-per-call packing (`Packing`, planned by `packing_of`) copies each panel into a contiguous buffer first, which
-costs a read, a write and a serial phase before each tile's arithmetic.
+per-call packing (`Packing`, planned by `packing_of`) copies each panel into a contiguous
+buffer first, which costs a read, a write and a serial phase before each tile's arithmetic.
 
 When B is a constant input of the custom op (a frozen weight), the copy can be made once
 instead: the splice gives the op a Const holding B's *panel layout*, and the kernels read
