@@ -17,12 +17,11 @@ written to a temporary .pb first. Bad input raises `rstf.errors.RstfError`.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import tempfile
 
-from .errors import RstfError
+from .modelpath import is_graph_def, model_path
 
 
 @dataclasses.dataclass
@@ -63,27 +62,6 @@ class OptimizeResult:
                 f"{pct}, optimize {r['optimize_seconds']:.1f} s)")
 
 
-def _is_graph_def(model) -> bool:
-    return hasattr(model, "SerializeToString") and hasattr(model, "node")
-
-
-@contextlib.contextmanager
-def _model_path(model, name: str = "model"):
-    """A path for `model`: itself, or a temporary .pb holding a GraphDef object."""
-    if _is_graph_def(model):
-        with tempfile.TemporaryDirectory(prefix="rstf-model-") as d:
-            path = os.path.join(d, f"{name}.pb")
-            with open(path, "wb") as f:
-                f.write(model.SerializeToString())
-            yield path
-        return
-    if isinstance(model, (str, os.PathLike)):
-        yield os.fspath(model)
-        return
-    raise RstfError(f"model: expected a path or a tf.compat.v1.GraphDef, got "
-                    f"{type(model).__name__}")
-
-
 def optimize(model, out_dir=None, *, input_shapes=None, outputs=None, max_ops=None,
              march: str = "native", force: bool = False, optimizer: str = "poly",
              threads: int = 0, occupancy: float = 1.0, jobs: int | None = None,
@@ -109,11 +87,11 @@ def optimize(model, out_dir=None, *, input_shapes=None, outputs=None, max_ops=No
     from .pipeline import DEFAULT_MAX_OPS
     from .pipeline import optimize as run
 
-    given = _is_graph_def(model)
+    given = is_graph_def(model)
     if given and out_dir is None:
         out_dir = os.path.join(tempfile.mkdtemp(prefix="rstf-"), "model.rstf")
     shapes = {k: tuple(v) for k, v in input_shapes.items()} if input_shapes else None
-    with _model_path(model) as path:
+    with model_path(model) as path:
         report = run(path, out_dir, shapes, list(outputs) if outputs else None,
                      DEFAULT_MAX_OPS if max_ops is None else max_ops, march, force, log=log,
                      model_name=model_name, model_version=model_version,
@@ -146,22 +124,10 @@ def compare(model, out_dir, inputs: str | None = None, rtol: float = 1e-4, reps:
         >>> check = rstf.compare("model.pb", result)
         >>> check["passed"], check["outputs"][0]["spread_ratio"], check["latency_ms"]["rstf"]
     """
-    from .compare import compare as run
-    from .compare import compare_per_subgraph
-    from .inputs import parse_input_range
+    from .compare import compare_model
 
-    if isinstance(out_dir, OptimizeResult):
-        out_dir = out_dir.output_dir
-    if reps < 1:
-        raise RstfError("--reps must be at least 1")
-    if batch < 1:
-        raise RstfError("--batch must be at least 1")
-    input_range = parse_input_range(input_range)
-    with _model_path(model) as path:
-        if per_subgraph:
-            return compare_per_subgraph(path, out_dir, inputs, rtol, seed, input_range, warn)
-        return run(path, out_dir, inputs, rtol, reps, seed, batch=batch,
-                   input_range=input_range, warn=warn)
+    return compare_model(model, out_dir, inputs, rtol, reps, seed, per_subgraph, batch,
+                         input_range, warn)
 
 
 def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None,
@@ -176,6 +142,6 @@ def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None,
     from .inspect_graph import inspect as run
 
     shapes = {k: tuple(v) for k, v in input_shapes.items()} if input_shapes else None
-    with _model_path(model) as path:
+    with model_path(model) as path:
         return run(path, shapes, list(outputs) if outputs else None, max_ops, svg,
                    fold_scales)

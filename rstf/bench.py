@@ -140,7 +140,7 @@ def rstf_problems(result: dict) -> list[str]:
 
 def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol, log,
                  input_range, optimized) -> dict:
-    from .compare import _errors, graph_fetches, spread_ratio, write_run_files
+    from .compare import output_errors, graph_fetches, spread_ratio, write_run_files
     from .graph import load_model
     from .inputs import draw_inputs
 
@@ -169,7 +169,7 @@ def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol,
         if ref_ms and row.get("median_ms") is not None:
             row["ratio_vs_eigen"] = row["median_ms"] / ref_ms
         if ref is not None:
-            row["max_rel_err"] = max((_errors(r.astype(np.float64), o.astype(np.float64))[1]
+            row["max_rel_err"] = max((output_errors(r.astype(np.float64), o.astype(np.float64))[1]
                                       for r, o in zip(ref, outputs[engine])), default=0.0)
             if not row["max_rel_err"] <= rtol:
                 row["status"] = "mismatch"
@@ -198,7 +198,7 @@ def _run_engine(engine, model, tmp, original, inputs, fetches, reps, input_shape
                 march, threads, log, optimized_dir=None):
     """(row, outputs or None) of one engine; failures become the row's status. An rstf
     engine with `optimized_dir` runs the model optimized there."""
-    from .compare import _run
+    from .compare import run_engine
 
     missing = missing_packages(engine)
     if missing:
@@ -213,7 +213,7 @@ def _run_engine(engine, model, tmp, original, inputs, fetches, reps, input_shape
         elif engine in ("tf-xla", "onnxruntime", "openvino"):
             runtime = engine
         save = os.path.join(tmp, f"{engine}.npz")
-        result = _run(engine, graph_path, libs, inputs, fetches, reps, env, save, runtime)
+        result = run_engine(engine, graph_path, libs, inputs, fetches, reps, env, save, runtime)
         with np.load(save) as npz:
             outs = [npz[f"out{i}"] for i in range(len(fetches))]
     except _NotInstalled as e:
@@ -271,7 +271,7 @@ def _output_files(out: str, report: dict):
 
 # --------------------------------------------------------------------------- the runtimes
 # Each runs in the engine's own process (rstf.runner --engine NAME) and returns
-# runner.timed's dict, with what shows that the runtime really ran the graph.
+# timing.timed's dict, with what shows that the runtime really ran the graph.
 
 
 def _feeds(inputs_path: str) -> dict[str, np.ndarray]:
@@ -290,7 +290,7 @@ def _read_graph_def(graph_path: str):
 
 def run_xla(graph_path, inputs_path, fetches, reps, save) -> dict:
     """The frozen graph as one `tf.function(jit_compile=True)`: XLA compiles all of it."""
-    from .runner import timed
+    from .timing import timed
     from .tfutil import tf
 
     gd = _read_graph_def(graph_path)
@@ -312,7 +312,7 @@ def run_onnxruntime(graph_path, inputs_path, fetches, reps, save) -> dict:
     import onnxruntime as ort
     import tf2onnx
 
-    from .runner import timed
+    from .timing import timed
 
     feeds = _feeds(inputs_path)
     proto, _ = tf2onnx.convert.from_graph_def(_read_graph_def(graph_path),
@@ -327,7 +327,7 @@ def run_openvino(graph_path, inputs_path, fetches, reps, save) -> dict:
     """OpenVINO's TensorFlow frontend on the frozen graph, CPU, fp32 inference."""
     import openvino as ov
 
-    from .runner import timed
+    from .timing import timed
 
     feeds = _feeds(inputs_path)
     core = ov.Core()

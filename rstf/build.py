@@ -195,7 +195,7 @@ def tf_flags() -> tuple[list[str], list[str]]:
     return tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
 
 
-def _run(cmd: list[str], what: str, log_dir: str | None = None) -> None:
+def run_tool(cmd: list[str], what: str, log_dir: str | None = None) -> None:
     """Run one compiler command; on failure the whole output goes to a log file that the
     one-line error names (a compiler's output is never dumped on the user's terminal)."""
     try:
@@ -277,7 +277,7 @@ def cache_key(c_sources: dict[str, str], cc_source: str, headers: dict[str, str]
     return key.hexdigest()[:32]
 
 
-def _file_sha256(path: str) -> str:
+def file_sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -296,7 +296,7 @@ def _verified(lib: str) -> bool:
         return False
     check_trusted(lib + ".sha256")
     with open(lib + ".sha256") as f:
-        return f.read().strip() == _file_sha256(lib)
+        return f.read().strip() == file_sha256(lib)
 
 
 def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, digest, final_dir,
@@ -319,14 +319,14 @@ def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, diges
         if team:
             units.append(TEAM_SOURCE)
         with concurrent.futures.ThreadPoolExecutor(jobs or os.cpu_count() or 2) as pool:
-            wrapper = pool.submit(_run, cxx, "the TensorFlow op wrapper")
+            wrapper = pool.submit(run_tool, cxx, "the TensorFlow op wrapper")
             futures = {wrapper: None}
             for name in units:
                 obj = os.path.join(work, name + ".o")
                 objs.append(obj)
                 # RSTF_TEAM: the generated C's loops run on the team (lower.MACROS).
                 futures[pool.submit(
-                    _run, [toolchain.cc, *toolchain.flags, *(["-DRSTF_TEAM"] if team else []),
+                    run_tool, [toolchain.cc, *toolchain.flags, *(["-DRSTF_TEAM"] if team else []),
                            "-c", os.path.join(work, name), "-o", obj], name)] = name
             for fut in concurrent.futures.as_completed(futures):
                 fut.result()
@@ -335,14 +335,14 @@ def _build(c_sources, cc_source, headers, toolchain, tf_cflags, tf_lflags, diges
         tmp_lib = os.path.join(work, os.path.basename(lib))
         # With its own team the library needs nothing of libgomp, and must not load it: its
         # GOMP_* are the team's (hidden), so a libgomp loaded beside them is never used.
-        _run(["g++", "-shared", *(["-pthread"] if team else ["-fopenmp"]), "-o", tmp_lib,
+        run_tool(["g++", "-shared", *(["-pthread"] if team else ["-fopenmp"]), "-o", tmp_lib,
               *objs, *tf_lflags, *link_libs(toolchain.flags), *sanitize_flags()],
              "the op library (link)")
         if team:
             _check_no_libgomp(tmp_lib)
         on_done()
         with open(tmp_lib + ".sha256", "w") as f:
-            f.write(_file_sha256(tmp_lib))
+            f.write(file_sha256(tmp_lib))
         os.rename(work, final_dir)  # atomic publish, under the key's lock
         return lib
     finally:
@@ -396,4 +396,4 @@ def compile_c_shared(source: str, out_path: str, march: str = "native",
         # Polly's parallel loops call libgomp, which clang does not link by itself.
         libs = ["-lm"] if toolchain.cc == "gcc" else ["-lm", "-lgomp"]
         libs += link_libs(flags)
-        _run([toolchain.cc, *flags, "-shared", *units, "-o", out_path, *libs], "generated C")
+        run_tool([toolchain.cc, *flags, "-shared", *units, "-o", out_path, *libs], "generated C")

@@ -89,7 +89,7 @@ def write_run_files(tmp: str, graph, feeds: dict) -> tuple[str, str]:
     return in_path, orig_path
 
 
-def _run(label: str, graph_path: str, libs: list[str], inputs: str, fetches: list[str],
+def run_engine(label: str, graph_path: str, libs: list[str], inputs: str, fetches: list[str],
          reps: int, env_extra: dict[str, str], save: str, engine: str = "tf",
          rewrites: bool = True) -> dict:
     cmd = [sys.executable, "-m", "rstf.runner", "--graph", graph_path, "--inputs", inputs,
@@ -133,19 +133,19 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
         for label, path, lib, env, rewrites in configs if latency else [configs[0], configs[2]]:
             save = os.path.join(tmp, f"{label}.npz")
             timed = latency and rewrites  # the Grappler-off run gives numbers only
-            runs[label] = _run(label, path, lib, in_path, fetches, reps if timed else 0,
+            runs[label] = run_engine(label, path, lib, in_path, fetches, reps if timed else 0,
                                env, save, rewrites=rewrites)
             runs[label]["outputs"] = [np.load(save)[f"out{i}"] for i in range(len(fetches))]
     outputs, passed = [], True
     for i, name in enumerate(fetches):
         ref = runs["tf_eigen"]["outputs"][i].astype(np.float64)
         got = runs["rstf"]["outputs"][i].astype(np.float64)
-        abs_err, rel_err = _errors(ref, got)
+        abs_err, rel_err = output_errors(ref, got)
         ok = bool(rel_err <= rtol)
         passed &= ok
         spread = parts = None
         if "tf_onednn" in runs:
-            parts = {k: _errors(ref, runs[run]["outputs"][i].astype(np.float64))[1]
+            parts = {k: output_errors(ref, runs[run]["outputs"][i].astype(np.float64))[1]
                      for k, run in (("onednn", "tf_onednn"), ("grappler_off", "tf_eigen_plain"))}
             spread = max(parts.values())
         outputs.append({"name": name, "shape": list(ref.shape), "max_abs_err": abs_err,
@@ -168,7 +168,7 @@ def _shapes(feeds: dict) -> dict[str, list]:
     return {k.removesuffix(":0"): list(v.shape) for k, v in feeds.items()}
 
 
-def _errors(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
+def output_errors(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
     """(max_abs_err, max_rel_err) of `got` against the reference `ref` (module docstring);
     (inf, inf) for a shape mismatch or a non-finite difference where `ref` is not NaN too."""
     if ref.shape != got.shape:
@@ -249,7 +249,7 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
         np.savez(in_path, **feeds)
         with open(gpath, "wb") as f:
             f.write(graph.graph_def.SerializeToString())
-        _run("reference", gpath, [], in_path, fetches, 0, EIGEN_ENV, save)
+        run_engine("reference", gpath, [], in_path, fetches, 0, EIGEN_ENV, save)
         with np.load(save) as ref_npz:
             ref = {t: ref_npz[f"out{i}"] for i, t in enumerate(fetches)}
         onednn = _onednn_per_subgraph(gpath, graph, codes, ref, tmp)
@@ -280,8 +280,8 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
         outs = []
         for s, v in zip(sg.outputs, got):
             r = ref[s.tensor].astype(np.float64)
-            abs_err, rel_err = _errors(r, v.astype(np.float64))
-            spread = _errors(r, onednn[s.tensor].astype(np.float64))[1]
+            abs_err, rel_err = output_errors(r, v.astype(np.float64))
+            spread = output_errors(r, onednn[s.tensor].astype(np.float64))[1]
             outs.append({"name": s.tensor, "max_abs_err": abs_err, "max_rel_err": rel_err,
                          "tf_spread": spread, "spread_ratio": spread_ratio(rel_err, spread)})
         worst = max((o["max_rel_err"] for o in outs), default=0.0)
@@ -323,7 +323,7 @@ def _onednn_per_subgraph(gpath: str, graph, codes, ref: dict, tmp: str) -> dict:
         in_path, save = (os.path.join(tmp, f"onednn{k}.{x}.npz") for x in ("in", "out"))
         np.savez(in_path, **{t: ref[t] for t in sorted(fed)})
         fetch = sorted(fetched)
-        _run("TF oneDNN", gpath, [], in_path, fetch, 0, ONEDNN_ENV, save)
+        run_engine("TF oneDNN", gpath, [], in_path, fetch, 0, ONEDNN_ENV, save)
         with np.load(save) as npz:
             values.update((t, npz[f"out{i}"]) for i, t in enumerate(fetch))
     return values
@@ -338,22 +338,41 @@ def _first_bad_node(graph, sg, value, rtol, run_subgraph_c, generate_subgraph):
         for t, v in outs.items():
             if t.rpartition(":")[0] != n:
                 continue
-            abs_err, rel_err = _errors(value(t).astype(np.float64), v.astype(np.float64))
+            abs_err, rel_err = output_errors(value(t).astype(np.float64), v.astype(np.float64))
             if not rel_err <= rtol:
                 return {"node": n, "op": graph.nodes[n].op, "tensor": t,
                         "max_abs_err": abs_err, "max_rel_err": rel_err}
     return None
 
 
+def compare_model(model, out_dir, inputs: str | None = None, rtol: float = 1e-4,
+                  reps: int = 5, seed: int = 0, per_subgraph: bool = False, batch: int = 1,
+                  input_range=None, warn=None) -> dict:
+    """`rstf.api.compare` (whose docstring says what it returns): `model` a path or a
+    GraphDef, `out_dir` the output folder or an `OptimizeResult`."""
+    from .inputs import parse_input_range
+    from .modelpath import model_path
+
+    out_dir = getattr(out_dir, "output_dir", out_dir)  # an api.OptimizeResult
+    if reps < 1:
+        raise RstfError("--reps must be at least 1")
+    if batch < 1:
+        raise RstfError("--batch must be at least 1")
+    input_range = parse_input_range(input_range)
+    with model_path(model) as path:
+        if per_subgraph:
+            return compare_per_subgraph(path, out_dir, inputs, rtol, seed, input_range, warn)
+        return compare(path, out_dir, inputs, rtol, reps, seed, batch=batch,
+                       input_range=input_range, warn=warn)
+
+
 class _CallableModule(types.ModuleType):
     """This module is also the API function: `rstf.compare(model, out_dir_or_result, ...)`
-    calls `rstf.api.compare` (once imported, a submodule shadows a package attribute of its
-    name, so the module itself has to be callable)."""
+    runs `compare_model`, as `rstf.api.compare` does (once imported, a submodule shadows a
+    package attribute of its name, so the module itself has to be callable)."""
 
     def __call__(self, *args, **kwargs):
-        from .api import compare as api_compare
-
-        return api_compare(*args, **kwargs)
+        return compare_model(*args, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallableModule

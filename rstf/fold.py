@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 
 from .errors import RstfError
-from .graph import input_node
+from .names import input_node
 from .tfutil import tf
 
 MAX_FOLDED_BYTES = 64 << 20  # a folded value larger than this stays a computation

@@ -122,9 +122,9 @@ def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> V
     from .build import c_toolchain
     from .cexec import run_subgraph_c
     from .codegen import generate_subgraph
-    from .compare import _errors, graph_fetches
+    from .compare import output_errors, graph_fetches
     from .graph import load_model
-    from .pipeline import _apply_poly, _select
+    from .pipeline import apply_poly, select_parts
     from .splice import mark_weights, weight_value
 
     toolchain = toolchain or c_toolchain(options.optimizer)
@@ -133,7 +133,7 @@ def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> V
         with open(model, "wb") as f:
             f.write(graph_def.SerializeToString())
         graph = load_model(model, fold=True, fold_scales=options.optimizer == "poly")
-    parts, _ = _select(graph, options.max_ops, lambda m: None)
+    parts, _ = select_parts(graph, options.max_ops, lambda m: None)
     codes = [generate_subgraph(graph, nodes, i) for i, nodes in enumerate(parts)]
     problems = [f"subgraph {i} has {len(p)} nodes > max_ops {options.max_ops}"
                 for i, p in enumerate(parts) if len(p) > options.max_ops]
@@ -143,7 +143,7 @@ def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> V
         from .poly.target import detect
 
         vec = detect("native", toolchain.cc).name
-        infos = [_apply_poly(sg, optimize_source(
+        infos = [apply_poly(sg, optimize_source(
             sg.source, sg.entry, True, True,
             frozenset(s.cname for s in sg.inputs if graph.is_const(s.tensor)),
             options.winograd, vec), lambda m: None) for sg in codes]
@@ -155,7 +155,7 @@ def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> V
     original = _tf_run(graph_def, feeds, outputs)
     worst = 0.0
     for t in outputs:  # the folds (constants, batch norm's scales) keep the graph's value
-        err = _errors(original[t].astype(np.float64), ref[t].astype(np.float64))[1]
+        err = output_errors(original[t].astype(np.float64), ref[t].astype(np.float64))[1]
         worst = max(worst, err)
         if not err <= options.rtol:
             problems.append(f"the folded graph's {t} differs from the model's "
@@ -166,7 +166,7 @@ def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> V
                else ref[s.tensor] for s in sg.inputs}
         got = run_subgraph_c(sg, ins, toolchain=toolchain)  # libgomp's team: a quicker build
         for s in sg.outputs:
-            err = _errors(ref[s.tensor].astype(np.float64),
+            err = output_errors(ref[s.tensor].astype(np.float64),
                           got[s.tensor].astype(np.float64))[1]
             worst = max(worst, err)
             if not err <= options.rtol:

@@ -15,34 +15,12 @@ from typing import Iterable
 import numpy as np
 
 from .errors import RstfError
+from .names import FORWARDING_OPS, input_node, split_tensor, tensor_name  # noqa: F401
 from .tfutil import tf
 
-# Ops that only forward a tensor: a chain of them over a Const is itself a constant.
-FORWARDING_OPS = {"Identity", "StopGradient", "Snapshot"}
 # Nodes that never count as computation in coverage figures.
 PROTOBUF_LIMIT = 2**31  # bytes: protobuf cannot parse a message this large
 TRIVIAL_OPS = {"Const", "Identity", "Placeholder", "PlaceholderWithDefault", "NoOp"}
-
-
-def split_tensor(name: str) -> tuple[str, int]:
-    """'node:1' -> ('node', 1); 'node' -> ('node', 0). Control inputs ('^x') are not tensors."""
-    if name.startswith("^"):
-        raise ValueError(f"control input {name!r} is not a tensor")
-    node, sep, idx = name.rpartition(":")
-    if sep and idx.isdigit():
-        return node, int(idx)
-    return name, 0
-
-
-def input_node(ref: str) -> str:
-    """The node a NodeDef input names: 'node:1', 'node' and the control input '^node' all
-    name 'node'."""
-    return split_tensor(ref.lstrip("^"))[0]
-
-
-def tensor_name(node: str, index: int) -> str:
-    """Canonical tensor name: always 'node:index'."""
-    return f"{node}:{index}"
 
 
 @dataclasses.dataclass

@@ -21,7 +21,7 @@ The input GraphDef is not changed.
 """
 from __future__ import annotations
 
-from .graph import FORWARDING_OPS, split_tensor
+from .names import FORWARDING_OPS, split_tensor
 
 PASS_THROUGH = FORWARDING_OPS | {"IdentityN"}
 

@@ -141,7 +141,8 @@ def partition(sel: Selection, max_ops: int, log, advance=None) -> list[list[list
     return split_all
 
 
-def _select(graph: Graph, max_ops: int, log, keep=None) -> tuple[list[list[str]], dict[str, str]]:
+def select_parts(graph: Graph, max_ops: int, log,
+                 keep=None) -> tuple[list[list[str]], dict[str, str]]:
     """The subgraphs to generate (every cluster's parts, in order) and the reasons."""
     sel = select(graph, keep)
     return [p for split in partition(sel, max_ops, log) for p in split], sel.reasons
@@ -270,7 +271,7 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
                      for sg in codes]
             results = run_ordered(optimize_source, tasks, jobs, st.advance,
                                   [len(sg.source) for sg in codes])
-        poly = [_apply_poly(sg, r, log) for sg, r in zip(codes, results)]
+        poly = [apply_poly(sg, r, log) for sg, r in zip(codes, results)]
     for sg, info in zip(codes, poly):
         if one is not None:
             batch.mark_batched(sg, graph, one)
@@ -316,7 +317,7 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
     return report
 
 
-def _apply_poly(sg: SubgraphCode, result: tuple[str, dict], log) -> dict:
+def apply_poly(sg: SubgraphCode, result: tuple[str, dict], log) -> dict:
     """Install one subgraph's polyhedral result: its source gains parallel loops."""
     sg.source, info = result
     if "workspace_bytes" in info:  # the pass re-plans the workspace for its schedule

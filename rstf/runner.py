@@ -15,7 +15,8 @@ import argparse
 import json
 import statistics
 import sys
-import time
+
+from .timing import timed
 
 
 def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
@@ -62,23 +63,6 @@ def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
         feed = {g.get_tensor_by_name(k): v for k, v in feeds.items()}
         fetch = [g.get_tensor_by_name(t) for t in fetches]
         return timed(lambda: sess.run(fetch, feed), reps, save, client=label)
-
-
-def timed(call, reps: int, save: str | None, **extra) -> dict:
-    """One warm-up call (graph optimisation, compilation, allocations), then `reps` timed
-    calls; the warm-up's outputs (a list of arrays) are saved as out0, out1, ..."""
-    import numpy as np
-
-    outs = call()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - t0) * 1e3)
-    if save:
-        np.savez(save, **{f"out{i}": np.asarray(o) for i, o in enumerate(outs)})
-    return {"latency_ms": statistics.median(times) if times else None, "times_ms": times,
-            **extra}
 
 
 def main(argv=None) -> int:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import input_node, split_tensor
+from .names import input_node, split_tensor
 from .tfutil import tf
 
 CONTRACTIONS = {"Conv2D", "DepthwiseConv2dNative", "MatMul"}

@@ -58,7 +58,7 @@ def _tf_libs(tfd: str) -> list[str]:
 def client_path() -> str:
     """The compiled client, built on first use (an atomic rename into the build cache).
     Raises ClientUnavailable when it is not built yet and there is no gcc to build it."""
-    from .build import _run
+    from .build import run_tool
     from .cache import check_trusted, locked, private_cache_dir
 
     tfd = tf_dir()
@@ -84,7 +84,7 @@ def client_path() -> str:
         fd, tmp = tempfile.mkstemp(prefix=".tf_client.", dir=cache)
         os.close(fd)
         try:
-            _run(["gcc", "-O2", "-std=c11", "-w", SOURCE, "-I", os.path.join(tfd, "include"),
+            run_tool(["gcc", "-O2", "-std=c11", "-w", SOURCE, "-I", os.path.join(tfd, "include"),
                   *libs, f"-Wl,-rpath,{tfd}", "-o", tmp], "the TensorFlow C client")
             os.chmod(tmp, 0o700)
             os.replace(tmp, exe)
@@ -97,11 +97,11 @@ def client_path() -> str:
 def _unique_by_content(libs: list[str]) -> list[str]:
     """Each library once per content: the same library under two paths would register its
     kernels twice, and TensorFlow refuses to run them (see serving.load_library)."""
-    from .build import _file_sha256
+    from .build import file_sha256
 
     seen, out = set(), []
     for lib in libs:
-        digest = _file_sha256(lib)
+        digest = file_sha256(lib)
         if digest not in seen:
             seen.add(digest)
             out.append(lib)

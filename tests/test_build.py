@@ -11,7 +11,7 @@ def test_compiler_failure_names_the_log(tmp_path):
     bad = tmp_path / "bad.c"
     bad.write_text("int f(void) { return x; }\n")
     with pytest.raises(RstfError) as e:
-        build._run(["gcc", "-c", str(bad), "-o", str(tmp_path / "bad.o")], "bad.c",
+        build.run_tool(["gcc", "-c", str(bad), "-o", str(tmp_path / "bad.o")], "bad.c",
                    str(tmp_path))
     msg = str(e.value)
     assert "\n" not in msg and "compiling bad.c failed" in msg and "full log: " in msg
@@ -21,14 +21,14 @@ def test_compiler_failure_names_the_log(tmp_path):
 
 def test_missing_compiler_is_one_clear_line(tmp_path):
     with pytest.raises(RstfError, match="install gcc"):
-        build._run(["no-such-gcc-rstf", "-c", "x.c"], "x.c", str(tmp_path))
+        build.run_tool(["no-such-gcc-rstf", "-c", "x.c"], "x.c", str(tmp_path))
 
 
 def test_cache_entries_are_verified(tmp_path):
     lib = tmp_path / "lib.so"
     lib.write_bytes(b"\x7fELF library bytes")
     assert not build._verified(str(lib))  # no recorded hash: not trusted
-    (tmp_path / "lib.so.sha256").write_text(build._file_sha256(str(lib)))
+    (tmp_path / "lib.so.sha256").write_text(build.file_sha256(str(lib)))
     assert build._verified(str(lib))
     lib.write_bytes(b"\x7fELF truncated")  # corrupted after the fact
     assert not build._verified(str(lib))

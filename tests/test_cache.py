@@ -50,9 +50,9 @@ def _plant(tmp_path, built, mode=0o755):
     lib = d / rel
     subprocess.run(["gcc", "-shared", "-fPIC", "-x", "c", "-", "-o", str(lib)],
                    input=PLANTED_C, text=True, check=True)
-    from rstf.build import _file_sha256
+    from rstf.build import file_sha256
 
-    (d / (rel + ".sha256")).write_text(_file_sha256(str(lib)))
+    (d / (rel + ".sha256")).write_text(file_sha256(str(lib)))
     os.chmod(lib, mode)
     return d, lib
 

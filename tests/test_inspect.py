@@ -11,7 +11,7 @@ from rstf import cli, dot
 from rstf.errors import RstfError
 from rstf.graph import load_model
 from rstf.inspect_graph import inspect
-from rstf.pipeline import _select, node_flops
+from rstf.pipeline import select_parts, node_flops
 from test_pipeline import small_cnn
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -55,7 +55,7 @@ def test_table_counts_flops_and_partitions(model):
     assert r["nodes_computing"] == 9 and r["nodes_supported"] == 8
     assert r["flops_total"] == r["flops_in_partitions"] == 15552 + 320
     graph = load_model(model, fold=True)
-    parts, reasons = _select(graph, 400, lambda m: None)  # what `optimize` would generate
+    parts, reasons = select_parts(graph, 400, lambda m: None)  # what `optimize` would generate
     assert [p["node_names"] for p in r["partitions"]] == parts
     assert [p["name"] for p in r["partitions"]] == ["subgraph_0", "subgraph_1"]
     for p in r["partitions"]:

@@ -10,7 +10,7 @@ from harness import load_graph_def, make_graph_def, tf
 from rstf.codegen import generate_subgraph
 from rstf.poly import (NotRaisable, check_schedule_legal, compute_dependences, raise_subgraph,
                        violated)
-from rstf.poly.raise_c import _text, multiply_add
+from rstf.poly.cparse import c_text, multiply_add
 
 rng = np.random.RandomState(0)
 
@@ -126,9 +126,9 @@ def test_access_relations(scop):
                                   "0 <= w < 3 and 0 <= c < 8 }")) for r in sub.reads)
     assert any(r.is_equal(isl.Map("{ S18[0, c] -> in4[c] : 0 <= c < 5 }")) for r in mul.reads)
     # The statement's AST and accesses are kept for re-emission.
-    assert _text(conv.ast) == ("y[n][oh][ow][oc] = fmaf(x[n][oh * 2 + kh - 1][ow * 2 + kw - 1][ic], "
+    assert c_text(conv.ast) == ("y[n][oh][ow][oc] = fmaf(x[n][oh * 2 + kh - 1][ow * 2 + kw - 1][ic], "
                               "w[kh][kw][ic][oc], y[n][oh][ow][oc])")
-    assert [_text(f) for f in multiply_add(conv.ast)] == [
+    assert [c_text(f) for f in multiply_add(conv.ast)] == [
         "x[n][oh * 2 + kh - 1][ow * 2 + kw - 1][ic]", "w[kh][kw][ic][oc]"]
     assert [a.param for a in conv.accesses] == ["x", "w", "y", "y"]
 

@@ -15,8 +15,10 @@ from rstf.poly import compute_dependences, optimize_source, raise_subgraph
 from rstf.poly import microkernel
 from rstf.poly.microkernel import choose_tile, fits_registers
 from rstf.poly.prepack import as_fed, pack, packed_shape
-from rstf.poly.raise_c import is_accumulation
-from rstf.poly.schedule import call_dependences, find_contraction, schedule_call
+from rstf.poly.cparse import is_accumulation
+from rstf.poly.groups import call_dependences
+from rstf.poly.contraction import find_contraction
+from rstf.poly.schedule import schedule_call
 from rstf.poly.target import AVX2, AVX512, AVX512_FULL, current, detect, use
 from rstf.tfutil import tf
 
@@ -132,7 +134,7 @@ CASES = {
     "conv_1x1_fan_out_in_registers": ((1, 6, 6, 8), lambda x: (lambda m: tf.nn.relu(m) + m[..., :1])(
         tf.nn.conv2d(x, _w(1, 1, 8, 32), 1, "SAME") + _w(32))),
     # A 7x7 map's 1x1 conv: its rows and columns follow each other in memory, so the 49
-    # pixels are one row of kernel chunks (schedule.merge_rows), the residual add (rows at
+    # pixels are one row of kernel chunks (contraction.merge_rows), the residual add (rows at
     # the same strides) still in registers.
     "conv_1x1_7x7_merged_rows_residual_in_registers": ((1, 7, 7, 160), lambda x: (
         tf.nn.conv2d(x, _w(1, 1, 160, 160), 1, "VALID") * _w(160) + _w(160) + x)),
@@ -144,7 +146,7 @@ CASES = {
     "matmul": ((20, 70), lambda x: tf.matmul(x, _w(70, 50))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
     # A classifier head: the 1x1 conv's kernels prefetch the GEMV's 1.2 MB weight
-    # (lower.plan_prefetch); the Mean between them has no kernel.
+    # (prefetch.plan_prefetch); the Mean between them has no kernel.
     "conv_mean_matmul_head": ((1, 7, 7, 64), lambda x: tf.nn.softmax(tf.matmul(
         tf.reduce_mean(tf.nn.relu6(tf.nn.conv2d(x, _w(1, 1, 64, 512), 1, "VALID")), [1, 2]),
         _w(512, 600)))),
@@ -230,7 +232,7 @@ def test_poly_equals_textbook_bitwise_on_the_team(case, threads):
 def test_the_next_weight_panel_is_prefetched_during_each_column_tile(threads):
     """Column tiles outermost over a frozen weight of 1 MB or more (a 3x3x256x176 conv on a
     5x5 map, 1.6 MB in panels of 48 columns): each kernel call prefetches its share of the
-    next tile's panel (lower.plan_panel_prefetch), one line every second step; bit-identical
+    next tile's panel (prefetch.plan_panel_prefetch), one line every second step; bit-identical
     on the team, 2 and 3 threads. The partial last tile (32 columns) has no next panel."""
     info, _, new = _bitwise_case("conv_deep_weights_packed", threads=threads, team=True)
     assert info["tiled"][0]["order"] == "column tiles outermost"
@@ -244,13 +246,13 @@ def test_the_next_weight_panel_is_prefetched_during_each_column_tile(threads):
 
 
 def test_panel_prefetch_shares_cover_the_next_panel():
-    """rstf_pp_at / rstf_pp_lines (lower.PANEL_PREFETCH_C): the calls of a tile, each for
+    """rstf_pp_at / rstf_pp_lines (prefetch.PANEL_PREFETCH_C): the calls of a tile, each for
     its rows [g0, g1) of n, prefetch every line of the next panel, and no line twice
     but where two calls' shares meet inside it."""
     import subprocess
     import tempfile
 
-    from rstf.poly.lower import PANEL_PREFETCH_C
+    from rstf.poly.prefetch import PANEL_PREFETCH_C
 
     main = PANEL_PREFETCH_C + r"""
 #include <stdio.h>
@@ -330,7 +332,7 @@ def test_poly_equals_textbook_bitwise(case, target):
         assert info["tiled"] and info["kernel_calls"] > 0, info
     # Merged rows (target.merge_rows) are on for AVX2 and AVX512_FULL: a 1x1 conv over a
     # small map whose rows follow each other runs its pixels as one row where the tile
-    # model says it pays (schedule.merge_rows): not the 7x7 map's 7x32 tiles of K=160.
+    # model says it pays (contraction.merge_rows): not the 7x7 map's 7x32 tiles of K=160.
     merged = {"conv_1x1_7x7_merged_rows_broadcast_epilogue", "conv_1x1_bn_relu6_in_registers",
               "conv_1x1_bn_residual_in_registers", "conv_mean_matmul_head"}
     assert all((t["loops"][0] == "oh x ow") == (target is AVX512_FULL and case in merged)
@@ -519,7 +521,7 @@ def test_kernels_round_like_the_statement_they_replace():
 
 def test_lowered_c_is_readable_and_marked():
     # 40 input channels: the 40-step calls leave kh and kw outside, summing into a row
-    # buffer that the Relu reads (schedule.SHORT_CALL)
+    # buffer that the Relu reads (contraction.SHORT_CALL)
     def build():
         x = tf.compat.v1.placeholder(tf.float32, [1, 17, 17, 40], name="x")
         y = tf.nn.relu(tf.nn.conv2d(x, _w(3, 3, 40, 64), 1, "SAME"))
@@ -531,7 +533,7 @@ def test_lowered_c_is_readable_and_marked():
     assert "rstf_mk" in new and "#pragma omp parallel for" in new and "#pragma omp simd" in new
     assert info["parallel_loops"] >= 1 and info["simd_loops"] >= 1
     # Every parallel loop in chunks the team's threads can steal (parallel.dynamic_schedule),
-    # at least lower.MIN_CHUNKS of them where the loop has that many iterations.
+    # at least cprint.MIN_CHUNKS of them where the loop has that many iterations.
     lines = new.splitlines()
     marked = [i for i, ln in enumerate(lines) if "#pragma omp parallel for" in ln]
     assert len(marked) == info["parallel_loops"]
@@ -595,7 +597,7 @@ def test_contraction_roles():
 ])
 def test_which_reductions_a_conv_kernel_runs(ic, padding, inside):
     """Which of a 3x3 conv's reduction loops one kernel call runs beside ic, and which
-    stay outside it and accumulate through memory (schedule.find_contraction)."""
+    stay outside it and accumulate through memory (contraction.find_contraction)."""
     def build():
         x = tf.compat.v1.placeholder(tf.float32, [1, 12, 12, ic], name="x")
         tf.identity(tf.nn.conv2d(x, _w(3, 3, ic, 64), 1, padding), name="out")
@@ -732,9 +734,9 @@ def test_column_tile_order_balances_the_threads():
     parallel iterations. 5 tiles of 64 keep 2 threads 5/6 busy (7 of 48, 7/8); the order
     model picks a tile that divides among them, and keeps the tile that computes best
     (`choose_tile`'s, 7x48) for one thread."""
-    from rstf.poly.microkernel import _balance, choose_order
+    from rstf.poly.microkernel import thread_balance, choose_order
 
-    assert _balance(5, 2) == pytest.approx(5 / 6) and _balance(10, 2) == 1.0
+    assert thread_balance(5, 2) == pytest.approx(5 / 6) and thread_balance(10, 2) == 1.0
     args = dict(rb=4, nv=4, rows=7, cols=320, outer=7, depth_total=960,
                 a_bytes=4 * 7 * 7 * 960, cache=1 << 20)
     with use(AVX512):
@@ -845,12 +847,12 @@ def test_halo_band_carries_rows_in_a_sequential_row_loop(budget, rows, monkeypat
     down a buffer of as many rows as the byte budget holds (13 x 48 floats a row: 3 in
     no budget, 7 in 18 KB, 17 at most) and the shared row moves up when it reaches the
     end: 19 band rows cover every case, a move at each row down to none at all."""
-    from rstf.poly import band, lower
+    from rstf.poly import band, emit
 
     monkeypatch.setattr(band, "HALO_MIN_BYTES", 0)
-    monkeypatch.setattr(lower, "MIN_WORK", 10 ** 12)
+    monkeypatch.setattr(emit, "MIN_WORK", 10 ** 12)
     if budget is not None:
-        monkeypatch.setattr(lower, "WINDOW_BUFFER_BYTES", budget)
+        monkeypatch.setattr(emit, "WINDOW_BUFFER_BYTES", budget)
     shape = (1, 37, 13, 16)
 
     def build():

@@ -97,14 +97,14 @@ def test_inspect_folds_as_optimize_does(tmp_path, fold, capsys):
     `optimize` generates: without the folded Muls by default, with them under `off`."""
     from rstf import cli
     from rstf.inspect_graph import inspect
-    from rstf.pipeline import _select
+    from rstf.pipeline import select_parts
 
     path = save_graph_def(make_graph_def(bn_chains), str(tmp_path))
     on = fold == "on"
     r = inspect(path, outputs=OUTS, fold_scales=on)
     assert r["fold_scales"] is on and r["scales_folded"] == (3 if on else 0)
     graph = load_model(path, outputs=OUTS, fold=True, fold_scales=on)
-    parts, _ = _select(graph, 400, lambda m: None)
+    parts, _ = select_parts(graph, 400, lambda m: None)
     assert [p["node_names"] for p in r["partitions"]] == parts
     names = {n for p in parts for n in p}
     assert ("conv_mul" in names) is not on and "two_mul" in names  # two_mul never folds

@@ -10,7 +10,8 @@ failure of a later stage, leaves the subgraph's C as it was, with the diagnostic
 mis-compiled.
 """
 from .deps import Dependences, Violation, check_schedule_legal, compute_dependences, violated
-from .raise_c import Access, ArrayInfo, Call, NotRaisable, Scop, Statement, raise_subgraph
+from .raise_c import raise_subgraph
+from .scop import Access, ArrayInfo, Call, NotRaisable, Scop, Statement
 
 __all__ = ["Access", "ArrayInfo", "Call", "Dependences", "NotRaisable", "Scop", "Statement",
            "Violation", "check_schedule_legal", "compute_dependences", "optimize_source",
@@ -73,7 +74,8 @@ def _optimize_source(source, entry, tile, fuse, constants, winograd) -> tuple[st
     from .lower import lower
     from .band import BandGroup, fuse_bands, fuse_halos, parts_of
     from .fuse import chain_time, find_chains, fuse_epilogue, fuse_reduction_epilogue
-    from .schedule import CallSchedule, _pad, schedule_call
+    from .groups import CallSchedule, pad_time
+    from .schedule import schedule_call
 
     t0 = time.perf_counter()
     try:
@@ -103,7 +105,7 @@ def _optimize_source(source, entry, tile, fuse, constants, winograd) -> tuple[st
                         schedules[-1] = group
                         continue
                 if len(ch.calls) > 1:
-                    times = {n: _pad(m, depth) for n, m in chain_time(ch, depth).items()}
+                    times = {n: pad_time(m, depth) for n, m in chain_time(ch, depth).items()}
                     head = ch.statements[0].name
                     schedules.append(CallSchedule(c, ch.statements, times,
                                                   {head: times[head]}, chain=ch))

@@ -28,7 +28,7 @@ starts with it), computing into a buffer of the window's kh rows, for each band 
 rows s*h+lo .. s*h+lo+kh-1 it needs. The kh - s rows two windows share belong to both
 iterations (overlapped tiling): that is what keeps every iteration, and so the band loop,
 parallel. The lowering keeps one window per thread and, when the thread's previous band
-row was h-1, keeps those rows instead of computing them again (`lower._carry_rows`: the
+row was h-1, keeps those rows instead of computing them again (`emit.CallLowering._carry_rows`: the
 window slides down a buffer of a few windows, and they move to its top when it reaches the
 end), so only the first band row of each thread's chunk recomputes them. A's
 schedule becomes a relation (one point per window holding the row), which isl's AST
@@ -57,12 +57,10 @@ import islpy as isl
 from . import regepi
 from .deps import Dependences
 from .fuse import ROW_BYTES, array_users
-from .raise_c import Scop
-from .schedule import CallSchedule, _eq, _union, _violations, call_dependences
+from .scop import Scop
+from .groups import (MIN_ROWS, CallSchedule, call_dependences, eq_prefix, union_maps,
+                     violations)
 
-# Fewer band rows: the groups' own finer parallel loops balance better. 14 (MobileNet v2's
-# 14x14 depthwise + projection pairs fused too) measured 1.004x on its kernels (Zen 4).
-MIN_ROWS = 16
 HALO_MIN_BYTES = 2 << 20  # smaller: Y stays in a core's L2 (1-2 MB on current x86 cores)
 MAX_STRIDE = 4  # the largest band stride a halo window is looked for at
 
@@ -161,7 +159,7 @@ def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule, b: CallSchedule,
         for j, p in enumerate((a, b)):
             for s in p.statements:
                 time[s.name] = _shift(p.time[s.name], pos, m + 1, j)
-        if _violations(a.statements + b.statements, deps, time):
+        if violations(a.statements + b.statements, deps, time):
             return None
         ast_time = {p.call: {n: _shift(t, pos, m + 1, j) for n, t in p.ast_time.items()}
                     for j, p in enumerate((a, b))}
@@ -312,10 +310,10 @@ def _halo_legal(scop: Scop, deps: Dependences, a: CallSchedule, xs: list, m: int
     own = valid.intersect_domain(a_dom).intersect_range(a_dom)
     if own.is_empty():
         return True
-    sched = _union(a.time[s.name] for s in a.statements)
+    sched = union_maps(a.time[s.name] for s in a.statements)
     n = a.time[a.statements[0].name].dim(isl.dim_type.out)
     pairs = own.apply_domain(sched).apply_range(sched)
-    return pairs.is_subset(isl.UnionMap.from_map(_eq(n, m + 1)))
+    return pairs.is_subset(isl.UnionMap.from_map(eq_prefix(n, m + 1)))
 
 
 def fuse_halos(scop: Scop, deps: Dependences, schedules: list) -> list:

@@ -25,7 +25,7 @@ import dataclasses
 
 import islpy as isl
 
-from .raise_c import Scop
+from .scop import Scop
 
 
 @dataclasses.dataclass

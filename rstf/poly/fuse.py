@@ -17,7 +17,7 @@ needs no workspace bytes.
 Fusion widens lifetimes: the generated C's memory plan may have given a group's output the
 bytes of a temporary the group reads (their lifetimes were disjoint op by op), which the
 polyhedral model cannot see (its buffers are distinct). The lowering therefore redoes the
-plan with one step per scheduled group (`lower.replan`): the buffers of one group never
+plan with one step per scheduled group (`workspace.replan`): the buffers of one group never
 share bytes.
 """
 from __future__ import annotations
@@ -29,9 +29,12 @@ import islpy as isl
 
 from . import regepi
 from .deps import Dependences
-from .raise_c import Scop, Statement, _isl_name, is_accumulation
+from .cparse import is_accumulation
+from .scop import Scop, Statement, isl_name
 from .microkernel import vlen
-from .schedule import CallSchedule, _addr, _pad, _roles, _violations, extents, tile_order
+from .groups import (CallSchedule, extents, is_pointwise, kernel_roles, pad_time,
+                     row_major_access, violations)
+from .schedule import tile_order
 
 
 @dataclasses.dataclass
@@ -41,46 +44,9 @@ class Chain:
     contracted: list[str]  # temporaries turned into scalars
 
 
-def _row_major(s: Statement, scop: Scop, access) -> bool:
-    """The access touches element `i0*(n1*..*nk) + .. + ik` of its buffer (row-major over
-    the statement's box), whatever view the buffer has (linearised buffers included)."""
-    addr = _addr(access, scop)
-    if addr is None or addr.get(1, 0):
-        return False
-    iv = [_isl_name(v) for v in s.iterators]
-    ext = extents(s)
-    stride, want = 1, {}
-    for v, (lo, hi) in reversed(list(zip(iv, ext))):
-        want[v] = stride
-        stride *= hi - lo + 1
-    if any(k not in want for k, c in addr.items() if k != 1 and c):
-        return False
-    # An iterator with one iteration is always 0: its coefficient does not matter.
-    return stride == _numel(scop, access) and all(
-        addr.get(v, 0) == want[v] for v, (lo, hi) in zip(iv, ext) if hi > lo)
-
-
-def _numel(scop: Scop, access) -> int:
-    return scop.buffers[access.array].size or -1
-
-
-def _pointwise(s: Statement, scop: Scop) -> bool:
-    """One assignment over a box, writing every element of its buffer once, in row-major
-    order of its loops."""
-    if s.ast.op != "=" or not s.iterators or s.domain.dim(isl.dim_type.param):
-        return False
-    if any(lo != 0 for lo, _ in extents(s)):
-        return False
-    iv = [_isl_name(v) for v in s.iterators]
-    box = isl.Set(f"{{ {s.name}[{', '.join(iv)}] : "
-                  + " and ".join(f"0 <= {v} <= {hi}" for v, (_, hi) in zip(iv, extents(s)))
-                  + " }")
-    return s.domain.is_equal(box) and _row_major(s, scop, s.accesses[-1])
-
-
 def _identity_reads(s: Statement, scop: Scop, array: str) -> bool:
     reads = [a for a in s.accesses if not a.write and a.array == array]
-    return bool(reads) and all(_row_major(s, scop, a) for a in reads)
+    return bool(reads) and all(row_major_access(s, scop, a) for a in reads)
 
 
 def array_users(scop: Scop) -> dict[str, set[str]]:
@@ -103,7 +69,7 @@ def find_chains(scop: Scop, deps: Dependences, min_len: int = 2) -> list[Chain]:
     for call in scop.calls:
         stmts = by_call.get(call.index, [])
         s = stmts[0] if len(stmts) == 1 else None
-        ok = s is not None and _pointwise(s, scop)
+        ok = s is not None and is_pointwise(s, scop)
         if ok and current:
             prev = current[-1]
             out = prev.accesses[-1].array
@@ -143,7 +109,7 @@ def chain_time(chain: Chain, depth: int) -> dict[str, isl.Map]:
     pos = chain.statements[0].path[0]
     out = {}
     for j, s in enumerate(chain.statements):
-        iv = [_isl_name(v) for v in s.iterators]
+        iv = [isl_name(v) for v in s.iterators]
         time = [str(pos), *iv, str(j)] + ["0"] * (depth - len(iv) - 2)
         m = isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(time)}] }}")
         out[s.name] = m.intersect_domain(s.domain)
@@ -153,7 +119,7 @@ def chain_time(chain: Chain, depth: int) -> dict[str, isl.Map]:
 def legal(chain: Chain, deps: Dependences) -> bool:
     """The fused schedule runs every dependence between the chain's statements forwards."""
     depth = max(len(s.iterators) for s in chain.statements) + 2
-    return not _violations(chain.statements, deps, chain_time(chain, depth))
+    return not violations(chain.statements, deps, chain_time(chain, depth))
 
 
 # Far after every column tile of a row: the epilogue runs once a row is complete.
@@ -182,14 +148,14 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     upd = scop.statement(kern.statement)
     y = kern.y.array
     others = [s for s in cs.statements if s.name != upd.name]
-    if len(others) != 1 or not _pointwise(others[0], scop):
+    if len(others) != 1 or not is_pointwise(others[0], scop):
         return None
     init, first = others[0], chain.statements[0]
     if init.accesses[-1].array != y or not _identity_reads(first, scop, y):
         return None
     if extents(first) != extents(init) or len(kern.y.index) != len(init.iterators):
         return None
-    outs, _, _, _, _ = _roles(upd, kern)
+    outs, _, _, _, _ = kernel_roles(upd, kern)
     m = len(outs)
     if m == 0 or [kern.y.index[i] for i in range(m)] != [{o: 1} for o in outs]:
         return None
@@ -200,11 +166,11 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     def row_time(s: Statement, mid: int, last: int) -> isl.Map:
         # (Tiles below the chunks, `kern.chunk_outer`: the epilogue runs after the row's
         # every tile, its tile below `mid`.)
-        iv = [_isl_name(v) for v in s.iterators]
+        iv = [isl_name(v) for v in s.iterators]
         u = f"floor(({iv[-1]})/{vb})"
         t = [str(pos), *tile_order(kern, iv[:m], u, []), str(mid),
              *([u] if kern.chunk_outer else []), *iv[m:], str(last)]
-        return _pad(isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(t)}] }}")
+        return pad_time(isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(t)}] }}")
                     .intersect_domain(s.domain), depth)
 
     return _row_group(scop, deps, cs, chain, init, upd, y, m, row_time, {})
@@ -223,7 +189,7 @@ def fuse_reduction_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, cha
     if cs.kernels or cs.chain is not None or len(cs.statements) != 2:
         return None
     init, upd = cs.statements
-    if not (_pointwise(init, scop) and is_accumulation(upd.ast) and upd.iterators
+    if not (is_pointwise(init, scop) and is_accumulation(upd.ast) and upd.iterators
             and not upd.domain.dim(isl.dim_type.param)):
         return None
     y = upd.accesses[-1]
@@ -232,7 +198,7 @@ def fuse_reduction_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, cha
         return None
     if extents(first) != extents(init) or len(y.index) != len(init.iterators):
         return None
-    iv = [_isl_name(v) for v in upd.iterators]
+    iv = [isl_name(v) for v in upd.iterators]
     m = 0
     while m < min(len(iv), len(y.index)) and y.index[m] == {iv[m]: 1}:
         m += 1
@@ -242,9 +208,9 @@ def fuse_reduction_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, cha
     pos = upd.path[0]
 
     def time_of(s: Statement, mid: int, last: int) -> isl.Map:
-        v = [_isl_name(x) for x in s.iterators]
+        v = [isl_name(x) for x in s.iterators]
         t = [str(pos), *v[:m], str(mid), *v[m:], str(last)]
-        return _pad(isl.Map(f"{{ {s.name}[{', '.join(v)}] -> [{', '.join(t)}] }}")
+        return pad_time(isl.Map(f"{{ {s.name}[{', '.join(v)}] -> [{', '.join(t)}] }}")
                     .intersect_domain(s.domain), depth)
 
     return _row_group(scop, deps, cs, chain, init, upd, y.array, m, time_of,
@@ -265,7 +231,7 @@ def _row_group(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     for j, s in enumerate(chain.statements):
         time[s.name] = time_of(s, _AFTER_ROW, j)
     stmts = cs.statements + chain.statements
-    if _violations(stmts, deps, time):
+    if violations(stmts, deps, time):
         return None
     ast_time = {**cs.ast_time, **own, init.name: time[init.name], first.name: time[first.name]}
     group = CallSchedule(cs.call, stmts, time, ast_time, list(cs.kernels), list(cs.refused),

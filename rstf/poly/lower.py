@@ -10,7 +10,7 @@ relation and the isl AST's iterator expressions substituted; a kernel instance b
 microkernel call on the tile's first elements.
 
 Pragmas come from the exact dependences: the outermost loop that carries no dependence and
-encloses enough work is `omp parallel for`, in chunks (`_chunk`) that rstf's OpenMP team
+encloses enough work is `omp parallel for`, in chunks (`chunk_size`) that rstf's OpenMP team
 balances between its threads (`parallel.dynamic_schedule`); an innermost loop that carries
 none is `omp simd`. The entry function keeps its signature and temporaries and calls the
 scheduled functions in the original order, each after the TF node's comment.
@@ -22,697 +22,22 @@ tile's calls (`plan_panel_prefetch`).
 """
 from __future__ import annotations
 
-import dataclasses
-import math
-import re
-
 import islpy as isl
-from pycparser import c_ast, c_generator
 
-from .deps import Dependences
-from . import regepi
+from . import prepack, regepi
 from .. import chelpers
-from .microkernel import Shape, dispatch_name, dispatch_source, prelude, vlen
-from .parallel import dynamic_schedule
-from .raise_c import Scop, Statement, _isl_name, _text
 from .band import BandGroup, parts_of
-from . import prepack
-from .prepack import Panels, column_operand
-from .schedule import CallSchedule, Kernel, _addr, call_dependences, extents, parallel_dims
-from .winograd import helpers as winograd_helpers, plan as winograd_plan
-from .winograd import source as winograd_source
-
-MIN_WORK = 16384  # statement instances under a loop before a parallel region pays off
-# Statement instances in one chunk of a parallel loop (a few microseconds of kernel time),
-# and at least MIN_CHUNKS chunks in the loop where it has that many iterations (4 a thread
-# on 2). A thread takes its next chunk with a compare-and-swap, and one whose share is done
-# steals the back half of another's (rstf/runtime/rstf_team.c): the chunks must be small
-# enough for the threads to even out, and large enough that a stolen chunk, whose input the
-# other core made and whose output the other core reads next, is rare. Measured on
-# MobileNet v2 (Zen 4, 2 threads, `ab_kernels.py`, B/A against 65536 instances in at least
-# 16 chunks): 262144 in 8, 0.992 and 1/1.010 (400 pairs, quiet host), 0.972 and 1/1.020
-# (262144 in 4, loaded host); 131072 in 8 and 524288 in 8 about 0.4% slower than 262144,
-# 1M in 4 5%, 1M in 2 (a static loop) 6%; Inception v3 and ResNet-50 0.998-1.002. Its
-# 14x14 depthwise convs gain most: block 12's, called 50 times in a row, took 13.3 us a
-# call in 21 chunks (the old sizes), 10.5 in 4, 11.0 in 14 (whole rows), 12.6-19.5 in 28.
-CHUNK_WORK = 262144
-MIN_CHUNKS = 8
-MIN_PARALLEL_ROWS = 16  # outer rows enough to share among the threads without a collapse
-
-MACROS = """\
-/* The parallel loops' schedule. rstf's OpenMP team (RSTF_TEAM: the op library) runs a
-   nonmonotonic dynamic loop as static shares that the threads steal from each other's
-   ends; libgomp (the serving package) hands dynamic chunks out in order, which moves the
-   rows from core to core from one loop to the next: static there. */
-#ifdef RSTF_TEAM
-#define RSTF_SCHEDULE(chunk) nonmonotonic: dynamic, chunk
-#else
-#define RSTF_SCHEDULE(chunk) static
-#endif
-
-/* isl AST expressions. */
-#define rstf_floord(n, d) (((n) < 0) ? -((-(n) + (d) - 1) / (d)) : (n) / (d))
-#define rstf_min(x, y) ((x) < (y) ? (x) : (y))
-#define rstf_max(x, y) ((x) > (y) ? (x) : (y))
-
-/* Columns [c0, c0+vb) of the rows x cols matrix b, contiguous in p (a kernel's panel). */
-static inline void rstf_pack(float *restrict p, const float *restrict b, long rows, long cols,
-                             long c0, long vb)
-{
-    for (long q = 0; q < rows; ++q)
-        for (long j = 0; j < vb; ++j)
-            p[q * vb + j] = b[q * cols + c0 + j];
-}
-"""
-
-
-@dataclasses.dataclass
-class LoweringStats:
-    parallel_loops: int = 0
-    simd_loops: int = 0
-    kernel_calls: int = 0  # kernel call sites in the C
-    packed: int = 0  # kernels reading a packed copy of their column operand
-    register_epilogues: list = dataclasses.field(default_factory=list)  # their groups' calls
-    workspace_bytes: int = 0  # of the re-planned workspace
-    prepacked: dict = dataclasses.field(default_factory=dict)  # input -> panel width
-    carried: dict = dataclasses.field(default_factory=dict)  # halo window -> buffer rows
-    winograd: list = dataclasses.field(default_factory=list)  # winograd.Plan of such groups
-
-
-class _Emitter(c_generator.CGenerator):
-    """Prints an assignment with array references and iterators replaced."""
-
-    def __init__(self, refs: dict[int, str], ids: dict[str, str]):
-        super().__init__(reduce_parentheses=False)
-        self.refs, self.ids = refs, ids
-
-    def visit_ArrayRef(self, n):
-        if id(n) in self.refs:
-            return self.refs[id(n)]
-        return super().visit_ArrayRef(n)
-
-    def visit_ID(self, n):
-        return self.ids.get(n.name, n.name)
-
-
-def _expr(e: isl.AstExpr) -> str:
-    text = e.to_C_str()
-    for f in ("floord", "min", "max"):
-        text = text.replace(f"{f}(", f"rstf_{f}(")
-    return text
-
-
-def _affine_text(aff: dict, env: dict[str, str]) -> str:
-    terms = []
-    for var, c in aff.items():
-        if var == 1 or not c:
-            continue
-        val = env[var]
-        terms.append(val if c == 1 else f"{c} * {val}" if c > 0 else f"-{-c} * {val}")
-    const = aff.get(1, 0)
-    if const or not terms:
-        terms.append(str(const))
-    return " + ".join(terms).replace("+ -", "- ")
-
-
-def _ref(access, env: dict[str, str]) -> str:
-    return access.array + "".join(f"[{_affine_text(i, env)}]" for i in access.index)
-
-
-class _CallLowering:
-    """One scheduled function: the AST of one group, or of a band of groups
-    (`band.BandGroup`), each part with its own chain and register epilogue."""
-
-    def __init__(self, scop: Scop, parts: list[CallSchedule],
-                 epis: list[regepi.RegisterEpilogue | None], time: dict[str, isl.Map],
-                 ast_time: dict[str, isl.Map], band_rows: dict[str, int],
-                 deps: Dependences, stats: LoweringStats, band_m: int = 0,
-                 halo: dict[str, tuple[int, int, int]] | None = None,
-                 panels: dict[str, Panels] | None = None):
-        self.scop, self.stats = scop, stats
-        self.panels = panels or {}  # constant column operands read in panel layout
-        self.time, self.ast_time = time, ast_time
-        stmts = [s for p in parts for s in p.statements]
-        self.valid = call_dependences(deps, stmts).validity
-        self._parallel: dict[tuple, bool] = {}
-        self.stmts = {s.name: s for s in stmts}
-        self.kernels = {k.name: k for p in parts for k in p.kernels}
-        # a fused chain's head stands for the chain in the AST
-        self.chains = {p.chain.statements[0].name: p.chain for p in parts if p.chain}
-        self.epi_of = {k.name: e for p, e in zip(parts, epis) if e for k in p.kernels}
-        self.contracted = {c for p in parts if p.chain for c in p.chain.contracted}
-        # buffer -> leading dimensions dropped (one row kept); none for a register
-        # epilogue. A group's row spans its m rows and the column tile around them
-        # (declared in the deepest of time dimensions 1..m+1), a band's its m rows only.
-        self.rows, self.row_span = {}, {}
-        for p, e in zip(parts, epis):
-            if not e:
-                for name, m in p.rows.items():
-                    self.rows[name], self.row_span[name] = m, m + 1
-        for name, m in band_rows.items():
-            self.rows[name], self.row_span[name] = m, m
-        # A halo band's window buffers (band.fuse_halo): declared in the band's row loop
-        # (time dimension band_m, iterator c<band_m>), their first kept dimension indexed
-        # from the window's first row. The producer's rows are recomputed per iteration
-        # into the iteration's own buffer, so its dependences do not cross band rows.
-        self.halo, self.band_m = dict(halo or {}), band_m
-        for name in self.halo:
-            self.row_span[name] = band_m
-        # Consecutive windows share their last kh - s rows (s: the band's stride). A thread
-        # that ran band row h - 1 just before h moves them to the window's top instead of
-        # recomputing them (`_carry_*`); the producer's AST names say which row loop to trim.
-        self.producer = ({s.name for s in parts[0].statements}
-                         | {k.name for k in parts[0].kernels}) if self.halo else set()
-        self.carrying: str | None = None  # C: the first row still to compute, when carrying
-        self.window_rows: dict[str, int] = {}  # a carried window's buffer rows (_carry_start)
-        self.valid_band = self.valid
-        if self.halo:
-            first = scop._union_set(s.domain for s in parts[0].statements)
-            self.valid_band = self.valid.subtract_domain(first)
-        self.row_dim: dict[str, int | None] = {}
-        self.work = {s.name: _volume(s) for s in stmts}
-        self.lines: list[str] = []
-        self.kernel_shapes: set[Shape] = set()
-        self.packs = {k.name: pk for k in self.kernels.values()
-                      if k.b.array not in self.panels and (pk := _packing(scop, k)) is not None}
-        stats.packed += len(self.packs)
-
-    # ---------------------------------------------------------------- the AST walk
-    def emit(self, node: isl.AstNode, in_parallel: bool = False) -> None:
-        t = node.get_type()
-        if t == isl.ast_node_type.block:
-            children = node.block_get_children()
-            for i in range(children.n_ast_node()):
-                self.emit(children.get_at(i), in_parallel)
-        elif t == isl.ast_node_type.for_:
-            self._for(node, in_parallel)
-        elif t == isl.ast_node_type.if_:
-            self.lines.append(f"if ({_expr(node.if_get_cond())}) {{")
-            self.emit(node.if_get_then_node(), in_parallel)
-            if node.if_has_else_node():
-                self.lines.append("} else {")
-                self.emit(node.if_get_else_node(), in_parallel)
-            self.lines.append("}")
-        elif t == isl.ast_node_type.user:
-            self._user(node.user_get_expr())
-        elif t == isl.ast_node_type.mark:
-            self.emit(node.mark_get_node(), in_parallel)
-        else:
-            raise ValueError(f"unexpected isl AST node {t}")
-
-    def _for(self, node: isl.AstNode, in_parallel: bool, bare: bool = False) -> None:
-        """One loop. `bare`: the second loop of a `collapse(2)`, which takes no pragma."""
-        it = node.for_get_iterator().to_C_str()
-        init = _expr(node.for_get_init())
-        body = node.for_get_body()
-        if node.for_is_degenerate():
-            self.lines.append(f"{{ const int {it} = {init};")
-            self._row_decls(int(it[1:]))
-            self._pack_tiles(int(it[1:]), it)
-            self.emit(body, in_parallel)
-            self.lines.append("}")
-            return
-        p = int(it[1:])  # isl names iterators c<time dimension>
-        names = _users(body)
-        if self.carrying and p == self.band_m + 2 and names <= self.producer:
-            init = f"(rstf_carry ? rstf_max({init}, {self.carrying}) : {init})"
-        originals = self._originals(names)
-        innermost = not _has_for(body)
-        work = None if in_parallel else self._work_per_entry(names, originals, p)
-        want_par = work is not None and work >= MIN_WORK
-        want_simd = innermost and not (names & set(self.kernels))
-        parallel = not bare and (want_par or want_simd) and self._is_parallel(originals, p)
-        pragma = []
-        par = parallel and want_par
-        packing = p == PACK_DIM and bool(self.packs)
-        # The packed panels belong to one column tile: its loop runs alone, not collapsed.
-        inner = self._collapsible(node, it) if par and not packing else None
-        if packing:  # each thread packs into its own buffers, allocated once per region
-            self.lines.extend(["#pragma omp parallel", "{"] if par else ["{"])
-            for name, pk in self.packs.items():
-                self.lines.append(f"float *{name}_pack = (float *)aligned_alloc(64, "
-                                  f"{pk.bytes});")
-        if par:
-            pragma.append("for" if packing else
-                          "parallel for collapse(2)" if inner else "parallel for")
-            self.stats.parallel_loops += 1
-        if parallel and want_simd:
-            pragma.append("simd")
-            self.stats.simd_loops += 1
-        if par:
-            pragma.append(dynamic_schedule(_chunk(work, node, inner)))
-        carry = self._carry_start(p, par, inner is not None, packing)
-        if carry and par:  # the region's threads each keep their window across rows
-            pragma[0] = "for"
-        if pragma:
-            self.lines.append(f"#pragma omp {' '.join(pragma)}")
-        self.lines.append(f"for (int {it} = {init}; {_expr(node.for_get_cond())}; "
-                          f"{_step(it, node)}) {{")
-        self._row_decls(p, skip=self.halo if carry else ())
-        self._pack_tiles(p, it)
-        if carry:
-            self._carry_rows(it)
-        if inner is not None:
-            self._for(inner, True, bare=True)
-        else:
-            self.emit(body, in_parallel or par)
-        self.lines.append("}")
-        if carry:
-            self.carrying = None
-            self.lines.append("}")
-        if packing:
-            self.lines.extend(f"free({name}_pack);" for name in self.packs)
-            self.lines.append("}")
-
-    def _carry_start(self, p: int, par: bool, collapsed: bool, packing: bool) -> bool:
-        """Open the block of a halo band's row loop whose window rows are carried from one
-        band row to the next: the window, declared once per thread, and the row it holds.
-        Only for one window overlapping the next (kh > s) and a loop not collapsed."""
-        if p != self.band_m or len(self.halo) != 1 or collapsed or packing:
-            return False
-        name, (st, lo, kh) = next(iter(self.halo.items()))
-        if kh <= st or self.row_dim.get(name) != p:
-            return False
-        self.lines.extend(["#pragma omp parallel", "{"] if par else ["{"])
-        row_bytes = 4 * math.prod(self.scop.buffers[name].shape[self.rows[name] + 1:])
-        self.window_rows[name] = _window_buffer_rows(st, kh, row_bytes)
-        self._row_decls(p, only=self.halo)
-        self.lines.append("int rstf_held = 0, rstf_has = 0;  /* the band row it holds */")
-        self.lines.append("int rstf_base = 0;  /* the buffer row its window starts at */")
-        self.carrying = _window_start(st, lo + kh - st, p)
-        self.stats.carried[name] = self.window_rows[name]
-        return True
-
-    def _carry_rows(self, it: str) -> None:
-        """At the top of a carrying band row: when this thread's previous band row was the
-        one before, the window's last kh - s rows are this row's first ones. The window
-        then slides s rows down its buffer (`rstf_base`), and only when it would run off
-        the buffer's end are those rows moved to the top; the producer's row loop starts
-        after them (`self.carrying`). Why slide: moving them every band row (MobileNet v2's
-        block 1: one 43 KB row) took 7% of the band's time on Zen 4."""
-        name, (st, lo, kh) = next(iter(self.halo.items()))
-        buf, rows = f"{name}_row", self.window_rows[name]
-        self.lines.append(f"const int rstf_carry = rstf_has && rstf_held == {it} - 1;")
-        self.lines.append("if (!rstf_carry) rstf_base = 0;")
-        self.lines.append(f"else if (rstf_base + {st + kh} <= {rows}) rstf_base += {st};")
-        self.lines.append(f"else {{ memmove(&{buf}[0], &{buf}[rstf_base + {st}], "
-                          f"{kh - st} * sizeof {buf}[0]); rstf_base = 0; }}")
-        self.lines.append(f"rstf_held = {it}, rstf_has = 1;")
-
-    def _pack_tiles(self, p: int, it: str) -> None:
-        """At the top of the column-tile loop: copy each packed kernel's panel (every row
-        of its column operand, the tile's VB columns) into the thread's buffer, contiguous,
-        so that the rows of the tile stream it from L2 instead of the operand's strided
-        (power-of-two, set-conflicting) columns. A partial last tile is not packed: the
-        residual loops read the operand itself."""
-        if p != PACK_DIM:
-            return
-        for name, pk in self.packs.items():
-            self.lines.append(
-                f"if ({name}_pack && {pk.vb} * {it} + {pk.vb} <= {pk.cols}) "
-                f"rstf_pack({name}_pack, (const float *){pk.array}, {pk.rows}, {pk.cols}, "
-                f"{pk.vb} * {it}, {pk.vb});")
-
-    def _originals(self, names: set[str]) -> set[str]:
-        """The original statements behind AST statements (a kernel runs its contraction's
-        points; a fused chain's head stands for the whole chain)."""
-        out = {self.kernels[n].statement if n in self.kernels else n for n in names}
-        for head in out & set(self.chains):
-            out |= {s.name for s in self.chains[head].statements}
-        for n in names:
-            if (epi := self.epi_of.get(n)) is not None:  # it runs the init and the chain
-                out |= {epi.init, *(s.name for s in epi.statements)}
-        return out
-
-    def _collapsible(self, node: isl.AstNode, it: str) -> isl.AstNode | None:
-        """The loop directly inside `node` when both can share one `collapse(2)`: perfectly
-        nested, the inner bounds independent of the outer iterator, and no dependence
-        carried by the inner loop either (two output dimensions: rows x column tiles give
-        the threads more, evener pieces)."""
-        body = node.for_get_body()
-        if body.get_type() != isl.ast_node_type.for_ or body.for_is_degenerate():
-            return None
-        bounds = _expr(body.for_get_init()) + " " + _expr(body.for_get_cond())
-        if re.search(rf"\b{it}\b", bounds):
-            return None
-        inner = int(body.for_get_iterator().to_C_str()[1:])
-        names = _users(body)
-        # An innermost pointwise loop is the `simd` one: collapsed, it would not vectorise
-        # (a libmvec call, a long chain), so the outer loop alone is shared when it has
-        # rows enough for the threads.
-        if (not _has_for(body.for_get_body()) and not (names & set(self.kernels))
-                and self._extent(names, int(it[1:])) >= MIN_PARALLEL_ROWS):
-            return None
-        return body if self._is_parallel(self._originals(names), inner) else None
-
-    def _extent(self, names: set[str], p: int) -> int:
-        """Iterations of time dimension p over the statements `names` (their bounding box;
-        1 for a parametric one)."""
-        lo = hi = None
-        for n in names:
-            t = self.ast_time[n].range()
-            if t.dim(isl.dim_type.param):
-                return 1
-            a, b = int(t.dim_min_val(p).to_python()), int(t.dim_max_val(p).to_python())
-            lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
-        return 1 if lo is None else hi - lo + 1
-
-    def _work_per_entry(self, names: set[str], originals: set[str], p: int) -> float:
-        """Statement instances run by one execution of the loop at time dimension p: the
-        statements' whole work over the number of times the loop starts (the points of the
-        enclosing time dimensions 0..p-1, from their bounding box, so an overestimate).
-        A parallel region costs a fork and a barrier each time it starts; one inside a
-        long sequential loop (a reduction's remainder columns) must not be entered
-        thousands of times for a few dozen iterations each."""
-        starts = 1
-        for n in names:
-            t = self.ast_time[n].range()
-            if t.dim(isl.dim_type.param):
-                continue
-            prefix = t.project_out(isl.dim_type.set, p, t.dim(isl.dim_type.set) - p)
-            starts = max(starts, math.prod(
-                int(prefix.dim_max_val(d).to_python()) - int(prefix.dim_min_val(d).to_python())
-                + 1 for d in range(p)))
-        return sum(self.work[n] for n in originals) / starts
-
-    def _is_parallel(self, names: set[str], p: int) -> bool:
-        key = (frozenset(names), p)
-        if key not in self._parallel:
-            valid = self.valid_band if p == self.band_m else self.valid
-            self._parallel[key] = parallel_dims(valid, self.time, names, [p])[p]
-        return self._parallel[key]
-
-    def _user(self, e: isl.AstExpr) -> None:
-        name = e.get_op_arg(0).get_id().get_name()
-        args = [_expr(e.get_op_arg(i)) for i in range(1, e.get_op_n_arg())]
-        args = [a if a.isidentifier() or a.lstrip("-").isdigit() else f"({a})" for a in args]
-        if name in self.kernels:
-            self.lines.append(self._kernel_call(self.kernels[name], args))
-            return
-        if name in self.chains:
-            for s in self.chains[name].statements:  # the fused chain: every one, in order
-                self._statement(s, args)
-            return
-        self._statement(self.stmts[name], args)
-
-    def _statement(self, s: Statement, args: list[str]) -> None:
-        env = dict(zip(map(_isl_name, s.iterators), args))
-        refs = {id(a.ref): (f"{a.array}_c" if a.array in self.contracted else self._ref(a, env))
-                for a in s.accesses}
-        emit = _Emitter(refs, dict(zip(s.iterators, args)))
-        out = s.accesses[-1].array
-        if out in self.contracted:  # a contracted temporary: a scalar of this iteration
-            ctype = self.scop.buffers[out].ctype
-            self.lines.append(f"const {ctype} {out}_c = {emit.visit(s.ast.rvalue)};")
-        else:
-            self.lines.append(emit.visit(s.ast) + ";")
-
-    def _kernel_call(self, k: Kernel, args: list[str]) -> str:
-        s = self.stmts[k.statement]
-        vals = dict(zip(k.dims, args))
-        # Each reduction loop in the kernel: its first value and trip count in this call
-        # (a ranged loop's from the chunk's lo<i>, hi<i>).
-        first, trip = {}, {}
-        for c, lo, hi in ((k.k, k.k_lo, k.k_hi), (k.k2, k.k2_lo, k.k2_hi),
-                          (k.kin, k.kin_lo, k.kin_hi)):
-            if c in k.ranged:
-                i = k.ranged.index(c)
-                first[c] = vals[f"lo{i}"]
-                trip[c] = f"({vals[f'hi{i}']} - {first[c]} + 1)"
-            elif c:
-                first[c], trip[c] = str(lo), str(hi - lo + 1)
-        env = {}
-        for c in s.iterators:
-            if c == k.r and k.merged:  # the chunk's first row m: o = m / n, r = m % n
-                env[_isl_name(c)] = f"({vals['s']} % {k.merged_n})"
-            elif c == k.merged:
-                env[_isl_name(c)] = f"({vals['s']} / {k.merged_n})"
-            elif c == k.r:
-                env[_isl_name(c)] = vals["s"]
-            elif c == k.v:
-                env[_isl_name(c)] = f"{vlen() * k.nv} * {vals['u']}"
-            elif c in first:
-                env[_isl_name(c)] = first[c]
-            else:
-                env[_isl_name(c)] = vals[c]
-        ri, ki = _isl_name(k.r) if k.r else None, _isl_name(k.k)
-        aa, ab, ay = (_addr(x, self.scop) for x in (k.a, k.b, k.y))
-        depth = str(k.depth) if not k.ranged else \
-            " * ".join(trip[c] for c in (k.k2, k.k) if c and trip[c] != "1") or "1"
-        epi = self.epi_of.get(k.name)
-        if not epi:
-            self.kernel_shapes.add(k.shape)
-        self.stats.kernel_calls += 1
-        rows = "1" if not k.r else f"{vals['e']} - {vals['s']} + 1"
-        b, sbk = f"&{self._ref(k.b, env)}", str(ab.get(ki, 0))
-        kin = _isl_name(k.kin) if k.kin else None
-        sbin = str(ab.get(kin, 0))
-        pk, pn = self.packs.get(k.name), self.panels.get(k.b.array)
-        if pk is not None:  # the packed panel: row q of the operand is row q of the panel
-            row = _operand_row(ab, env, k, pk.cols)
-            b = f"({k.name}_pack ? {_plus(f'{k.name}_pack', pk.vb, row)} : {b})"
-            sbk = f"({k.name}_pack ? {pk.vb * ab.get(ki, 0) // pk.cols} : {sbk})"
-        elif pn is not None:  # the weight in panel layout: the tile's panel, in place
-            w = pn.width(k)
-            b = _plus(f"(const float *){pn.array} + {pn.rows * pn.vb} * {vals['u']}", w,
-                      _operand_row(ab, env, k, pn.cols))
-            sbk, sbin = str(w * ab.get(ki, 0) // pn.cols), str(w * ab.get(kin, 0) // pn.cols)
-        aenv = env
-        if k.slide:  # a sliding row's input pointer: its first column in bounds (D taps on)
-            aenv = dict(env, **{ki: str(k.k_lo + k.slide[2])})
-        head = (f"({rows}, {depth}, &{self._ref(k.a, aenv)}, {aa.get(ri, 0) if ri else 0}, "
-                f"{aa.get(ki, 0)}, {b}, {sbk}")
-        if k.kin:  # the second reduction level: its trip count and strides
-            head += f", {trip[k.kin]}, {aa.get(kin, 0)}, {sbin}"
-        if k.prefetch:  # this call's lines of the weight another group reads next
-            total = math.prod(self.scop.buffers[k.prefetch_of].shape) * 4
-            head += (f", rstf_pf_take((const char *){k.prefetch_of}, {total}L, "
-                     f"{k.prefetch * 64}L)")
-        if k.panel_prefetch:  # this call's rows' share of the next tile's panel
-            head += self._panel_prefetch_args(k, vals, pn)
-        if epi:  # the chain's arrays at the tile's first row and column
-            return f"{epi.name(k)}{head}{self._epilogue_args(epi, k, env)});"
-        return (f"{dispatch_name(k.shape)}{head}, &{self._ref(k.y, env)}, "
-                f"{ay.get(ri, 0) if ri else 0});")
-
-    def _panel_prefetch_args(self, k: Kernel, vals: dict[str, str], pn) -> str:
-        """`, pp, npp` of a call (`plan_panel_prefetch`): of the next column tile's panel
-        (the last tile's own, already read), the lines in proportion to this call's place
-        among the tile's calls: its outer point, its outer reduction step and its output
-        rows [s, e], in loop order, so that the tile's calls prefetch the next panel once
-        between them."""
-        s = self.stmts[k.statement]
-        box = dict(zip(s.iterators, extents(s)))
-        u = k.dims.index("u")
-        if k.merged:  # m runs over merged x r
-            rows, r_lo = (box[k.merged][1] - box[k.merged][0] + 1) * k.merged_n, 0
-        else:
-            rows, r_lo = box[k.r][1] - box[k.r][0] + 1, box[k.r][0]
-
-        def minus(v: str, lo: int) -> str:  # v - lo, readable
-            return f"({v} - {lo})" if lo > 0 else f"({v} + {-lo})" if lo < 0 else f"({v})"
-
-        index, n = [], 1  # the linear index of the call's first row, r innermost
-        for c in reversed(k.dims[:u] + k.dims[u + 1:-2]):
-            lo, hi = box[c]
-            if hi > lo:
-                index.append(f"{n * rows}L * {minus(vals[c], lo)}")
-                n *= hi - lo + 1
-        g0 = " + ".join(index + [minus(vals["s"], r_lo)])
-        g1 = " + ".join(index + [minus(vals["e"], r_lo - 1)])  # past the last row
-        tiles = -(-pn.cols // pn.vb)
-        nxt = f"rstf_min({vals['u']} + 1, {tiles - 1})"
-        panel = f"(const float *){pn.array} + {pn.rows * pn.vb}L * {nxt}"
-        size, total = pn.rows * pn.vb * 4, n * rows
-        return (f", rstf_pp_at({panel}, {size}L, {g0}, {total}L), "
-                f"rstf_pp_lines({size}L, {g0}, {g1}, {total}L)")
-
-    def _epilogue_args(self, epi: regepi.RegisterEpilogue, k: Kernel,
-                       env: dict[str, str]) -> str:
-        """A register epilogue's pointer arguments: each operand's element at the tile's
-        first row and column (the chain's iterators are the output's indices)."""
-        out = []
-        for o in epi.operands:
-            s, a = next((s, a) for s in epi.statements for a in s.accesses
-                        if a.array == o.array)
-            chain_env = {_isl_name(c): f"({_affine_text(i, env)})"
-                         for c, i in zip(s.iterators, k.y.index)}
-            out.append(f", &{self._ref(a, chain_env)}")
-        return "".join(out)
-
-    def _ref(self, access, env: dict[str, str]) -> str:
-        """An array reference; a buffer contracted to one row drops its leading indices."""
-        m = self.rows.get(access.array)
-        if m is None:
-            return _ref(access, env)
-        idx = [f"[{_affine_text(i, env)}]" for i in access.index[m:]]
-        if access.array in self.halo:  # the row within the window of band row c<band_m>
-            s, lo, _ = self.halo[access.array]
-            base = " + rstf_base" if access.array in self.window_rows else ""
-            idx[0] = f"[{idx[0][1:-1]} - ({_window_start(s, lo, self.band_m)}){base}]"
-        return f"{access.array}_row" + "".join(idx)
-
-    def plan_rows(self, root: isl.AstNode) -> None:
-        """Where each row buffer is declared: in the deepest loop of the AST among the
-        time dimensions 1..m+1 (the contracted rows and the column tile around them), so
-        each of their iterations, and each thread, has its own. Loops isl did not emit
-        (one iteration) do not count; with none, the buffer goes at the function's top,
-        and a parallel loop, if any, is then inside one row and column tile."""
-        present: set[int] = set()
-
-        def visit(n):
-            if n.get_type() == isl.ast_node_type.for_:
-                present.add(int(n.for_get_iterator().to_C_str()[1:]))
-            return True
-
-        root.foreach_descendant_top_down(visit)
-        self.row_dim = {}
-        for name in self.rows:
-            dims = [d for d in present if 1 <= d <= self.row_span[name]]
-            self.row_dim[name] = max(dims) if dims else None
-
-    def _row_decls(self, p: int | None, skip=(), only=None) -> None:
-        """Declare the row buffers that belong at the top of the loop over dimension p
-        (None: the function's top), but those in `skip`, or only those in `only`."""
-        for name in self.rows:
-            if self.row_dim.get(name) == p and name not in skip and (only is None
-                                                                     or name in only):
-                m = self.rows[name]
-                b = self.scop.buffers[name]
-                shape = list(b.shape[m:])
-                if name in self.halo:  # the window's rows (a carried one's buffer)
-                    shape[0] = self.window_rows.get(name, self.halo[name][2])
-                dims = "".join(f"[{d}]" for d in shape)
-                self.lines.append(f"{b.ctype} {name}_row{dims} __attribute__((aligned(64)));")
-
-
-PACK_DIM = 1  # the time dimension of a column-tile-outer kernel's tile loop (after pos)
-
-
-@dataclasses.dataclass(frozen=True)
-class Packing:
-    """A kernel's column operand, seen as `rows` rows of `cols` columns, packed one column
-    tile (`vb` columns) at a time."""
-    array: str
-    rows: int
-    cols: int
-    vb: int
-
-    @property
-    def bytes(self) -> int:
-        return -(-4 * self.rows * self.vb // 64) * 64
-
-
-def _packing(scop: Scop, k: Kernel) -> Packing | None:
-    """How to pack the kernel's column operand B, or None: only column-tile-outer kernels
-    (each panel is then reused by every row of the tile) whose B is a float array with the
-    kernel's columns as its whole last dimension, every other iterator (and the constant)
-    stepping over whole rows of it."""
-    if not k.tile_outer or k.cols or k.kin:  # (a partial tile is not packed)
-        return None
-    operand = column_operand(k, scop)
-    if operand is None:
-        return None
-    return Packing(k.b.array, *operand, vlen() * k.nv)
-
-
-def _operand_row(ab: dict, env: dict[str, str], k: Kernel, cols: int) -> str:
-    """The row of the column operand (seen as rows of `cols` columns) that the kernel
-    call's first element lies in, as C: every term of its offset but the column's."""
-    terms = [f"{c // cols} * {env[x]}" if c != cols else env[x]
-             for x, c in ab.items() if x not in (1, _isl_name(k.v)) and c and env[x] != "0"]
-    if ab.get(1, 0):
-        terms.append(str(ab[1] // cols))
-    return " + ".join(terms) or "0"
-
-
-def _plus(base: str, scale: int, row: str) -> str:
-    """`base + scale * (row)` as C, without a term that adds nothing (row "0")."""
-    return base if row == "0" else f"{base} + {scale} * ({row})"
-
-
-# A carried window's buffer: its window slides down it for as many band rows as fit in
-# WINDOW_BUFFER_BYTES (at most WINDOW_SLIDES), so its shared rows move once in that many.
-WINDOW_BUFFER_BYTES = 320 * 1024
-WINDOW_SLIDES = 8
-
-
-def _window_buffer_rows(s: int, kh: int, row_bytes: int) -> int:
-    """Rows of a carried window's buffer: kh + s * (n - 1) for the largest n (band rows
-    per move) within the byte budget, at least the window's own kh rows."""
-    n = max(1, min(WINDOW_SLIDES, (WINDOW_BUFFER_BYTES // max(1, row_bytes) - kh) // s + 1))
-    return kh + s * (n - 1)
-
-
-def _window_start(s: int, lo: int, m: int) -> str:
-    """A halo window's first row at band row c<m>: s * c<m> + lo, as C."""
-    return f"{s} * c{m}" + (f" + {lo}" if lo > 0 else f" - {-lo}" if lo < 0 else "")
-
-
-def _trips(node: isl.AstNode) -> int | None:
-    """The iterations of an isl AST loop whose bounds and step are constants, else None."""
-    init, cond, inc = node.for_get_init(), node.for_get_cond(), node.for_get_inc()
-    if (init.get_type() != isl.ast_expr_type.int or inc.get_type() != isl.ast_expr_type.int
-            or cond.get_type() != isl.ast_expr_type.op or cond.get_op_n_arg() != 2):
-        return None
-    bound = cond.get_op_arg(1)
-    op = cond.get_op_type()
-    if bound.get_type() != isl.ast_expr_type.int or op not in (isl.ast_expr_op_type.le,
-                                                               isl.ast_expr_op_type.lt):
-        return None
-    lo, hi, step = (int(e.get_val().to_python()) for e in (init, bound, inc))
-    hi += op == isl.ast_expr_op_type.le
-    return max(0, -(-(hi - lo) // step))
-
-
-def _chunk(work: float, node: isl.AstNode, inner: isl.AstNode | None) -> int:
-    """Iterations per chunk of a parallel loop (with `inner`, the collapsed pair) that runs
-    `work` statement instances: CHUNK_WORK of them, in at least MIN_CHUNKS chunks (an
-    instance may be a vector FMA's lane or a whole pointwise op), 1 where the trip count is
-    not known."""
-    trips = _trips(node)
-    if trips is not None and inner is not None:
-        t2 = _trips(inner)
-        trips = trips * t2 if t2 is not None else None
-    if not trips:
-        return 1
-    return max(1, min(int(CHUNK_WORK * trips // max(work, 1)), trips // MIN_CHUNKS))
-
-
-def _step(it: str, node: isl.AstNode) -> str:
-    inc = _expr(node.for_get_inc())
-    return f"++{it}" if inc == "1" else f"{it} += {inc}"
-
-
-def _users(node: isl.AstNode) -> set[str]:
-    out: set[str] = set()
-
-    def visit(n):
-        if n.get_type() == isl.ast_node_type.user:
-            out.add(n.user_get_expr().get_op_arg(0).get_id().get_name())
-        return True
-
-    node.foreach_descendant_top_down(visit)
-    return out
-
-
-def _has_for(node: isl.AstNode) -> bool:
-    found = []
-
-    def visit(n):
-        if n.get_type() == isl.ast_node_type.for_:
-            found.append(n)
-        return True
-
-    node.foreach_descendant_top_down(visit)
-    return bool(found)
-
-
-def _volume(s: Statement) -> int:
-    """Instances of the statement (its bounding box); a parametric one counts as large."""
-    if s.domain.dim(isl.dim_type.param):
-        return 1 << 30
-    return math.prod(hi - lo + 1 for lo, hi in extents(s))
+from .cprint import MACROS
+from .deps import Dependences
+from .emit import CallLowering, LoweringStats, window_start
+from .groups import CallSchedule
+from .microkernel import dispatch_source, prelude
+from .prefetch import PANEL_PREFETCH_C, PREFETCH_C, plan_panel_prefetch, plan_prefetch
+from .scop import Scop
+from .winograd import plan as winograd_plan
+from .winograd_c import helpers as winograd_helpers, source as winograd_source
+from .workspace import (entry_source, group_buffers, replan, retable_header, scratch_name,
+                        scalar_statement_names, workspace_param)
 
 
 def _param_decl(scop: Scop, name: str, written: bool) -> str:
@@ -731,15 +56,6 @@ def _cast(scop: Scop, name: str, written: bool) -> str:
     if len(dims) == 1:
         return f"({q}{b.ctype} *){name}"
     return f"({q}{b.ctype} (*){''.join(f'[{d}]' for d in dims[1:])}){name}"
-
-
-def _local(cs) -> set[str]:
-    """The buffers a scheduled group keeps off the workspace: contracted to scalars, to
-    registers or to one row (a band's, or one of its parts')."""
-    out = set(cs.rows) if isinstance(cs, BandGroup) else set()
-    for p in parts_of(cs):
-        out |= set(p.rows) | set(p.chain.contracted if p.chain else ())
-    return out
 
 
 def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
@@ -764,129 +80,6 @@ def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
     return [scop.calls[cs.call].function, *(what or ["original order"])]
 
 
-# Prefetching a GEMV's weight while the group before it computes (`plan_prefetch`).
-PREFETCH_MIN_BYTES = 1 << 20  # a weight smaller than this is in L2 or soon read anyway
-PREFETCH_MIN_DEPTH = 64       # reduction steps of the computing kernel's call
-PREFETCH_C = """\
-/* Prefetching a weight another group reads next (lower.plan_prefetch): each thread takes
-   the lines of its own share of the weight, in order, `bytes` a kernel call; the count
-   bumped before each run of the computing group restarts them. Past its share, a thread
-   is given the weight's first lines again, which its cache already holds. (Atomic: the
-   batch loop's threads may each run the group at once; a prefetch never faults, so a
-   stale count costs nothing but useless prefetches.) */
-#include <omp.h>
-static _Atomic unsigned rstf_pf_epoch;
-static const char *rstf_pf_take(const char *base, long total, long bytes)
-{
-    static _Thread_local unsigned epoch;
-    static _Thread_local const char *cur, *end;
-    if (epoch != rstf_pf_epoch) {
-        const long t = omp_get_thread_num(), n = omp_get_num_threads();
-        epoch = rstf_pf_epoch;
-        cur = base + total * t / n / 64 * 64;
-        end = base + total * (t + 1) / n;
-    }
-    if (end - cur < bytes)
-        return base;
-    const char *p = cur;
-    cur += bytes;
-    return p;
-}
-"""
-
-
-def plan_prefetch(scop: Scop, schedules: list[CallSchedule], skip: set[int],
-                  constants: frozenset[str]) -> dict[int, str]:
-    """Batch-1 matrix-vector products (kernels of one row) over a frozen weight of at least
-    PREFETCH_MIN_BYTES read that weight from L3 or DRAM on every call: MobileNet v2's
-    classifier, 5 MB, took 42-57 us of the kernels' 2.9 ms on a quiet host and up to 130
-    under load. The group just before it (with
-    only kernel-free groups between, such as the Mean) is compute-bound, so its kernel calls
-    prefetch the weight while they run: two lines a reduction step, spread over its calls,
-    each thread its share (`PREFETCH_C`); the lines then sit in L2 or, evicted, in L3 when
-    the product reads them. Measured on MobileNet v2 (Zen 4, 2 threads, a hand-written
-    version): the GEMV 42-57 -> 34-40 us, Conv_1 unchanged, `ab_kernels.py` 0.997 and
-    1/1.007. Sets the computing kernel's `prefetch` and `prefetch_of`; returns {computing
-    group's call: the weight array}. `skip`: calls lowered otherwise (Winograd)."""
-    plans = {}
-    for i, g in enumerate(schedules):
-        if g.call in skip or isinstance(g, BandGroup) or not g.kernels:
-            continue
-        if not all(k.rb == 1 and k.b.array in constants for k in g.kernels):
-            continue
-        w = g.kernels[0].b.array
-        shape = scop.buffers[w].shape
-        if not all(isinstance(x, int) for x in shape):
-            continue
-        total = math.prod(shape) * 4
-        if total < PREFETCH_MIN_BYTES:
-            continue
-        # The computing group: the nearest one before with kernels, none but kernel-free
-        # groups between.
-        p = next((q for q in reversed(schedules[:i]) if q.kernels or q.call in skip
-                  or isinstance(q, BandGroup)), None)
-        if p is None or p.call in skip or isinstance(p, BandGroup):
-            continue
-        k = p.kernels[0]
-        if (k.rb == 1 or k.vec_a or k.slide or k.cols or k.depth < PREFETCH_MIN_DEPTH
-                or k.ranged or k.name not in p.ast_time):
-            continue
-        calls = p.ast_time[k.name].domain().count_val().to_python()
-        if not calls:
-            continue
-        k.prefetch = min(-(-total // (64 * calls)), 2 * k.depth)
-        k.prefetch_of = w
-        plans[p.call] = w
-    return plans
-
-
-PANEL_PREFETCH_C = """\
-/* The share of the next column tile's weight panel that a kernel call prefetches
-   (lower.plan_panel_prefetch): of the panel's `bytes`, the lines of rows [g0, g1) of the
-   `n` output rows that the tile computes. */
-static inline const char *rstf_pp_at(const float *panel, long bytes, long g0, long n)
-{
-    return (const char *)panel + bytes * g0 / n / 64 * 64;
-}
-static inline int rstf_pp_lines(long bytes, long g0, long g1, long n)
-{
-    return (int)((bytes * g1 / n - bytes * g0 / n / 64 * 64 + 63) / 64);
-}
-"""
-
-
-def plan_panel_prefetch(schedules: list[CallSchedule], panels: dict, skip: set[int]) -> int:
-    """Column-tile-outermost contractions (`choose_order`: the weight is too big for L2, so
-    each tile's panel is reused by every row while the rows stream) read each panel from
-    L3 or DRAM on its first row: ResNet-50's and Inception v3's weights (about 100 MB) never
-    stay in the 32 MB L3 between calls. So each call prefetches its rows' share of the next
-    tile's panel, one line every second reduction step (`Shape.pp`): measured on one Zen 5
-    core (a 7x48 kernel, K = 512, 42 tiles streamed from DRAM): 223 -> 262 GFLOP/s, the rate
-    of panels already in cache. On 2 threads (`group_profile.py`, 2026-11-25): ResNet-50's
-    7x7 1x1 convs 14-16% faster, its 7x7 3x3 convs 7-12%; `ab_kernels.py` B/A: ResNet-50
-    0.984 and 1/1.013, Inception v3 0.984 and 1/1.014, MobileNet v2 (whose 14 MB of
-    weights stay in L3) 0.995 and 1/1.006. On Zen 4 (MobileNet v2's Conv_1 and block 16
-    projection alone, by hand) it was 1.008 and 1/0.990.
-    For kernels over a frozen weight in panel layout (`prepack`) of at least
-    PREFETCH_MIN_BYTES, whole tiles (the last, partial one has no next panel), no K2 level
-    (its k restarts) and at least PREFETCH_MIN_DEPTH steps. A call inside an outer
-    reduction loop (a 3x3 conv's taps) takes its share of the tile's calls too. Sets their
-    `panel_prefetch`; returns how many. `skip`: calls lowered otherwise (Winograd)."""
-    n = 0
-    for cs in schedules:
-        if cs.call in skip:
-            continue
-        for k in cs.kernels:
-            pn = panels.get(k.b.array)
-            if (pn is None or not k.tile_outer or k.cols or k.vec_a or k.slide or k.kin
-                    or not k.r or k.ranged or k.depth < PREFETCH_MIN_DEPTH
-                    or pn.cols <= pn.vb or 4 * pn.rows * pn.cols < PREFETCH_MIN_BYTES):
-                continue
-            k.panel_prefetch = True
-            n += 1
-    return n
-
-
 def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
           header: str, constants: frozenset[str] = frozenset(),
           winograd: bool = True) -> tuple[str, LoweringStats]:
@@ -905,14 +98,14 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             if winograd and (wp := winograd_plan(scop, cs, constants)) is not None}
     panels = prepack.plan(scop, [k for cs in schedules if cs.call not in wino
                                  for k in cs.kernels],
-                          _scalar_statements(schedules), set(constants))
+                          scalar_statement_names(schedules), set(constants))
     stats.prepacked = {name: pn.vb for name, pn in panels.items()}
     prefetch = plan_prefetch(scop, schedules, set(wino), frozenset(constants))
     panel_prefetch = plan_panel_prefetch(schedules, panels, set(wino))
     # A Winograd conv's frozen weight is fed as U (its tensor of another shape).
     given = {wp.w: wp for wp in wino.values() if wp.u_given}
     stats.prepacked.update({w: wp.spec for w, wp in given.items()})
-    header = _retable(header, given)
+    header = retable_header(header, given)
     functions, shapes, calls_text = [], set(), {}
     params = [f"int {p}" for p in scop.params]
     epi_kernels = []
@@ -920,7 +113,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     for cs in schedules:
         if cs.call in wino:
             wp = wino[cs.call]
-            buffers, written = _group_buffers(cs)
+            buffers, written = group_buffers(cs)
             fname = f"sched_{cs.call}"
             functions.append(winograd_source(
                 wp, fname, [f"const float *restrict {b}" if b in given else
@@ -944,7 +137,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
                 stats.register_epilogues.append(p.call)
             epis.append(epi)
             ast_time.update(at)
-        low = _CallLowering(scop, parts, epis, cs.time, ast_time,
+        low = CallLowering(scop, parts, epis, cs.time, ast_time,
                             cs.rows if band else {}, deps, stats,
                             cs.m if band else 0, cs.halo if band else None, panels)
         umap = None
@@ -957,7 +150,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         low._row_decls(None)
         low.emit(root)
         shapes |= low.kernel_shapes
-        buffers, written = _group_buffers(cs)
+        buffers, written = group_buffers(cs)
         if cs.call in prefetch:  # the weight it prefetches, and a fresh start of its lines
             if prefetch[cs.call] not in buffers:
                 buffers.append(prefetch[cs.call])
@@ -976,7 +169,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             rows = [r for r in cs.rows if r not in cs.halo]
             what.append(f"the groups fused row by row over time dimensions 1..{cs.m}; "
                         f"contracted to one row: {', '.join(rows) or 'none'}")
-            what += [f"{y} contracted to the {kh} rows from {_window_start(s, lo, cs.m)} "
+            what += [f"{y} contracted to the {kh} rows from {window_start(s, lo, cs.m)} "
                      f"that band row c{cs.m} reads, "
                      + (f"the {kh - s} it shares with the thread's previous band row "
                         "moved, not recomputed" if y in stats.carried
@@ -990,12 +183,12 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         calls_text[cs.call] = f"{fname}({', '.join(args)});"
     kernels = dispatch_source(sorted(shapes))
     offsets, stats.workspace_bytes = replan(
-        scop, schedules, {_scratch(c): wp.scratch_bytes for c, wp in wino.items()})
-    ws = _workspace_param(scop)
+        scop, schedules, {scratch_name(c): wp.scratch_bytes for c, wp in wino.items()})
+    ws = workspace_param(scop)
     for c, args in wino_calls.items():
-        scratch = f"(float *)((char *){ws} + {offsets[_scratch(c)]})"
+        scratch = f"(float *)((char *){ws} + {offsets[scratch_name(c)]})"
         calls_text[c] = f"sched_{c}({', '.join(args + [scratch])});"
-    entry = _entry(scop, calls_text, offsets)
+    entry = entry_source(scop, calls_text, offsets)
     includes = ("#include <math.h>\n#include <stddef.h>\n#include <stdlib.h>\n"
                 "#include <string.h>\n\n")
     if epi_kernels or any(wp.chain for wp in wino.values()):
@@ -1010,100 +203,3 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     return src, stats
 
 
-def _group_buffers(cs) -> tuple[list[str], set[str]]:
-    """(the arrays a scheduled group's function takes, in order of first access; those it
-    writes): every array its statements access, but those it keeps off the workspace."""
-    buffers, written = [], set()
-    local = _local(cs)
-    for s in cs.statements:
-        for a in s.accesses:
-            if a.array not in buffers and a.array not in local:
-                buffers.append(a.array)
-            if a.write:
-                written.add(a.array)
-    return buffers, written
-
-
-def _retable(header: str, given: dict) -> str:
-    """The generated file's tensor table with each weight fed as Winograd's U at its new
-    shape (whoever runs the C allocates the inputs from this table: benchmarks/)."""
-    for w, wp in given.items():
-        header = re.sub(rf"^(\s*\*\s+{w}: input float)\([\d, ]*\)(.*)$",
-                        lambda m, wp=wp: f"{m.group(1)}({wp.e}, {wp.c}, {wp.k}){m.group(2)} "
-                        f"[fed as Winograd's U: {wp.spec}]", header, flags=re.M)
-    return header
-
-
-def _scratch(call: int) -> str:
-    """The workspace name of a Winograd group's scratch (U and V)."""
-    return f"rstf_wg{call}"
-
-
-def _workspace_param(scop: Scop) -> str:
-    """The entry function's workspace parameter (its last)."""
-    fdef = next(f for f in scop.ast.ext
-                if isinstance(f, c_ast.FuncDef) and f.decl.name == scop.entry)
-    return fdef.decl.type.args.params[-1].name
-
-
-def _scalar_statements(schedules: list[CallSchedule]) -> set[str]:
-    """Original statements with instances outside any kernel: in some group's AST
-    (a kernel's leftover rows or columns, a chain's head, an untiled statement)."""
-    out = set()
-    for cs in schedules:
-        for p in parts_of(cs):
-            at = cs.ast_time[p.call] if isinstance(cs, BandGroup) else p.ast_time
-            kernels = {k.name for k in p.kernels}
-            out |= {n for n, m in at.items() if n not in kernels and not m.is_empty()}
-    return out
-
-
-def replan(scop: Scop, schedules: list[CallSchedule],
-           scratch: dict[str, int] | None = None) -> tuple[dict[str, int], int]:
-    """The workspace plan of the scheduled program: ({temporary: byte offset}, bytes).
-
-    The generated C's plan shares bytes between temporaries whose lifetimes, op by op, do
-    not overlap; fusion runs several ops as one step, so the plan is redone with one step
-    per scheduled group (buffers of one group never share bytes). Temporaries contracted
-    to scalars or to a row buffer need no workspace at all. `scratch`: {name: bytes} of
-    buffers a group's own code needs while it runs (`_scratch(call)`), beside its arrays."""
-    from ..memplan import Buffer, plan
-
-    local = set().union(*map(_local, schedules))
-    live: dict[str, list[int]] = {}
-    for step, cs in enumerate(schedules):
-        for s in cs.statements:
-            for a in s.accesses:
-                if scop.buffers[a.array].role == "temp" and a.array not in local:
-                    live.setdefault(a.array, [step, step])[1] = step
-    steps = {_scratch(cs.call): step for step, cs in enumerate(schedules)}
-    buffers = [Buffer(name, size, steps[name], steps[name])
-               for name, size in (scratch or {}).items()]
-    for name, (start, end) in live.items():
-        b = scop.buffers[name]
-        if b.size is None:
-            raise ValueError(f"temporary {name} has a parametric size")
-        buffers.append(Buffer(name, b.size * _SIZEOF.get(b.ctype, 8), start, end))
-    return plan(buffers)
-
-
-_SIZEOF = {"float": 4, "double": 8, "int": 4, "long": 8, "short": 2, "char": 1,
-           "signed char": 1, "unsigned char": 1, "long long": 8}
-
-
-def _entry(scop: Scop, calls_text: dict[int, str], offsets: dict[str, int]) -> str:
-    fdef = next(f for f in scop.ast.ext
-                if isinstance(f, c_ast.FuncDef) and f.decl.name == scop.entry)
-    lines = [_text(fdef.decl), "{"]
-    for item in fdef.body.block_items or []:
-        if isinstance(item, c_ast.Decl) and item.name in offsets:
-            b = scop.buffers[item.name]
-            ws = item.init  # (T *)((char *)ws + OFFSET): keep its workspace name
-            base = _text(ws).split("(char *)")[1].split(")")[0].strip(" ()")
-            lines.append(f"{b.ctype} *{item.name} = ({b.ctype} *)((char *){base} + "
-                         f"{offsets[item.name]});")
-    for call in scop.calls:
-        lines.append(f"/* {call.node} ({call.op}) */" if call.op else f"/* {call.node} */")
-        lines.append(calls_text.get(call.index, "/* no statements */"))
-    lines.append("}")
-    return "\n".join(lines) + "\n"

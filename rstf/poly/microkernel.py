@@ -21,7 +21,7 @@ sliding-window variant that loads each input column once and feeds the up to thr
 whose taps read it (0.61 loads per FMA instead of 1.125, bit-identical) was measured on
 MobileNet v2's stride-1 depthwise kernels (hand-patched C, Zen 4): kernels 1.004x in A/B,
 no gain, so these kernels are not bound by their loads and the simple form stays. What
-does pay on the small maps is a *sliding row* (`Shape.slide`, schedule.sliding_row): one
+does pay on the small maps is a *sliding row* (`Shape.slide`, contraction.sliding_row): one
 call for a whole output row of at most 16, its border taps skipped inside, instead of a
 chunk of rows plus a one-row kernel at each border.
 
@@ -116,11 +116,11 @@ class Shape:
     # 0 <= j < J. Empty: the rows' own windows, every tap in range.
     slide: tuple = ()
     # Lines of another group's weight each call prefetches, two a reduction step, from the
-    # pointer `pf` its caller passes (`lower.plan_prefetch`); 0: none.
+    # pointer `pf` its caller passes (`prefetch.plan_prefetch`); 0: none.
     pf: int = 0
     # The next column tile's weight panel prefetched while this one's computes: `npp`
     # lines from the pointer `pp` its caller passes, one every second reduction step
-    # (`lower.plan_panel_prefetch`).
+    # (`prefetch.plan_panel_prefetch`).
     pp: bool = False
 
     @property
@@ -438,7 +438,7 @@ def threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _balance(units: int, n_threads: int) -> float:
+def thread_balance(units: int, n_threads: int) -> float:
     """The fraction of the threads' time spent working when `units` equal parallel
     iterations are dealt out statically: 5 column tiles on 2 threads keep them 5/6 busy."""
     return units / (n_threads * -(-units // n_threads))
@@ -461,7 +461,7 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
     Load balance is charged too: with u outermost the tiles alone are the parallel
     iterations (one thread packs each panel), so a tile count the threads do not divide
     (ResNet-like 320 columns: 5 tiles of 64 on 2 threads) idles some of them; the traffic
-    is divided by the busy fraction (`_balance`), and a narrower tile may win on it.
+    is divided by the busy fraction (`thread_balance`), and a narrower tile may win on it.
 
     So with rows outermost: the rows x tiles run as one collapse(2) loop only when the
     tiles cover the columns exactly; a partial last tile (its own kernel call after the
@@ -478,7 +478,7 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
         vb = vlen() * nv_
         par = outer * -(-cols // vb) if cols % vb == 0 or outer <= 1 else outer
         return Order(rb_, nv_, False, (a_bytes + b_bytes * (outer if b_bytes > cache else 1))
-                     * cost / base / _balance(par, n_threads))
+                     * cost / base / thread_balance(par, n_threads))
 
     best = rows_outer(rb, nv, base)
     if outer <= 1:
@@ -499,7 +499,7 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
         traffic = (a_bytes * (n_u if a_bytes > cache else 1)
                    + b_bytes * (outer if panel > cache else 1))
         # A narrower tile computes less well: charge its cost ratio on the traffic.
-        traffic *= tile[2] / base / _balance(n_u, n_threads)
+        traffic *= tile[2] / base / thread_balance(n_u, n_threads)
         if outer_best is None or traffic < outer_best.traffic:
             outer_best = Order(tile[0], nv_, True, traffic)
     if outer_best is not None and outer_best.traffic < best.traffic * 0.8:

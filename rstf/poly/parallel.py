@@ -17,7 +17,7 @@ import dataclasses
 import islpy as isl
 
 from .deps import Dependences
-from .raise_c import Scop, Statement
+from .scop import Scop, Statement
 
 
 def dynamic_schedule(chunk: int) -> str:

@@ -5,8 +5,8 @@ weight, seen as `rows` rows of `cols` columns) one column tile at a time: VB con
 columns of every row, rows `cols` floats apart. Read in place, that is a strided walk
 (power-of-two strides conflict in the cache's sets), and a weight-heavy layer (MobileNet's
 7x7 Conv_1, 1.6 MB; its classifier, 5.1 MB) pays for it on every call; the lowering's
-per-call packing (`lower.Packing`) copies each panel into a contiguous buffer first, which
-costs a read, a write and a serial phase before each tile's arithmetic.
+per-call packing (`Packing`, planned by `packing_of`) copies each panel into a contiguous
+buffer first, which costs a read, a write and a serial phase before each tile's arithmetic.
 
 When B is a constant input of the custom op (a frozen weight), the copy can be made once
 instead: the splice gives the op a Const holding B's *panel layout*, and the kernels read
@@ -22,6 +22,10 @@ the constant stepping over whole rows, and a column-remainder kernel exactly cov
 last partial tile. Any other reader (a leftover scalar instance, a second operand, a
 depthwise kernel) keeps the array as it is. `pack_panels` computes the layout (numpy),
 for the splice and for anything else that feeds the op its original weight.
+
+The per-call packing's own plan lives here too: `Packing` (a column-tile-outer kernel's
+operand, copied one panel at a time), and the C offsets of a kernel call's operand row
+(`operand_row`, `plus_c`).
 """
 from __future__ import annotations
 
@@ -30,8 +34,8 @@ import dataclasses
 import numpy as np
 
 from .microkernel import vlen
-from .raise_c import Scop, _isl_name
-from .schedule import Kernel, _addr
+from .scop import Scop, isl_name
+from .groups import Kernel, flat_addr
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +56,11 @@ def column_operand(k: Kernel, scop: Scop) -> tuple[int, int] | None:
     kernel's columns are B's whole last dimension, and every other iterator (and the
     constant) steps over whole rows."""
     b = scop.buffers[k.b.array]
-    addr = _addr(k.b, scop)
+    addr = flat_addr(k.b, scop)
     if addr is None or b.ctype != "float" or not b.shape or b.size is None:
         return None
     cols = b.shape[-1]
-    v = _isl_name(k.v)
+    v = isl_name(k.v)
     if addr.get(v) != 1 or any(c % cols for x, c in addr.items() if x != v):
         return None
     if len(k.b.index[-1]) != 1 or k.b.index[-1].get(v) != 1:
@@ -132,3 +136,48 @@ def pack_panels(value: np.ndarray, vb: int) -> np.ndarray:
     m = np.ascontiguousarray(value).reshape(-1, cols)
     panels = [m[:, t:t + vb].reshape(-1) for t in range(0, cols, vb)]
     return np.concatenate(panels).reshape(value.shape).astype(value.dtype, copy=False)
+
+
+PACK_DIM = 1  # the time dimension of a column-tile-outer kernel's tile loop (after pos)
+
+
+@dataclasses.dataclass(frozen=True)
+class Packing:
+    """A kernel's column operand, seen as `rows` rows of `cols` columns, packed one column
+    tile (`vb` columns) at a time."""
+    array: str
+    rows: int
+    cols: int
+    vb: int
+
+    @property
+    def bytes(self) -> int:
+        return -(-4 * self.rows * self.vb // 64) * 64
+
+
+def packing_of(scop: Scop, k: Kernel) -> Packing | None:
+    """How to pack the kernel's column operand B, or None: only column-tile-outer kernels
+    (each panel is then reused by every row of the tile) whose B is a float array with the
+    kernel's columns as its whole last dimension, every other iterator (and the constant)
+    stepping over whole rows of it."""
+    if not k.tile_outer or k.cols or k.kin:  # (a partial tile is not packed)
+        return None
+    operand = column_operand(k, scop)
+    if operand is None:
+        return None
+    return Packing(k.b.array, *operand, vlen() * k.nv)
+
+
+def operand_row(ab: dict, env: dict[str, str], k: Kernel, cols: int) -> str:
+    """The row of the column operand (seen as rows of `cols` columns) that the kernel
+    call's first element lies in, as C: every term of its offset but the column's."""
+    terms = [f"{c // cols} * {env[x]}" if c != cols else env[x]
+             for x, c in ab.items() if x not in (1, isl_name(k.v)) and c and env[x] != "0"]
+    if ab.get(1, 0):
+        terms.append(str(ab[1] // cols))
+    return " + ".join(terms) or "0"
+
+
+def plus_c(base: str, scale: int, row: str) -> str:
+    """`base + scale * (row)` as C, without a term that adds nothing (row "0")."""
+    return base if row == "0" else f"{base} + {scale} * ({row})"

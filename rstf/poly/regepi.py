@@ -41,8 +41,8 @@ from pycparser import c_ast
 
 from .microkernel import (guarded, kernel_text, lanes, reduction_args, reduction_params,
                           splat, vectors)
-from .raise_c import Scop, Statement, _isl_name
-from .schedule import CallSchedule, Kernel, _addr, _roles, extents
+from .scop import Scop, Statement, isl_name
+from .groups import CallSchedule, Kernel, extents, flat_addr, kernel_roles
 from .target import current
 
 _ARITH = {"+", "-", "*", "/"}
@@ -126,8 +126,8 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
     y = kern.y.array
     if cs.rows.get(y) is None or any(k.statement != upd.name for k in cs.kernels):
         return None
-    _, reds, r, _, v = _roles(upd, kern)
-    box = dict(zip([_isl_name(x) for x in upd.iterators], extents(upd)))
+    _, reds, r, _, v = kernel_roles(upd, kern)
+    box = dict(zip([isl_name(x) for x in upd.iterators], extents(upd)))
     if any(box[x][1] > box[x][0] for x in reds) \
             or not cs.ast_time[upd.name].domain().is_empty():
         return None  # a reduction outside the kernel, or points left to the textbook loops
@@ -145,7 +145,7 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
         return None
     # (merged rows: o alone in one of Y's dimensions too)
     rdim, odim = (_alone_in(yidx, x) if x is not None else None
-                  for x in (r, _isl_name(kern.merged) if kern.merged else None))
+                  for x in (r, isl_name(kern.merged) if kern.merged else None))
     if (r is not None and rdim is None) or (kern.merged and odim is None):
         return None
     chain = cs.chain.statements
@@ -153,7 +153,7 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
     contracted = set(cs.chain.contracted)
     operands: dict[str, Operand] = {}
     for s in chain:
-        iv = [_isl_name(x) for x in s.iterators]
+        iv = [isl_name(x) for x in s.iterators]
         if len(iv) != len(yidx) or scop.buffers[s.accesses[-1].array].ctype != "float":
             return None
         for a in s.accesses:
@@ -161,7 +161,7 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
                 continue
             if scop.buffers[a.array].ctype != "float":
                 return None
-            addr = _addr(a, scop)
+            addr = flat_addr(a, scop)
             if addr is None:
                 return None
             col = addr.get(iv[-1], 0)

@@ -49,6 +49,11 @@ the input are cut, so the rows are grouped by the ranges they have (isl's lexmin
 each reduction loop, per row) and a border row runs in a kernel with fewer taps instead of
 the textbook loops. Grouping by ranges is checked, not assumed: every instance of the
 chunked kernel must cover points of the domain only, each once.
+
+Recognising a contraction and choosing its kernel (roles, tile, merged rows, sliding rows,
+the K2 level: DW_MAX_RB, DW_ROW_MAX, KIN_DEPTH, KIN_DEPTH_LONG, SHORT_CALL) is
+`contraction.py`'s; this module tiles the kernels in time (chunks, the order of the
+column tiles and the rows, residual loops) and checks the result (`schedule_call`).
 """
 from __future__ import annotations
 
@@ -57,349 +62,20 @@ import itertools
 import math
 
 import islpy as isl
-from pycparser import c_ast
 
-from .deps import Dependences, check_schedule_legal
-from .microkernel import (Shape, _balance, choose_order, choose_tile, single_vector_tile,
-                          threads, vlen)
+from .contraction import find_contraction, row_expr, slide_column, sliding_row
+from .deps import Dependences
+from .groups import (CallSchedule, Kernel, extents, is_pointwise, kernel_roles, pad_time,
+                     violations)
+from .microkernel import choose_order, single_vector_tile, vlen
+from .scop import Scop, Statement, isl_name
 from .target import current
-from .raise_c import Scop, Statement, _isl_name, multiply_add
-
-
-@dataclasses.dataclass
-class Kernel:
-    """A contraction statement's whole tiles, run by one microkernel call each."""
-    name: str  # the kernel statement (K<S>)
-    statement: str  # the original statement S
-    r: str | None  # iterator names (C); r may be absent (a single row)
-    k: str
-    v: str
-    rb: int
-    nv: int
-    k_lo: int
-    k_hi: int
-    a: object  # Access of the row-broadcast operand
-    b: object  # Access of the column operand
-    y: object  # Access of the written output
-    # K's own dimensions (set by schedule_call): outer outputs, u, outer reductions (C
-    # names), then the chunk's first and last rows s, e.
-    dims: list[str] = dataclasses.field(default_factory=list)
-    k2: str | None = None  # a reduction loop merged with k (see find_contraction)
-    k2_lo: int = 0
-    k2_hi: int = 0
-    tile_outer: bool = False  # column tiles outside the outer output loops (choose_order)
-    # A remainder kernel: the last, partial column tile `u_last`, `cols` (a multiple of half
-    # a vector) of its columns. 0 for the whole tiles' kernel.
-    cols: int = 0
-    u_last: int = 0
-    vec_a: bool = False  # a depthwise kernel: A is read as vectors along v too
-    kin: str | None = None  # an outer reduction loop run inside the kernel (its K2 level)
-    kin_lo: int = 0
-    kin_hi: int = 0
-    # The reduction loops whose range is the chunk's own (dims lo<i>, hi<i> of K): kin, then
-    # k2 or k. Empty: every chunk runs the whole ranges.
-    ranged: list[str] = dataclasses.field(default_factory=list)
-    fused: bool = True  # the step is `y = fmaf(a, b, y)`, not `y += a * b`: one rounding
-    # A sliding row (`sliding_row`): (KW, J, D) of `Shape.slide`; each call computes a
-    # whole output row, k's taps outside the input skipped inside the kernel.
-    slide: tuple = ()
-    # The column tiles run inside each chunk of rows, not around the chunks (`tile_time`).
-    chunk_outer: bool = False
-    # Merged rows (`merge_rows`): the outer output loop `merged` (C name) and r run as one
-    # row loop m = merged_n * merged + r over which the chunks are cut; merged_n is r's
-    # extent (r runs 0 .. merged_n - 1).
-    merged: str | None = None
-    merged_n: int = 0
-    # Lines of another group's weight (`prefetch_of`) that each call prefetches while it
-    # computes (`lower.plan_prefetch`); 0: none.
-    prefetch: int = 0
-    prefetch_of: str | None = None
-    # Each call prefetches its rows' share of the next column tile's weight panel
-    # (`lower.plan_panel_prefetch`).
-    panel_prefetch: bool = False
-
-    @property
-    def shape(self) -> Shape:
-        return Shape(self.rb, self.width, self.vec_a, self.kin is not None, self.fused,
-                     self.slide, self.prefetch, self.panel_prefetch)
-
-    @property
-    def rows_text(self) -> str:
-        """The kernel's row loop for the report: `r`, or `o x r` for merged rows."""
-        return f"{self.merged} x {self.r}" if self.merged else str(self.r)
-
-    @property
-    def width(self) -> int:
-        """Columns one call computes."""
-        return self.cols or vlen() * self.nv
-
-    @property
-    def depth(self) -> int:
-        """Reduction steps of one (whole-range) kernel call."""
-        return ((self.k_hi - self.k_lo + 1) * (self.k2_hi - self.k2_lo + 1)
-                * (self.kin_hi - self.kin_lo + 1))
-
-
-@dataclasses.dataclass
-class CallSchedule:
-    """The schedule of one call's statements."""
-    call: int
-    statements: list[Statement]
-    time: dict[str, isl.Map]  # original statement -> time vector (all points)
-    ast_time: dict[str, isl.Map]  # AST statements (S, restricted; K<S>) -> time vector
-    kernels: list[Kernel] = dataclasses.field(default_factory=list)
-    refused: list[str] = dataclasses.field(default_factory=list)  # why a tiling was dropped
-    chain: object = None  # fuse.Chain when this schedules a fused pointwise chain
-    rows: dict = dataclasses.field(default_factory=dict)  # buffer -> leading dims contracted
-
-
-def _addr(access, scop: Scop) -> dict:
-    """Coefficients of the access's linear element offset in each iterator and constant."""
-    shape = scop.buffers[access.array].shape
-    if not all(isinstance(d, int) for d in shape):
-        return None
-    out: dict = {}
-    stride = 1
-    for idx, extent in reversed(list(zip(access.index, shape))):
-        for var, c in idx.items():
-            out[var] = out.get(var, 0) + c * stride
-        stride *= extent
-    return out
-
-
-def extents(s: Statement) -> list[tuple[int, int]]:
-    """(lowest, highest) value of each iterator over the statement's (parameter-free)
-    domain: its bounding box."""
-    return [(int(s.domain.dim_min_val(d).to_python()), int(s.domain.dim_max_val(d).to_python()))
-            for d in range(len(s.iterators))]
-
-
-def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
-    """The kernel tiling of `s` if it is a contraction the microkernel fits, else None."""
-    factors = multiply_add(s.ast)
-    if factors is None or not all(isinstance(f, c_ast.ArrayRef) for f in factors):
-        return None
-    if s.domain.n_basic_set() != 1 or s.domain.dim(isl.dim_type.param) or not s.iterators:
-        return None
-    if scop.buffers[s.accesses[-1].array].ctype != "float":
-        return None
-    by_ref = {id(a.ref): a for a in s.accesses if not a.write}
-    x0, x1 = (by_ref.get(id(f)) for f in factors)
-    y = s.accesses[-1]
-    if x0 is None or x1 is None or x0.array == y.array or x1.array == y.array:
-        return None
-    iv = [_isl_name(v) for v in s.iterators]
-    ay = _addr(y, scop)
-    if ay is None:
-        return None
-    box = dict(zip(iv, extents(s)))
-    for (a, b), vec_a in itertools.product(((x0, x1), (x1, x0)), (False, True)):
-        aa, ab = _addr(a, scop), _addr(b, scop)
-        if aa is None or ab is None:
-            continue
-        # v: the innermost iterator at unit stride in Y and B, absent from A (or, a
-        # depthwise kernel, at unit stride in A too).
-        vs = [v for v in iv if ay.get(v) == 1 and ab.get(v) == 1
-              and aa.get(v, 0) == (1 if vec_a else 0)]
-        # (A loop of one iteration is no reduction: a depthwise conv's channel multiplier.)
-        reds = [v for v in iv if not ay.get(v) and box[v][1] > box[v][0]]
-        if not vs or not reds:
-            continue
-        v, k = vs[-1], reds[-1]
-        if not (aa.get(k) or ab.get(k)):
-            continue
-        rows = [x for x in iv if x not in (v, k) and ay.get(x) and not ab.get(x)]
-        r = rows[-1] if rows else None
-        (v_lo, v_hi), (k_lo, k_hi) = box[v], box[k]
-        r_lo, r_hi = box[r] if r else (0, 0)
-        tile = (choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1, (1,), DW_MAX_RB) if vec_a
-                else choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1))
-        if tile is None:
-            continue
-        rb, nv, _ = tile
-        if r is None:
-            rb = 1
-        c_of = dict(zip(iv, s.iterators))
-        kern = Kernel(f"K{s.name}", s.name, c_of.get(r), c_of[k], c_of[v], rb, nv, k_lo, k_hi,
-                      a, b, y, vec_a=vec_a, fused=s.ast.op == "=",
-                      chunk_outer=vec_a and current().depthwise_tiles_in_chunks)
-        # Merge the next reduction loop out into k when k's whole range and it walk both
-        # operands contiguously: a convolution's (kw, ic) with few input channels (the
-        # first layer's 3) makes one long reduction instead of KW short ones.
-        n = k_hi - k_lo + 1
-        k2 = reds[-2] if len(reds) > 1 else None
-        if k2 and (aa.get(k2, 0), ab.get(k2, 0)) == (n * aa.get(k, 0), n * ab.get(k, 0)) \
-                and n <= 16:
-            kern.k2 = c_of[k2]
-            kern.k2_lo, kern.k2_hi = box[k2]
-        # A short whole reduction: the next loop out runs inside the kernel too, and the
-        # ranges become the chunk's own (borders cut taps).
-        outer = reds[:-2] if kern.k2 else reds[:-1]
-        kin = outer[-1] if outer else None
-        steps = kern.depth * (box[kin][1] - box[kin][0] + 1) if kin else 0
-        if kin and (steps <= KIN_DEPTH or steps <= KIN_DEPTH_LONG and (
-                kern.depth <= SHORT_CALL or not _cut(s, iv.index(kin), box[kin]))):
-            kern.kin = c_of[kin]
-            kern.kin_lo, kern.kin_hi = box[kin]
-        if kern.kin or vec_a:
-            kern.ranged = [x for x in (kern.kin, kern.k2 or kern.k) if x]
-        return merge_rows(s, kern, scop, tile[2]) or kern
-    return None
-
-
-MERGE_GAIN = 0.99  # merged rows must cut choose_tile's cost per output by 1% at least
-
-
-def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float) -> Kernel | None:
-    """The kernel with its rows r merged with the next outer output loop o (`Kernel.merged`)
-    where that is exact and pays, else None.
-
-    A 1x1 stride-1 convolution over a 7x7 map has output rows of 7 pixels: on AVX2 (16
-    registers) they run as 7x8 tiles (7 accumulators, 8 loads a step) because a 6x16 tile
-    leaves a 1-row remainder per row. Its input and output rows follow each other in
-    memory, though (o's stride is exactly n times r's in A and in Y), so the 49 pixels are
-    one row of a GEMM, tiled by choose_tile over all 49 (9 chunks of 5x16 and one of 4
-    rows). Measured on the AVX2 Zen 3 (one thread, the 7x7x960 -> 320 projection,
-    interleaved, hand-written C): 360-444 us as generated, 324-374 merged in 6x16 chunks,
-    the same in 5x16. Exact when r runs 0..n-1 whole, o's range is cut by nothing, the strides line
-    up in A and Y and B does not depend on o. Only for o of fewer than `band.MIN_ROWS`
-    rows: a row band, which fuses groups over o, cannot take those anyway. On the targets
-    that say so (`Target.merge_rows`: AVX2 and AVX512_FULL, where it was measured)."""
-    from .band import MIN_ROWS
-
-    if not current().merge_rows or kern.vec_a or kern.kin or kern.ranged or kern.slide \
-            or kern.r is None:
-        return None
-    outs, _, r, _, v = _roles(s, kern)
-    if not outs:
-        return None
-    o = outs[-1]
-    iv = [_isl_name(x) for x in s.iterators]
-    box = dict(zip(iv, extents(s)))
-    (o_lo, o_hi), (r_lo, r_hi) = box[o], box[r]
-    n = r_hi + 1
-    if r_lo != 0 or o_hi == o_lo or o_hi - o_lo + 1 >= MIN_ROWS:
-        return None
-    if _cut(s, iv.index(o), box[o]) or _cut(s, iv.index(r), box[r]):
-        return None
-    aa, ab, ay = (_addr(x, scop) for x in (kern.a, kern.b, kern.y))
-    if ab.get(o, 0) or any(x.get(o, 0) != n * x.get(r, 0) for x in (aa, ay)):
-        return None
-    n_o, cols = o_hi - o_lo + 1, box[v][1] - box[v][0] + 1
-    tile = choose_tile(n_o * n, cols)
-    if tile is None:
-        return None
-    # The parallel iterations: unmerged, o x the column tiles (collapsed); merged, the
-    # tiles alone when a shorter last chunk (its own call after the chunk loop) stops the
-    # collapse, so charge the threads' idle share (20 tiles on 16 threads).
-    tiles = -(-cols // (vlen() * tile[1]))
-    par = tiles * (1 if n_o * n % tile[0] else n_o * n // tile[0])
-    busy = _balance(par, threads()) / _balance(n_o * -(-cols // (vlen() * kern.nv)), threads())
-    if tile[2] / busy >= cost * MERGE_GAIN:
-        return None
-    o_c = dict(zip(iv, s.iterators))[o]
-    return dataclasses.replace(kern, rb=tile[0], nv=tile[1], merged=o_c, merged_n=n)
-
-
-def row_expr(kern: Kernel) -> str:
-    """The kernel's row coordinate over its statement's iterators (isl names): r, or
-    merged_n * o + r."""
-    r = _isl_name(kern.r) if kern.r else "0"
-    return f"{kern.merged_n}*{_isl_name(kern.merged)} + {r}" if kern.merged else r
-
-
-def _slide_column(kern: Kernel) -> tuple[int, dict] | None:
-    """(dimension, index) of the row operand's one dimension that the rows r walk, when it
-    is `r + k + constant` and no other index holds r or k: a stride-1, dilation-1 window."""
-    ri, ki = _isl_name(kern.r), _isl_name(kern.k)
-    dims = [d for d, idx in enumerate(kern.a.index) if ri in idx or ki in idx]
-    if len(dims) != 1:
-        return None
-    idx = {x: c for x, c in kern.a.index[dims[0]].items() if c}
-    if {x: c for x, c in idx.items() if x != 1} != {ri: 1, ki: 1}:
-        return None
-    return dims[0], idx
-
-
-def sliding_row(s: Statement, kern: Kernel, scop: Scop) -> Kernel | None:
-    """A depthwise kernel as a sliding row (`Kernel.slide`) where that applies: stride 1
-    and dilation 1 along the rows, kh run inside (kin), and at most DW_ROW_MAX outputs a
-    row. One call then computes a whole output row of 16 channels, loading each input
-    column once for the up to KW outputs that read it; the kw taps a padding border cuts
-    are skipped inside the kernel, so a row is one call instead of a chunk of RB rows plus
-    a one-row kernel at each border. kh stays ranged per output row (`Kernel.ranged`).
-    None where it does not apply; the chunked kernel `kern` is then the one to use, and
-    also where the sliding row's border rule turns out not to be the domain's
-    (`_slides_exactly`).
-    Measured on MobileNet v2's nine 14x14 and 7x7 stride-1 depthwise groups (hand-patched
-    C, Zen 4, `ab_kernels.py`, 300 pairs each order): 0.108 -> 0.078 ms, the model's
-    kernels 0.991x and 1/1.011x; as generated here, 0.995x and 1/1.010x (twice). Rows of
-    28 (its 28x28 blocks, DW_ROW_MAX = 28: 28 accumulators spill) gained nothing: 0.997x to
-    1.003x.
-    """
-    if not kern.vec_a or not kern.kin or kern.k2 or kern.r is None:
-        return None
-    col = _slide_column(kern)
-    if col is None:
-        return None
-    d, idx = col
-    box = dict(zip([_isl_name(x) for x in s.iterators], extents(s)))
-    (r_lo, r_hi), (k_lo, k_hi) = box[_isl_name(kern.r)], box[_isl_name(kern.k)]
-    rows, taps = r_hi - r_lo + 1, k_hi - k_lo + 1
-    if not 1 < rows <= DW_ROW_MAX or rows + taps + 1 > current().max_registers + 1:
-        return None  # (registers: the accumulators, the taps' weights and the input vector)
-    first = r_lo + k_lo + idx.get(1, 0)  # the input column of the row's first tap
-    off = max(0, -first)  # the kernel's pointer is at column first + off, the first valid
-    extent = scop.buffers[kern.a.array].shape[d]
-    cols = min(extent - first - off, rows + taps - 1 - off)
-    if off >= taps or cols < 1:
-        return None
-    return dataclasses.replace(kern, rb=rows, slide=(taps, cols, off), ranged=[kern.kin])
-
-
-DW_MAX_RB = 8  # rows of a depthwise kernel's tile (one vector wide; see the docstring)
-DW_ROW_MAX = 16  # the widest output row a sliding-row depthwise kernel covers in one call
-KIN_DEPTH = 64  # reduction steps up to which a kernel call runs kh too (see the docstring)
-# Longer ones, up to KIN_DEPTH_LONG steps (a 3x3 conv's kw x ic), run that loop inside
-# too when a call of the kernel's own depth is short, at most SHORT_CALL steps: each call
-# loads and stores its accumulators, which costs a 32-step call (ic = 32) a quarter of its
-# time or so. Or when no padding border cuts the loop (a VALID conv): a cut splits each row
-# into border chunks with fewer taps, and their one-row kernels, loads rather than FMAs,
-# cost more than the accumulators save (measured on Inception v3: its 147x147x32 3x3 convs
-# 10-20% faster with kw inside, its 35x35 SAME ones with 48 to 96 channels 10-15% slower).
-KIN_DEPTH_LONG = 300
-SHORT_CALL = 32
-
-
-def _cut(s: Statement, d: int, lo_hi: tuple[int, int]) -> bool:
-    """Whether the range of iterator d of `s` depends on the other iterators (a padding
-    border cuts it): the domain is not its projection times [lo, hi]."""
-    free = s.domain.eliminate(isl.dim_type.set, d, 1)
-    box = isl.Set.universe(s.domain.get_space())
-    box = box.lower_bound_val(isl.dim_type.set, d, lo_hi[0]).upper_bound_val(
-        isl.dim_type.set, d, lo_hi[1])
-    return not free.intersect(box).is_equal(s.domain)
-
-
-def _roles(s: Statement, kern: Kernel) -> tuple[list[str], list[str], str | None, str, str]:
-    """(outer output iterators, outer reduction iterators, r, k, v), isl names."""
-    iv = [_isl_name(v) for v in s.iterators]
-    c2i = dict(zip(s.iterators, iv))
-    r, k, v = c2i.get(kern.r), c2i[kern.k], c2i[kern.v]
-    inner = (r, k, v, c2i.get(kern.k2), c2i.get(kern.kin), c2i.get(kern.merged))
-    outs = [x for x in iv if x not in inner and _is_output(kern, x)]
-    reds = [x for x in iv if x not in inner and x not in outs]
-    return outs, reds, r, k, v
 
 
 def _whole(kern: Kernel) -> dict[str, tuple[int, int]]:
     """The kernel's reduction loops (isl names) that every call runs whole: (lo, hi)."""
     loops = ((kern.k, kern.k_lo, kern.k_hi), (kern.k2, kern.k2_lo, kern.k2_hi))
-    return {_isl_name(x): (lo, hi) for x, lo, hi in loops if x and x not in kern.ranged}
-
-
-def _is_output(kern: Kernel, x: str) -> bool:
-    return any(x in idx for idx in kern.y.index)
+    return {isl_name(x): (lo, hi) for x, lo, hi in loops if x and x not in kern.ranged}
 
 
 def _chunks(s: Statement, kern: Kernel, prefix: str) -> isl.Set:
@@ -414,12 +90,12 @@ def _chunks(s: Statement, kern: Kernel, prefix: str) -> isl.Set:
     A ranged kernel's instances are { K[outs, u, reds, lo0, hi0, .., s, e] }: the corners
     are taken over the columns (and any whole-range loop) only, each row's range of each
     ranged loop is its lexmin/lexmax, and the rows are chunked per (outer point, ranges)."""
-    outs, reds, r, k, v = _roles(s, kern)
-    iv = [_isl_name(x) for x in s.iterators]
+    outs, reds, r, k, v = kernel_roles(s, kern)
+    iv = [isl_name(x) for x in s.iterators]
     vb, rb = vlen() * kern.nv, kern.rb
     o = outs + ["u"] + reds
     rr = r or "r0"
-    ranged = [_isl_name(x) for x in kern.ranged]
+    ranged = [isl_name(x) for x in kern.ranged]
     # { [o, r, ranged] : every corner (k, v) of the tile row is in the domain }; the ranged
     # loops stay free.
     full = None
@@ -431,7 +107,7 @@ def _chunks(s: Statement, kern: Kernel, prefix: str) -> isl.Set:
         del whole[k]
         free = [k]
     # Merged rows: the row rr is m = merged_n * o + r, o and r the statement's own.
-    mo = _isl_name(kern.merged) if kern.merged else None
+    mo = isl_name(kern.merged) if kern.merged else None
     if mo:
         rr = "m_"
         cond.append(f"m_ = {kern.merged_n}*mo_ + mr_")
@@ -478,14 +154,14 @@ def _slides_exactly(s: Statement, kern: Kernel, kdom: isl.Set, rel: isl.Map, sco
     from the rows' first. That must be exactly the domain's points of the box, each
     covered once."""
     n = kdom.dim(isl.dim_type.set)
-    lo, hi = extents(s)[[_isl_name(x) for x in s.iterators].index(_isl_name(kern.r))]
+    lo, hi = extents(s)[[isl_name(x) for x in s.iterators].index(isl_name(kern.r))]
     ends = kdom.project_out(isl.dim_type.set, 0, n - 2)
     if not ends.is_equal(isl.Set(f"{prefix}{{ [{lo}, {hi}] }}")) or hi - lo + 1 != kern.rb:
         return False
-    d, idx = _slide_column(kern)
+    d, idx = slide_column(kern)
     extent = scop.buffers[kern.a.array].shape[d]
     col = " + ".join(f"{c}*{x}" if x != 1 else str(c) for x, c in idx.items())
-    iv = ", ".join(_isl_name(x) for x in s.iterators)
+    iv = ", ".join(isl_name(x) for x in s.iterators)
     inb = isl.Set(f"{prefix}{{ {s.name}[{iv}] : 0 <= {col} < {extent} }}")
     mine = rel.intersect_range(inb)
     return (mine.is_equal(rel.intersect_range(s.domain))
@@ -527,14 +203,14 @@ def tile_time(kern: Kernel, outs: list[str], u: str, reds: list[str], s: str) ->
 
 def _order(s: Statement, kern: Kernel, scop: Scop) -> None:
     """Set the kernel's loop order (and maybe a narrower tile) from `choose_order`."""
-    outs, reds, r, k, v = _roles(s, kern)
-    box = dict(zip([_isl_name(x) for x in s.iterators], extents(s)))
+    outs, reds, r, k, v = kernel_roles(s, kern)
+    box = dict(zip([isl_name(x) for x in s.iterators], extents(s)))
     n = lambda x: box[x][1] - box[x][0] + 1
     depth = math.prod(n(x) for x in reds) * kern.depth
     a = scop.buffers[kern.a.array]
     if a.size is None or kern.vec_a:  # (a depthwise kernel's B is a few taps: no panel)
         return
-    rows = (n(r) * n(_isl_name(kern.merged)) if kern.merged else n(r)) if r else 1
+    rows = (n(r) * n(isl_name(kern.merged)) if kern.merged else n(r)) if r else 1
     order = choose_order(kern.rb, kern.nv, rows, n(v), math.prod(map(n, outs)),
                          depth, 4 * a.size)
     kern.rb, kern.nv, kern.tile_outer = order.rb, order.nv, order.tile_outer
@@ -556,8 +232,6 @@ def _residual_after(s: Statement, y: str, scop: Scop) -> bool:
     contraction's epilogue will run (or whose other operand y is: a shortcut, counted too,
     to stay on the measured side). ResNet-50's 1x1 convs before one measured 1-7% slower in
     single-vector tiles, MobileNet v2's and Inception v3's others 1-8% faster."""
-    from .fuse import _pointwise
-
     size = scop.buffers[y].size
     if size is None:
         return False
@@ -566,7 +240,7 @@ def _residual_after(s: Statement, y: str, scop: Scop) -> bool:
         array = todo.pop()
         for t in scop.statements:
             if t.call == s.call or not any(a.array == array and not a.write
-                                           for a in t.accesses) or not _pointwise(t, scop):
+                                           for a in t.accesses) or not is_pointwise(t, scop):
                 continue
             for a in t.accesses:
                 if a.array in seen:
@@ -586,14 +260,14 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str, scop: Scop
     is what the dependence check is given. None when a ranged kernel's chunks would not
     cover each point of the domain once (`_covers_once`)."""
     kern = kerns[0]
-    outs, reds, r, k, v = _roles(s, kern)
-    iv = [_isl_name(x) for x in s.iterators]
+    outs, reds, r, k, v = kernel_roles(s, kern)
+    iv = [isl_name(x) for x in s.iterators]
     vb = vlen() * kern.nv
     o = outs + ["u"] + reds
-    ranged = [_isl_name(x) for x in kern.ranged]
+    ranged = [isl_name(x) for x in kern.ranged]
     rg = [f"{b}{i}" for i in range(len(ranged)) for b in ("lo", "hi")]
     kd = ", ".join(o + rg + ["s", "e"])
-    k2 = [_isl_name(x) for x in (kern.kin, kern.k2) if x]  # reduction loops around k
+    k2 = [isl_name(x) for x in (kern.kin, kern.k2) if x]  # reduction loops around k
     zeros = ", 0" * (3 + len(k2))
     # A ranged kernel's loops run its chunk's ranges; the others their whole range.
     red_cond = "".join(f"lo{i} <= {x} <= hi{i} and " for i, x in enumerate(ranged)) \
@@ -636,8 +310,8 @@ def _remainder(s: Statement, kern: Kernel) -> Kernel | None:
     """A kernel for the last, partial column tile's first multiple of a half vector of
     columns (AVX-512, 24 output channels: one tile of 16, then 8; 1000 classes: 15 tiles of
     64, then 40), or None."""
-    _, _, _, _, v = _roles(s, kern)
-    lo, hi = dict(zip([_isl_name(x) for x in s.iterators], extents(s)))[v]
+    _, _, _, _, v = kernel_roles(s, kern)
+    lo, hi = dict(zip([isl_name(x) for x in s.iterators], extents(s)))[v]
     vb, half = vlen() * kern.nv, current().half
     u_last = hi // vb
     cols = (hi - max(lo, vb * u_last) + 1) // half * half
@@ -650,8 +324,8 @@ def _remainder(s: Statement, kern: Kernel) -> Kernel | None:
 def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependences,
                   depth: int, tile: bool = True) -> CallSchedule:
     """The new schedule of one call's statements (see the module docstring)."""
-    prefix = f"[{', '.join(map(_isl_name, scop.params))}] -> " if scop.params else ""
-    time = {s.name: _pad(s.schedule.intersect_domain(s.domain), depth) for s in stmts}
+    prefix = f"[{', '.join(map(isl_name, scop.params))}] -> " if scop.params else ""
+    time = {s.name: pad_time(s.schedule.intersect_domain(s.domain), depth) for s in stmts}
     cs = CallSchedule(call, stmts, dict(time), dict(time))
     if not tile:
         return cs
@@ -660,8 +334,8 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
         if kern is None:
             continue
         _order(s, kern, scop)
-        outs, reds, _, _, _ = _roles(s, kern)
-        i2c = {_isl_name(c): c for c in s.iterators}
+        outs, reds, _, _, _ = kernel_roles(s, kern)
+        i2c = {isl_name(c): c for c in s.iterators}
         tiling = None
         # A sliding row where it applies and is exact, else the chunks of rows.
         for kern in filter(None, (sliding_row(s, kern, scop), kern)):
@@ -680,80 +354,17 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
         if tiles[0][0].is_empty():
             continue
         trial = dict(cs.time)
-        trial[s.name] = _pad(t_s, depth)
-        bad = _violations(stmts, deps, trial)
+        trial[s.name] = pad_time(t_s, depth)
+        bad = violations(stmts, deps, trial)
         if bad:
             cs.refused.append(f"{s.name} ({s.node}): tiling breaks {bad[0]}")
             continue
         cs.time[s.name] = trial[s.name]
-        cs.ast_time[s.name] = _pad(t_rest, depth)
+        cs.ast_time[s.name] = pad_time(t_rest, depth)
         for kn, (kdom, ktime) in zip(kerns, tiles):
             if not kdom.is_empty():
-                cs.ast_time[kn.name] = _pad(ktime, depth)
+                cs.ast_time[kn.name] = pad_time(ktime, depth)
                 cs.kernels.append(kn)
     return cs
 
 
-def _pad(m: isl.Map, depth: int) -> isl.Map:
-    m = m.reset_tuple_id(isl.dim_type.out)
-    k = m.dim(isl.dim_type.out)
-    if k < depth:
-        m = m.add_dims(isl.dim_type.out, depth - k)
-        for i in range(k, depth):
-            m = m.fix_val(isl.dim_type.out, i, 0)
-    return m
-
-
-def call_dependences(deps: Dependences, stmts: list[Statement]) -> Dependences:
-    """The validity dependences between instances of these statements only."""
-    dom = isl.UnionSet.empty(stmts[0].domain.get_space().params())
-    for s in stmts:
-        dom = dom.union(isl.UnionSet.from_set(s.domain))
-    cut = [u.intersect_domain(dom).intersect_range(dom) for u in (deps.raw, deps.war, deps.waw)]
-    return Dependences(*cut)
-
-
-def _violations(stmts, deps: Dependences, time: dict[str, isl.Map]) -> list:
-    """The dependences between these statements that their new `time` breaks. Only
-    theirs: the others, between statements scheduled elsewhere, are not this schedule's
-    to keep (and check_schedule_legal requires every statement they name)."""
-    return check_schedule_legal(None, call_dependences(deps, stmts),
-                                _union(time[s.name] for s in stmts))
-
-
-def _union(maps) -> isl.UnionMap:
-    u = None
-    for m in maps:
-        u = isl.UnionMap.from_map(m) if u is None else u.union(isl.UnionMap.from_map(m))
-    return u
-
-
-def parallel_dims(valid: isl.UnionMap, time: dict[str, isl.Map], names: set[str],
-                  dims: list[int]) -> dict[int, bool]:
-    """For each time dimension p in `dims`: True when no validity dependence (`valid`)
-    between instances of the statements `names` is carried at p (instances in the same
-    iteration of every outer time dimension agree on p)."""
-    if not names:
-        return {p: True for p in dims}
-    sched = _union(time[n] for n in names)
-    dom = sched.domain()
-    d = valid.intersect_domain(dom).intersect_range(dom)
-    if d.is_empty():
-        return {p: True for p in dims}
-    pairs = d.apply_domain(sched).apply_range(sched)
-    n_time = next(iter(time[n] for n in names)).dim(isl.dim_type.out)
-    return {p: pairs.intersect(isl.UnionMap.from_map(_eq(n_time, p))).is_subset(
-                isl.UnionMap.from_map(_eq(n_time, p + 1))) for p in dims}
-
-
-_EQ: dict[tuple[int, int], isl.Map] = {}
-
-
-def _eq(n: int, p: int) -> isl.Map:
-    """{ [a] -> [b] : a_i = b_i for i < p } on n-dimensional time vectors."""
-    if (n, p) not in _EQ:
-        a = [f"a{i}" for i in range(n)]
-        b = [f"b{i}" for i in range(n)]
-        cons = " and ".join(f"a{i} = b{i}" for i in range(p)) or "true"
-        _EQ[(n, p)] = isl.Map(f"{{ [{', '.join(a)}] -> [{', '.join(b)}] : {cons} }}")
-    return _EQ[(n, p)]

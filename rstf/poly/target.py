@@ -42,7 +42,7 @@ class Target:
     # on AVX2 (Zen 3) MobileNet v2's kernels 0.971x; on AVX-512 (Zen 4) it changes nothing
     # (1.008 and 1/1.003, `ab_kernels.py`, 300 pairs each order, 2026-11-25), so off there.
     depthwise_tiles_in_chunks: bool = False
-    # A small map's 1x1 conv runs its pixels as one row of chunks (`schedule.merge_rows`):
+    # A small map's 1x1 conv runs its pixels as one row of chunks (`contraction.merge_rows`):
     # on AVX2 (Zen 3) MobileNet v2's kernels 0.94-0.95x; on AVX-512 (Zen 4) 1.077x and
     # 1/0.929 the time (the same A/B as above): with 32 registers the per-row 7x48 tiles of
     # the 7- and 14-row maps already hold enough accumulators, and the merged maps' 9x48

@@ -1,0 +1,237 @@
+"""Which statements are contractions a microkernel runs, and in what kernel shape.
+
+`find_contraction` recognises `Y += A * B` (spelled `y = fmaf(a, b, y)`) and returns its
+`groups.Kernel`: the output row r, the unit-stride column v, the reduction k (with a
+second reduction merged into it, or run inside the kernel as its K2 level, `kin`), the tile
+from `microkernel.choose_tile`, a depthwise kernel's vector operand. `merge_rows` merges
+a small map's output rows into one row of chunks where the tile model says so, and
+`sliding_row` turns a stride-1 depthwise row into one call per output row. The tiling and
+ordering of the kernels in time is `schedule.py`'s.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import islpy as isl
+from pycparser import c_ast
+
+from .cparse import multiply_add
+from .groups import MIN_ROWS, Kernel, extents, flat_addr, kernel_roles
+from .microkernel import choose_tile, thread_balance, threads, vlen
+from .scop import Scop, Statement, isl_name
+from .target import current
+
+
+def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
+    """The kernel tiling of `s` if it is a contraction the microkernel fits, else None."""
+    factors = multiply_add(s.ast)
+    if factors is None or not all(isinstance(f, c_ast.ArrayRef) for f in factors):
+        return None
+    if s.domain.n_basic_set() != 1 or s.domain.dim(isl.dim_type.param) or not s.iterators:
+        return None
+    if scop.buffers[s.accesses[-1].array].ctype != "float":
+        return None
+    by_ref = {id(a.ref): a for a in s.accesses if not a.write}
+    x0, x1 = (by_ref.get(id(f)) for f in factors)
+    y = s.accesses[-1]
+    if x0 is None or x1 is None or x0.array == y.array or x1.array == y.array:
+        return None
+    iv = [isl_name(v) for v in s.iterators]
+    ay = flat_addr(y, scop)
+    if ay is None:
+        return None
+    box = dict(zip(iv, extents(s)))
+    for (a, b), vec_a in itertools.product(((x0, x1), (x1, x0)), (False, True)):
+        aa, ab = flat_addr(a, scop), flat_addr(b, scop)
+        if aa is None or ab is None:
+            continue
+        # v: the innermost iterator at unit stride in Y and B, absent from A (or, a
+        # depthwise kernel, at unit stride in A too).
+        vs = [v for v in iv if ay.get(v) == 1 and ab.get(v) == 1
+              and aa.get(v, 0) == (1 if vec_a else 0)]
+        # (A loop of one iteration is no reduction: a depthwise conv's channel multiplier.)
+        reds = [v for v in iv if not ay.get(v) and box[v][1] > box[v][0]]
+        if not vs or not reds:
+            continue
+        v, k = vs[-1], reds[-1]
+        if not (aa.get(k) or ab.get(k)):
+            continue
+        rows = [x for x in iv if x not in (v, k) and ay.get(x) and not ab.get(x)]
+        r = rows[-1] if rows else None
+        (v_lo, v_hi), (k_lo, k_hi) = box[v], box[k]
+        r_lo, r_hi = box[r] if r else (0, 0)
+        tile = (choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1, (1,), DW_MAX_RB) if vec_a
+                else choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1))
+        if tile is None:
+            continue
+        rb, nv, _ = tile
+        if r is None:
+            rb = 1
+        c_of = dict(zip(iv, s.iterators))
+        kern = Kernel(f"K{s.name}", s.name, c_of.get(r), c_of[k], c_of[v], rb, nv, k_lo, k_hi,
+                      a, b, y, vec_a=vec_a, fused=s.ast.op == "=",
+                      chunk_outer=vec_a and current().depthwise_tiles_in_chunks)
+        # Merge the next reduction loop out into k when k's whole range and it walk both
+        # operands contiguously: a convolution's (kw, ic) with few input channels (the
+        # first layer's 3) makes one long reduction instead of KW short ones.
+        n = k_hi - k_lo + 1
+        k2 = reds[-2] if len(reds) > 1 else None
+        if k2 and (aa.get(k2, 0), ab.get(k2, 0)) == (n * aa.get(k, 0), n * ab.get(k, 0)) \
+                and n <= 16:
+            kern.k2 = c_of[k2]
+            kern.k2_lo, kern.k2_hi = box[k2]
+        # A short whole reduction: the next loop out runs inside the kernel too, and the
+        # ranges become the chunk's own (borders cut taps).
+        outer = reds[:-2] if kern.k2 else reds[:-1]
+        kin = outer[-1] if outer else None
+        steps = kern.depth * (box[kin][1] - box[kin][0] + 1) if kin else 0
+        if kin and (steps <= KIN_DEPTH or steps <= KIN_DEPTH_LONG and (
+                kern.depth <= SHORT_CALL or not _cut(s, iv.index(kin), box[kin]))):
+            kern.kin = c_of[kin]
+            kern.kin_lo, kern.kin_hi = box[kin]
+        if kern.kin or vec_a:
+            kern.ranged = [x for x in (kern.kin, kern.k2 or kern.k) if x]
+        return merge_rows(s, kern, scop, tile[2]) or kern
+    return None
+
+
+MERGE_GAIN = 0.99  # merged rows must cut choose_tile's cost per output by 1% at least
+
+
+def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float) -> Kernel | None:
+    """The kernel with its rows r merged with the next outer output loop o (`Kernel.merged`)
+    where that is exact and pays, else None.
+
+    A 1x1 stride-1 convolution over a 7x7 map has output rows of 7 pixels: on AVX2 (16
+    registers) they run as 7x8 tiles (7 accumulators, 8 loads a step) because a 6x16 tile
+    leaves a 1-row remainder per row. Its input and output rows follow each other in
+    memory, though (o's stride is exactly n times r's in A and in Y), so the 49 pixels are
+    one row of a GEMM, tiled by choose_tile over all 49 (9 chunks of 5x16 and one of 4
+    rows). Measured on the AVX2 Zen 3 (one thread, the 7x7x960 -> 320 projection,
+    interleaved, hand-written C): 360-444 us as generated, 324-374 merged in 6x16 chunks,
+    the same in 5x16. Exact when r runs 0..n-1 whole, o's range is cut by nothing, the strides line
+    up in A and Y and B does not depend on o. Only for o of fewer than `band.MIN_ROWS`
+    rows: a row band, which fuses groups over o, cannot take those anyway. On the targets
+    that say so (`Target.merge_rows`: AVX2 and AVX512_FULL, where it was measured)."""
+    if not current().merge_rows or kern.vec_a or kern.kin or kern.ranged or kern.slide \
+            or kern.r is None:
+        return None
+    outs, _, r, _, v = kernel_roles(s, kern)
+    if not outs:
+        return None
+    o = outs[-1]
+    iv = [isl_name(x) for x in s.iterators]
+    box = dict(zip(iv, extents(s)))
+    (o_lo, o_hi), (r_lo, r_hi) = box[o], box[r]
+    n = r_hi + 1
+    if r_lo != 0 or o_hi == o_lo or o_hi - o_lo + 1 >= MIN_ROWS:
+        return None
+    if _cut(s, iv.index(o), box[o]) or _cut(s, iv.index(r), box[r]):
+        return None
+    aa, ab, ay = (flat_addr(x, scop) for x in (kern.a, kern.b, kern.y))
+    if ab.get(o, 0) or any(x.get(o, 0) != n * x.get(r, 0) for x in (aa, ay)):
+        return None
+    n_o, cols = o_hi - o_lo + 1, box[v][1] - box[v][0] + 1
+    tile = choose_tile(n_o * n, cols)
+    if tile is None:
+        return None
+    # The parallel iterations: unmerged, o x the column tiles (collapsed); merged, the
+    # tiles alone when a shorter last chunk (its own call after the chunk loop) stops the
+    # collapse, so charge the threads' idle share (20 tiles on 16 threads).
+    tiles = -(-cols // (vlen() * tile[1]))
+    par = tiles * (1 if n_o * n % tile[0] else n_o * n // tile[0])
+    busy = (thread_balance(par, threads())
+            / thread_balance(n_o * -(-cols // (vlen() * kern.nv)), threads()))
+    if tile[2] / busy >= cost * MERGE_GAIN:
+        return None
+    o_c = dict(zip(iv, s.iterators))[o]
+    return dataclasses.replace(kern, rb=tile[0], nv=tile[1], merged=o_c, merged_n=n)
+
+
+def row_expr(kern: Kernel) -> str:
+    """The kernel's row coordinate over its statement's iterators (isl names): r, or
+    merged_n * o + r."""
+    r = isl_name(kern.r) if kern.r else "0"
+    return f"{kern.merged_n}*{isl_name(kern.merged)} + {r}" if kern.merged else r
+
+
+def slide_column(kern: Kernel) -> tuple[int, dict] | None:
+    """(dimension, index) of the row operand's one dimension that the rows r walk, when it
+    is `r + k + constant` and no other index holds r or k: a stride-1, dilation-1 window."""
+    ri, ki = isl_name(kern.r), isl_name(kern.k)
+    dims = [d for d, idx in enumerate(kern.a.index) if ri in idx or ki in idx]
+    if len(dims) != 1:
+        return None
+    idx = {x: c for x, c in kern.a.index[dims[0]].items() if c}
+    if {x: c for x, c in idx.items() if x != 1} != {ri: 1, ki: 1}:
+        return None
+    return dims[0], idx
+
+
+def sliding_row(s: Statement, kern: Kernel, scop: Scop) -> Kernel | None:
+    """A depthwise kernel as a sliding row (`Kernel.slide`) where that applies: stride 1
+    and dilation 1 along the rows, kh run inside (kin), and at most DW_ROW_MAX outputs a
+    row. One call then computes a whole output row of 16 channels, loading each input
+    column once for the up to KW outputs that read it; the kw taps a padding border cuts
+    are skipped inside the kernel, so a row is one call instead of a chunk of RB rows plus
+    a one-row kernel at each border. kh stays ranged per output row (`Kernel.ranged`).
+    None where it does not apply; the chunked kernel `kern` is then the one to use, and
+    also where the sliding row's border rule turns out not to be the domain's
+    (`_slides_exactly`).
+    Measured on MobileNet v2's nine 14x14 and 7x7 stride-1 depthwise groups (hand-patched
+    C, Zen 4, `ab_kernels.py`, 300 pairs each order): 0.108 -> 0.078 ms, the model's
+    kernels 0.991x and 1/1.011x; as generated here, 0.995x and 1/1.010x (twice). Rows of
+    28 (its 28x28 blocks, DW_ROW_MAX = 28: 28 accumulators spill) gained nothing: 0.997x to
+    1.003x.
+    """
+    if not kern.vec_a or not kern.kin or kern.k2 or kern.r is None:
+        return None
+    col = slide_column(kern)
+    if col is None:
+        return None
+    d, idx = col
+    box = dict(zip([isl_name(x) for x in s.iterators], extents(s)))
+    (r_lo, r_hi), (k_lo, k_hi) = box[isl_name(kern.r)], box[isl_name(kern.k)]
+    rows, taps = r_hi - r_lo + 1, k_hi - k_lo + 1
+    if not 1 < rows <= DW_ROW_MAX or rows + taps + 1 > current().max_registers + 1:
+        return None  # (registers: the accumulators, the taps' weights and the input vector)
+    first = r_lo + k_lo + idx.get(1, 0)  # the input column of the row's first tap
+    off = max(0, -first)  # the kernel's pointer is at column first + off, the first valid
+    extent = scop.buffers[kern.a.array].shape[d]
+    cols = min(extent - first - off, rows + taps - 1 - off)
+    if off >= taps or cols < 1:
+        return None
+    return dataclasses.replace(kern, rb=rows, slide=(taps, cols, off), ranged=[kern.kin])
+
+
+DW_MAX_RB = 8  # rows of a depthwise kernel's tile (one vector wide; see the docstring)
+
+
+DW_ROW_MAX = 16  # the widest output row a sliding-row depthwise kernel covers in one call
+
+
+KIN_DEPTH = 64  # reduction steps up to which a kernel call runs kh too (see the docstring)
+
+
+# Longer ones, up to KIN_DEPTH_LONG steps (a 3x3 conv's kw x ic), run that loop inside
+# too when a call of the kernel's own depth is short, at most SHORT_CALL steps: each call
+# loads and stores its accumulators, which costs a 32-step call (ic = 32) a quarter of its
+# time or so. Or when no padding border cuts the loop (a VALID conv): a cut splits each row
+# into border chunks with fewer taps, and their one-row kernels, loads rather than FMAs,
+# cost more than the accumulators save (measured on Inception v3: its 147x147x32 3x3 convs
+# 10-20% faster with kw inside, its 35x35 SAME ones with 48 to 96 channels 10-15% slower).
+KIN_DEPTH_LONG = 300
+
+
+SHORT_CALL = 32
+
+
+def _cut(s: Statement, d: int, lo_hi: tuple[int, int]) -> bool:
+    """Whether the range of iterator d of `s` depends on the other iterators (a padding
+    border cuts it): the domain is not its projection times [lo, hi]."""
+    free = s.domain.eliminate(isl.dim_type.set, d, 1)
+    box = isl.Set.universe(s.domain.get_space())
+    box = box.lower_bound_val(isl.dim_type.set, d, lo_hi[0]).upper_bound_val(
+        isl.dim_type.set, d, lo_hi[1])
+    return not free.intersect(box).is_equal(s.domain)

@@ -1,0 +1,250 @@
+"""The scheduled groups every stage after raising shares, and the helpers on them.
+
+A `CallSchedule` is one group of statements given a new time (one call, or a fused chain
+or epilogue), with the `Kernel`s that tile its contractions around microkernels
+(`schedule.py` builds them, `fuse.py`, `band.py` and `lower.py` read and extend them).
+Here too: the accesses' linear offsets (`flat_addr`), the statements' boxes (`extents`),
+a kernel's iterator roles (`kernel_roles`), time maps padded to a common depth
+(`pad_time`), and the dependence questions the schedulers ask of a group (`violations`,
+`call_dependences`, `parallel_dims`). This module sits below the schedulers, which all
+import it and not each other's helpers.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import islpy as isl
+
+from .deps import Dependences, check_schedule_legal
+from .microkernel import Shape, vlen
+from .scop import Scop, Statement, isl_name
+
+
+@dataclasses.dataclass
+class Kernel:
+    """A contraction statement's whole tiles, run by one microkernel call each."""
+    name: str  # the kernel statement (K<S>)
+    statement: str  # the original statement S
+    r: str | None  # iterator names (C); r may be absent (a single row)
+    k: str
+    v: str
+    rb: int
+    nv: int
+    k_lo: int
+    k_hi: int
+    a: object  # Access of the row-broadcast operand
+    b: object  # Access of the column operand
+    y: object  # Access of the written output
+    # K's own dimensions (set by schedule_call): outer outputs, u, outer reductions (C
+    # names), then the chunk's first and last rows s, e.
+    dims: list[str] = dataclasses.field(default_factory=list)
+    k2: str | None = None  # a reduction loop merged with k (see find_contraction)
+    k2_lo: int = 0
+    k2_hi: int = 0
+    tile_outer: bool = False  # column tiles outside the outer output loops (choose_order)
+    # A remainder kernel: the last, partial column tile `u_last`, `cols` (a multiple of half
+    # a vector) of its columns. 0 for the whole tiles' kernel.
+    cols: int = 0
+    u_last: int = 0
+    vec_a: bool = False  # a depthwise kernel: A is read as vectors along v too
+    kin: str | None = None  # an outer reduction loop run inside the kernel (its K2 level)
+    kin_lo: int = 0
+    kin_hi: int = 0
+    # The reduction loops whose range is the chunk's own (dims lo<i>, hi<i> of K): kin, then
+    # k2 or k. Empty: every chunk runs the whole ranges.
+    ranged: list[str] = dataclasses.field(default_factory=list)
+    fused: bool = True  # the step is `y = fmaf(a, b, y)`, not `y += a * b`: one rounding
+    # A sliding row (`sliding_row`): (KW, J, D) of `Shape.slide`; each call computes a
+    # whole output row, k's taps outside the input skipped inside the kernel.
+    slide: tuple = ()
+    # The column tiles run inside each chunk of rows, not around the chunks (`tile_time`).
+    chunk_outer: bool = False
+    # Merged rows (`merge_rows`): the outer output loop `merged` (C name) and r run as one
+    # row loop m = merged_n * merged + r over which the chunks are cut; merged_n is r's
+    # extent (r runs 0 .. merged_n - 1).
+    merged: str | None = None
+    merged_n: int = 0
+    # Lines of another group's weight (`prefetch_of`) that each call prefetches while it
+    # computes (`prefetch.plan_prefetch`); 0: none.
+    prefetch: int = 0
+    prefetch_of: str | None = None
+    # Each call prefetches its rows' share of the next column tile's weight panel
+    # (`prefetch.plan_panel_prefetch`).
+    panel_prefetch: bool = False
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.rb, self.width, self.vec_a, self.kin is not None, self.fused,
+                     self.slide, self.prefetch, self.panel_prefetch)
+
+    @property
+    def rows_text(self) -> str:
+        """The kernel's row loop for the report: `r`, or `o x r` for merged rows."""
+        return f"{self.merged} x {self.r}" if self.merged else str(self.r)
+
+    @property
+    def width(self) -> int:
+        """Columns one call computes."""
+        return self.cols or vlen() * self.nv
+
+    @property
+    def depth(self) -> int:
+        """Reduction steps of one (whole-range) kernel call."""
+        return ((self.k_hi - self.k_lo + 1) * (self.k2_hi - self.k2_lo + 1)
+                * (self.kin_hi - self.kin_lo + 1))
+
+
+@dataclasses.dataclass
+class CallSchedule:
+    """The schedule of one call's statements."""
+    call: int
+    statements: list[Statement]
+    time: dict[str, isl.Map]  # original statement -> time vector (all points)
+    ast_time: dict[str, isl.Map]  # AST statements (S, restricted; K<S>) -> time vector
+    kernels: list[Kernel] = dataclasses.field(default_factory=list)
+    refused: list[str] = dataclasses.field(default_factory=list)  # why a tiling was dropped
+    chain: object = None  # fuse.Chain when this schedules a fused pointwise chain
+    rows: dict = dataclasses.field(default_factory=dict)  # buffer -> leading dims contracted
+
+
+def flat_addr(access, scop: Scop) -> dict:
+    """Coefficients of the access's linear element offset in each iterator and constant."""
+    shape = scop.buffers[access.array].shape
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    out: dict = {}
+    stride = 1
+    for idx, extent in reversed(list(zip(access.index, shape))):
+        for var, c in idx.items():
+            out[var] = out.get(var, 0) + c * stride
+        stride *= extent
+    return out
+
+
+def extents(s: Statement) -> list[tuple[int, int]]:
+    """(lowest, highest) value of each iterator over the statement's (parameter-free)
+    domain: its bounding box."""
+    return [(int(s.domain.dim_min_val(d).to_python()), int(s.domain.dim_max_val(d).to_python()))
+            for d in range(len(s.iterators))]
+
+
+def kernel_roles(s: Statement, kern: Kernel) -> tuple[list[str], list[str], str | None, str, str]:
+    """(outer output iterators, outer reduction iterators, r, k, v), isl names."""
+    iv = [isl_name(v) for v in s.iterators]
+    c2i = dict(zip(s.iterators, iv))
+    r, k, v = c2i.get(kern.r), c2i[kern.k], c2i[kern.v]
+    inner = (r, k, v, c2i.get(kern.k2), c2i.get(kern.kin), c2i.get(kern.merged))
+    outs = [x for x in iv if x not in inner and is_output_iter(kern, x)]
+    reds = [x for x in iv if x not in inner and x not in outs]
+    return outs, reds, r, k, v
+
+
+def is_output_iter(kern: Kernel, x: str) -> bool:
+    return any(x in idx for idx in kern.y.index)
+
+
+def pad_time(m: isl.Map, depth: int) -> isl.Map:
+    m = m.reset_tuple_id(isl.dim_type.out)
+    k = m.dim(isl.dim_type.out)
+    if k < depth:
+        m = m.add_dims(isl.dim_type.out, depth - k)
+        for i in range(k, depth):
+            m = m.fix_val(isl.dim_type.out, i, 0)
+    return m
+
+
+def call_dependences(deps: Dependences, stmts: list[Statement]) -> Dependences:
+    """The validity dependences between instances of these statements only."""
+    dom = isl.UnionSet.empty(stmts[0].domain.get_space().params())
+    for s in stmts:
+        dom = dom.union(isl.UnionSet.from_set(s.domain))
+    cut = [u.intersect_domain(dom).intersect_range(dom) for u in (deps.raw, deps.war, deps.waw)]
+    return Dependences(*cut)
+
+
+def violations(stmts, deps: Dependences, time: dict[str, isl.Map]) -> list:
+    """The dependences between these statements that their new `time` breaks. Only
+    theirs: the others, between statements scheduled elsewhere, are not this schedule's
+    to keep (and check_schedule_legal requires every statement they name)."""
+    return check_schedule_legal(None, call_dependences(deps, stmts),
+                                union_maps(time[s.name] for s in stmts))
+
+
+def union_maps(maps) -> isl.UnionMap:
+    u = None
+    for m in maps:
+        u = isl.UnionMap.from_map(m) if u is None else u.union(isl.UnionMap.from_map(m))
+    return u
+
+
+def parallel_dims(valid: isl.UnionMap, time: dict[str, isl.Map], names: set[str],
+                  dims: list[int]) -> dict[int, bool]:
+    """For each time dimension p in `dims`: True when no validity dependence (`valid`)
+    between instances of the statements `names` is carried at p (instances in the same
+    iteration of every outer time dimension agree on p)."""
+    if not names:
+        return {p: True for p in dims}
+    sched = union_maps(time[n] for n in names)
+    dom = sched.domain()
+    d = valid.intersect_domain(dom).intersect_range(dom)
+    if d.is_empty():
+        return {p: True for p in dims}
+    pairs = d.apply_domain(sched).apply_range(sched)
+    n_time = next(iter(time[n] for n in names)).dim(isl.dim_type.out)
+    return {p: pairs.intersect(isl.UnionMap.from_map(eq_prefix(n_time, p))).is_subset(
+                isl.UnionMap.from_map(eq_prefix(n_time, p + 1))) for p in dims}
+
+
+_EQ_PREFIX: dict[tuple[int, int], isl.Map] = {}
+
+
+def eq_prefix(n: int, p: int) -> isl.Map:
+    """{ [a] -> [b] : a_i = b_i for i < p } on n-dimensional time vectors."""
+    if (n, p) not in _EQ_PREFIX:
+        a = [f"a{i}" for i in range(n)]
+        b = [f"b{i}" for i in range(n)]
+        cons = " and ".join(f"a{i} = b{i}" for i in range(p)) or "true"
+        _EQ_PREFIX[(n, p)] = isl.Map(f"{{ [{', '.join(a)}] -> [{', '.join(b)}] : {cons} }}")
+    return _EQ_PREFIX[(n, p)]
+
+
+def row_major_access(s: Statement, scop: Scop, access) -> bool:
+    """The access touches element `i0*(n1*..*nk) + .. + ik` of its buffer (row-major over
+    the statement's box), whatever view the buffer has (linearised buffers included)."""
+    addr = flat_addr(access, scop)
+    if addr is None or addr.get(1, 0):
+        return False
+    iv = [isl_name(v) for v in s.iterators]
+    ext = extents(s)
+    stride, want = 1, {}
+    for v, (lo, hi) in reversed(list(zip(iv, ext))):
+        want[v] = stride
+        stride *= hi - lo + 1
+    if any(k not in want for k, c in addr.items() if k != 1 and c):
+        return False
+    # An iterator with one iteration is always 0: its coefficient does not matter.
+    return stride == buffer_numel(scop, access) and all(
+        addr.get(v, 0) == want[v] for v, (lo, hi) in zip(iv, ext) if hi > lo)
+
+
+def buffer_numel(scop: Scop, access) -> int:
+    return scop.buffers[access.array].size or -1
+
+
+def is_pointwise(s: Statement, scop: Scop) -> bool:
+    """One assignment over a box, writing every element of its buffer once, in row-major
+    order of its loops."""
+    if s.ast.op != "=" or not s.iterators or s.domain.dim(isl.dim_type.param):
+        return False
+    if any(lo != 0 for lo, _ in extents(s)):
+        return False
+    iv = [isl_name(v) for v in s.iterators]
+    box = isl.Set(f"{{ {s.name}[{', '.join(iv)}] : "
+                  + " and ".join(f"0 <= {v} <= {hi}" for v, (_, hi) in zip(iv, extents(s)))
+                  + " }")
+    return s.domain.is_equal(box) and row_major_access(s, scop, s.accesses[-1])
+
+
+# Fewer band rows: the groups' own finer parallel loops balance better. 14 (MobileNet v2's
+# 14x14 depthwise + projection pairs fused too) measured 1.004x on its kernels (Zen 4).
+MIN_ROWS = 16

@@ -1,0 +1,143 @@
+"""Software prefetch of large frozen weights, planned over the scheduled groups, and its C.
+
+A batch-1 matrix-vector product over a large frozen weight has that weight prefetched by
+the kernel calls of the compute-bound group before it (`plan_prefetch`, the C helpers in
+`PREFETCH_C`); a contraction whose column tiles run outermost prefetches each next tile's
+weight panel during the tile's calls (`plan_panel_prefetch`, `PANEL_PREFETCH_C`). The
+plans are marks on the `groups.Kernel`s, which `emit.CallLowering` prints. (The C
+comments still say `lower.plan_prefetch`: the generated C is kept byte-identical.)
+"""
+from __future__ import annotations
+
+import math
+
+from .band import BandGroup
+from .groups import CallSchedule
+from .scop import Scop
+
+
+# Prefetching a GEMV's weight while the group before it computes (`plan_prefetch`).
+PREFETCH_MIN_BYTES = 1 << 20  # a weight smaller than this is in L2 or soon read anyway
+
+
+PREFETCH_MIN_DEPTH = 64       # reduction steps of the computing kernel's call
+
+
+PREFETCH_C = """\
+/* Prefetching a weight another group reads next (lower.plan_prefetch): each thread takes
+   the lines of its own share of the weight, in order, `bytes` a kernel call; the count
+   bumped before each run of the computing group restarts them. Past its share, a thread
+   is given the weight's first lines again, which its cache already holds. (Atomic: the
+   batch loop's threads may each run the group at once; a prefetch never faults, so a
+   stale count costs nothing but useless prefetches.) */
+#include <omp.h>
+static _Atomic unsigned rstf_pf_epoch;
+static const char *rstf_pf_take(const char *base, long total, long bytes)
+{
+    static _Thread_local unsigned epoch;
+    static _Thread_local const char *cur, *end;
+    if (epoch != rstf_pf_epoch) {
+        const long t = omp_get_thread_num(), n = omp_get_num_threads();
+        epoch = rstf_pf_epoch;
+        cur = base + total * t / n / 64 * 64;
+        end = base + total * (t + 1) / n;
+    }
+    if (end - cur < bytes)
+        return base;
+    const char *p = cur;
+    cur += bytes;
+    return p;
+}
+"""
+
+
+def plan_prefetch(scop: Scop, schedules: list[CallSchedule], skip: set[int],
+                  constants: frozenset[str]) -> dict[int, str]:
+    """Batch-1 matrix-vector products (kernels of one row) over a frozen weight of at least
+    PREFETCH_MIN_BYTES read that weight from L3 or DRAM on every call: MobileNet v2's
+    classifier, 5 MB, took 42-57 us of the kernels' 2.9 ms on a quiet host and up to 130
+    under load. The group just before it (with
+    only kernel-free groups between, such as the Mean) is compute-bound, so its kernel calls
+    prefetch the weight while they run: two lines a reduction step, spread over its calls,
+    each thread its share (`PREFETCH_C`); the lines then sit in L2 or, evicted, in L3 when
+    the product reads them. Measured on MobileNet v2 (Zen 4, 2 threads, a hand-written
+    version): the GEMV 42-57 -> 34-40 us, Conv_1 unchanged, `ab_kernels.py` 0.997 and
+    1/1.007. Sets the computing kernel's `prefetch` and `prefetch_of`; returns {computing
+    group's call: the weight array}. `skip`: calls lowered otherwise (Winograd)."""
+    plans = {}
+    for i, g in enumerate(schedules):
+        if g.call in skip or isinstance(g, BandGroup) or not g.kernels:
+            continue
+        if not all(k.rb == 1 and k.b.array in constants for k in g.kernels):
+            continue
+        w = g.kernels[0].b.array
+        shape = scop.buffers[w].shape
+        if not all(isinstance(x, int) for x in shape):
+            continue
+        total = math.prod(shape) * 4
+        if total < PREFETCH_MIN_BYTES:
+            continue
+        # The computing group: the nearest one before with kernels, none but kernel-free
+        # groups between.
+        p = next((q for q in reversed(schedules[:i]) if q.kernels or q.call in skip
+                  or isinstance(q, BandGroup)), None)
+        if p is None or p.call in skip or isinstance(p, BandGroup):
+            continue
+        k = p.kernels[0]
+        if (k.rb == 1 or k.vec_a or k.slide or k.cols or k.depth < PREFETCH_MIN_DEPTH
+                or k.ranged or k.name not in p.ast_time):
+            continue
+        calls = p.ast_time[k.name].domain().count_val().to_python()
+        if not calls:
+            continue
+        k.prefetch = min(-(-total // (64 * calls)), 2 * k.depth)
+        k.prefetch_of = w
+        plans[p.call] = w
+    return plans
+
+
+PANEL_PREFETCH_C = """\
+/* The share of the next column tile's weight panel that a kernel call prefetches
+   (lower.plan_panel_prefetch): of the panel's `bytes`, the lines of rows [g0, g1) of the
+   `n` output rows that the tile computes. */
+static inline const char *rstf_pp_at(const float *panel, long bytes, long g0, long n)
+{
+    return (const char *)panel + bytes * g0 / n / 64 * 64;
+}
+static inline int rstf_pp_lines(long bytes, long g0, long g1, long n)
+{
+    return (int)((bytes * g1 / n - bytes * g0 / n / 64 * 64 + 63) / 64);
+}
+"""
+
+
+def plan_panel_prefetch(schedules: list[CallSchedule], panels: dict, skip: set[int]) -> int:
+    """Column-tile-outermost contractions (`choose_order`: the weight is too big for L2, so
+    each tile's panel is reused by every row while the rows stream) read each panel from
+    L3 or DRAM on its first row: ResNet-50's and Inception v3's weights (about 100 MB) never
+    stay in the 32 MB L3 between calls. So each call prefetches its rows' share of the next
+    tile's panel, one line every second reduction step (`Shape.pp`): measured on one Zen 5
+    core (a 7x48 kernel, K = 512, 42 tiles streamed from DRAM): 223 -> 262 GFLOP/s, the rate
+    of panels already in cache. On 2 threads (`group_profile.py`, 2026-11-25): ResNet-50's
+    7x7 1x1 convs 14-16% faster, its 7x7 3x3 convs 7-12%; `ab_kernels.py` B/A: ResNet-50
+    0.984 and 1/1.013, Inception v3 0.984 and 1/1.014, MobileNet v2 (whose 14 MB of
+    weights stay in L3) 0.995 and 1/1.006. On Zen 4 (MobileNet v2's Conv_1 and block 16
+    projection alone, by hand) it was 1.008 and 1/0.990.
+    For kernels over a frozen weight in panel layout (`prepack`) of at least
+    PREFETCH_MIN_BYTES, whole tiles (the last, partial one has no next panel), no K2 level
+    (its k restarts) and at least PREFETCH_MIN_DEPTH steps. A call inside an outer
+    reduction loop (a 3x3 conv's taps) takes its share of the tile's calls too. Sets their
+    `panel_prefetch`; returns how many. `skip`: calls lowered otherwise (Winograd)."""
+    n = 0
+    for cs in schedules:
+        if cs.call in skip:
+            continue
+        for k in cs.kernels:
+            pn = panels.get(k.b.array)
+            if (pn is None or not k.tile_outer or k.cols or k.vec_a or k.slide or k.kin
+                    or not k.r or k.ranged or k.depth < PREFETCH_MIN_DEPTH
+                    or pn.cols <= pn.vb or 4 * pn.rows * pn.cols < PREFETCH_MIN_BYTES):
+                continue
+            k.panel_prefetch = True
+            n += 1
+    return n
