@@ -14,7 +14,9 @@ Contract:
   generate, the polyhedral pass, weights prepacked as the splice stores them), each
   subgraph's C compiled alone and run through ctypes (`cexec`) on the intermediate tensors
   stock TensorFlow computed for its inputs, its outputs compared with TensorFlow's at
-  `options.rtol`; the folded graph's outputs are compared with the original's as well. It
+  `options.rtol`; the folded graph's outputs are compared with the original's as well.
+- Both raise `TensorFlowFails` when stock TensorFlow cannot run the model itself: no
+  reference, so neither a pass nor an rstf failure (a campaign counts them apart). It
   skips what `check` alone covers (the C++ wrapper, the splice, the op library's build),
   and costs a compiler run instead of a TensorFlow op build.
 - `save_regression` writes `<hash>-maxops<N>.pbtxt` (the GraphDef, as text) and beside it
@@ -101,7 +103,12 @@ def check(graph_def, feeds: dict | None, options: Options, work_dir: str,
     report = optimize(model, out, max_ops=options.max_ops, force=True, log=lambda m: None,
                       optimizer=options.optimizer, winograd=options.winograd, jobs=jobs,
                       verbosity=0)
-    result = compare(model, out, inputs=inputs, rtol=options.rtol, latency=False)
+    try:
+        result = compare(model, out, inputs=inputs, rtol=options.rtol, latency=False)
+    except RstfError as e:
+        if str(e).startswith("running the tf_eigen graph failed"):
+            raise TensorFlowFails(str(e)) from None
+        raise
     problems = [f"{o['name']} differs from TensorFlow (max rel err {o['max_rel_err']:.3g} > "
                 f"rtol {options.rtol:g})" for o in result["outputs"] if not o["passed"]]
     problems += [f"{sg['name']} has {len(sg['nodes'])} nodes > max_ops {options.max_ops}"
@@ -152,7 +159,7 @@ def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> V
     fetches = list(dict.fromkeys(
         [s.tensor for sg in codes for s in sg.inputs + sg.outputs if not s.weight]))
     ref = _tf_run(graph.graph_def, feeds, fetches + outputs)
-    original = _tf_run(graph_def, feeds, outputs)
+    original = _tf_run(graph_def, feeds, outputs, reference=True)
     worst = 0.0
     for t in outputs:  # the folds (constants, batch norm's scales) keep the graph's value
         err = output_errors(original[t].astype(np.float64), ref[t].astype(np.float64))[1]
@@ -176,14 +183,29 @@ def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> V
     return Verdict(not problems, "; ".join(problems), worst, winograd, {}, {})
 
 
-def _tf_run(graph_def, feeds: dict, fetches: list[str]) -> dict:
+class TensorFlowFails(Exception):
+    """Stock TensorFlow itself cannot run the model (a Grappler rewrite that breaks a valid
+    graph, say): the example has no reference, and says nothing of rstf."""
+
+
+def _tf_run(graph_def, feeds: dict, fetches: list[str], reference: bool = False) -> dict:
     from .tfutil import tf
 
     g = tf.Graph()
     with g.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
     with tf.compat.v1.Session(graph=g) as sess:
-        values = sess.run(fetches, {f"{k}:0": v for k, v in feeds.items()})
+        try:
+            values = sess.run(fetches, {f"{k}:0": v for k, v in feeds.items()})
+        except tf.errors.OpError as e:
+            if not reference:
+                raise
+            # TF's message: "Graph execution error:", where and what, the stack trace
+            lines = [ln.strip() for ln in e.message.splitlines() if ln.strip()]
+            what = next((ln for ln in lines if not ln.startswith(("Graph execution error",
+                                                                  "Detected at", "Node:"))),
+                        lines[0] if lines else type(e).__name__)
+            raise TensorFlowFails(what[:300]) from None
     return dict(zip(fetches, values))
 
 

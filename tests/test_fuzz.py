@@ -171,3 +171,14 @@ def test_campaign_saves_a_failure_with_its_options_and_the_replay_honours_them(t
         {"optimizer": "poly", "winograd": False, "max_ops": meta["max_ops"]}
     # At compare's tolerance the same graph, inputs and options pass (the library is cached).
     assert check(gd, feeds, dataclasses.replace(options, rtol=1e-4), str(tmp_path)).passed
+
+
+def test_a_graph_stock_tensorflow_cannot_run_is_no_rstf_failure():
+    """Graph seed 1271985881 draws conv -> BiasAdd -> add of a [1, H, 1, 1] row: a valid
+    graph (TF with Grappler off runs it) on which TF 2.21's Grappler fails. The quick check
+    says TensorFlowFails, which a campaign counts as skipped, not as rstf's failure."""
+    from rstf.fuzzcase import TensorFlowFails
+
+    g = random_graph(1271985881)
+    with pytest.raises(TensorFlowFails, match="biases"):
+        check_kernels(g.graph_def, g.feeds, Options.of("poly-nowinograd", 2))
