@@ -90,8 +90,8 @@ def write_run_files(tmp: str, graph, feeds: dict) -> tuple[str, str]:
 
 
 def run_engine(label: str, graph_path: str, libs: list[str], inputs: str, fetches: list[str],
-         reps: int, env_extra: dict[str, str], save: str, engine: str = "tf",
-         rewrites: bool = True) -> dict:
+               reps: int, env_extra: dict[str, str], save: str, engine: str = "tf",
+               rewrites: bool = True) -> dict:
     cmd = [sys.executable, "-m", "rstf.runner", "--graph", graph_path, "--inputs", inputs,
            "--reps", str(reps), "--save", save, "--engine", engine,
            *([] if rewrites else ["--no-rewrites"])]
@@ -133,8 +133,8 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
         for label, path, lib, env, rewrites in configs if latency else [configs[0], configs[2]]:
             save = os.path.join(tmp, f"{label}.npz")
             timed = latency and rewrites  # the Grappler-off run gives numbers only
-            runs[label] = run_engine(label, path, lib, in_path, fetches, reps if timed else 0,
-                               env, save, rewrites=rewrites)
+            runs[label] = run_engine(label, path, lib, in_path, fetches,
+                                     reps if timed else 0, env, save, rewrites=rewrites)
             runs[label]["outputs"] = [np.load(save)[f"out{i}"] for i in range(len(fetches))]
     outputs, passed = [], True
     for i, name in enumerate(fetches):

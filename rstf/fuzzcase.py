@@ -14,11 +14,11 @@ Contract:
   generate, the polyhedral pass, weights prepacked as the splice stores them), each
   subgraph's C compiled alone and run through ctypes (`cexec`) on the intermediate tensors
   stock TensorFlow computed for its inputs, its outputs compared with TensorFlow's at
-  `options.rtol`; the folded graph's outputs are compared with the original's as well.
-- Both raise `TensorFlowFails` when stock TensorFlow cannot run the model itself: no
-  reference, so neither a pass nor an rstf failure (a campaign counts them apart). It
+  `options.rtol`; the folded graph's outputs are compared with the original's as well. It
   skips what `check` alone covers (the C++ wrapper, the splice, the op library's build),
   and costs a compiler run instead of a TensorFlow op build.
+- Both raise `TensorFlowFails` when stock TensorFlow cannot run the model itself: no
+  reference, so neither a pass nor an rstf failure (a campaign counts them apart).
 - `save_regression` writes `<hash>-maxops<N>.pbtxt` (the GraphDef, as text) and beside it
   `<hash>-maxops<N>.json` (the options and the inputs' seed: everything `replay` needs);
   `replay(path, work_dir)` checks such a file again. A .pbtxt without a .json (the first
@@ -124,21 +124,17 @@ def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> V
     in this process: set TF_ENABLE_ONEDNN_OPTS=0 before TensorFlow is imported for an
     Eigen reference. `toolchain`: `build.c_toolchain(options.optimizer)` (looked up when
     None)."""
-    import tempfile
-
     from .build import c_toolchain
     from .cexec import run_subgraph_c
     from .codegen import generate_subgraph
     from .compare import output_errors, graph_fetches
     from .graph import load_model
+    from .modelpath import model_path
     from .pipeline import apply_poly, select_parts
     from .splice import mark_weights, weight_value
 
     toolchain = toolchain or c_toolchain(options.optimizer)
-    with tempfile.TemporaryDirectory(prefix="rstf-kernels-") as d:
-        model = os.path.join(d, "fuzz.pb")
-        with open(model, "wb") as f:
-            f.write(graph_def.SerializeToString())
+    with model_path(graph_def, "fuzz") as model:
         graph = load_model(model, fold=True, fold_scales=options.optimizer == "poly")
     parts, _ = select_parts(graph, options.max_ops, lambda m: None)
     codes = [generate_subgraph(graph, nodes, i) for i, nodes in enumerate(parts)]
@@ -174,7 +170,7 @@ def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> V
         got = run_subgraph_c(sg, ins, toolchain=toolchain)  # libgomp's team: a quicker build
         for s in sg.outputs:
             err = output_errors(ref[s.tensor].astype(np.float64),
-                          got[s.tensor].astype(np.float64))[1]
+                                got[s.tensor].astype(np.float64))[1]
             worst = max(worst, err)
             if not err <= options.rtol:
                 problems.append(f"subgraph {sg.index}'s {s.tensor} differs from TensorFlow "

@@ -21,8 +21,8 @@ import re
 import islpy as isl
 
 from . import regepi
-from .cprint import (Emitter, affine_c, ast_c, chunk_size, has_for, instance_volume, ref_c,
-                     step_c, users_of)
+from .cprint import (Emitter, affine_c, ast_c, chunk_size, has_for, instance_volume,
+                     loop_trips, ref_c, step_c, users_of)
 from .deps import Dependences
 from .groups import (CallSchedule, Kernel, call_dependences, extents, flat_addr,
                      parallel_dims)
@@ -273,21 +273,9 @@ class CallLowering:
         # (a libmvec call, a long chain), so the outer loop alone is shared when it has
         # rows enough for the threads.
         if (not has_for(body.for_get_body()) and not (names & set(self.kernels))
-                and self._extent(names, int(it[1:])) >= MIN_PARALLEL_ROWS):
+                and (loop_trips(node) or 0) >= MIN_PARALLEL_ROWS):
             return None
         return body if self._is_parallel(self._originals(names), inner) else None
-
-    def _extent(self, names: set[str], p: int) -> int:
-        """Iterations of time dimension p over the statements `names` (their bounding box;
-        1 for a parametric one)."""
-        lo = hi = None
-        for n in names:
-            t = self.ast_time[n].range()
-            if t.dim(isl.dim_type.param):
-                return 1
-            a, b = int(t.dim_min_val(p).to_python()), int(t.dim_max_val(p).to_python())
-            lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
-        return 1 if lo is None else hi - lo + 1
 
     def _work_per_entry(self, names: set[str], originals: set[str], p: int) -> float:
         """Statement instances run by one execution of the loop at time dimension p: the
