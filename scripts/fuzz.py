@@ -53,11 +53,14 @@ MAX_OPS = (2, 3, 5, 400)  # tiny ones make METIS split every cluster
 
 
 def example_plan(seed: int, k: int, configs: list[str]) -> tuple[int, str, int]:
-    """(graph seed, config, max_ops) of example k of campaign `seed`."""
+    """(graph seed, config, max_ops) of example k of campaign `seed`. The config is drawn,
+    not taken in turn: in turn, every --full-every'th example would get the same one, and
+    the end-to-end checks would see one optimizer only."""
     import numpy as np
 
-    graph_seed, pick = np.random.SeedSequence([seed, k]).generate_state(2)
-    return int(graph_seed), configs[k % len(configs)], MAX_OPS[int(pick) % len(MAX_OPS)]
+    graph_seed, pick, config = np.random.SeedSequence([seed, k]).generate_state(3)
+    return (int(graph_seed), configs[int(config) % len(configs)],
+            MAX_OPS[int(pick) % len(MAX_OPS)])
 
 
 def _timeout(signum, frame):

@@ -84,6 +84,19 @@ def test_fuzz_regressions(tmp_path, path):
     assert v.passed, v.why
 
 
+@pytest.mark.parametrize("path", [p for p in sorted(glob.glob(os.path.join(REGRESSIONS,
+                                                                       "*.pbtxt")))
+                                  if load_regression(p)[1] is not None])
+def test_fuzz_regressions_quick_check(path):
+    """The same graphs through the quick check, which compiles each subgraph's C as
+    `--optimizer none` ships it: #7497 (tests/data/fuzz_regressions/3ae49e197e5b-*) was
+    wrong there, from gcc 12 at -O3 once it inlined the op functions' `restrict`
+    parameters into an entry whose temporaries share workspace bytes."""
+    gd, feeds, options = load_regression(path)
+    v = check_kernels(gd, feeds, options)
+    assert v.passed, v.why
+
+
 def _planned_winograd(gd) -> list[str]:
     """The convs rstf's polyhedral pass runs as Winograd (report.json's poly.winograd),
     found without building an op library."""
