@@ -65,7 +65,7 @@ class OptimizeResult:
 def optimize(model, out_dir=None, *, input_shapes=None, outputs=None, max_ops=None,
              march: str = "native", force: bool = False, optimizer: str = "poly",
              threads: int = 0, occupancy: float = 1.0, jobs: int | None = None,
-             winograd: bool = False, fold_scales: bool = True,
+             winograd: bool = False, fold_scales: bool = False,
              model_name: str | None = None,
              model_version: int = 1, verbosity: int = 1, progress: bool = False,
              log=None) -> OptimizeResult:
@@ -131,7 +131,7 @@ def compare(model, out_dir, inputs: str | None = None, rtol: float = 1e-4, reps:
 
 
 def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None,
-            fold_scales: bool = True) -> dict:
+            fold_scales: bool = False) -> dict:
     """`rstf inspect` from Python: the dict `rstf inspect --json` prints (op types with
     counts and FLOPs, subgraphs, partitions); `svg` also draws the graph. `fold_scales`
     (`--fold-scales on|off`) loads the model as `optimize(fold_scales=)` does.

@@ -1,8 +1,8 @@
 """`rstf inspect`: what `rstf optimize` would do with a model, without generating anything.
 
 `inspect(model, ...)` loads the model as `optimize --optimizer poly` does (constants folded,
-and with `fold_scales`, the default, batch norm's per-channel scales folded into the
-weights: rstf/scalefold.py), so its node counts and partitions are those `optimize` cuts.
+and with `fold_scales`, `--fold-scales on`, batch norm's per-channel scales folded into
+the weights: rstf/scalefold.py), so its node counts and partitions are those `optimize` cuts.
 It returns a dict (what `rstf inspect --json` prints):
 
 * `ops`: per op type, its node count, how many rstf supports and how many stay in
@@ -25,7 +25,7 @@ from .errors import RstfError
 
 
 def inspect(model: str, input_shapes=None, outputs=None, max_ops: int | None = None,
-            svg: str | None = None, fold_scales: bool = True) -> dict:
+            svg: str | None = None, fold_scales: bool = False) -> dict:
     """Inspect `model` (module docstring); draw it into `svg` when given."""
     from . import dot
     from .graph import split_tensor

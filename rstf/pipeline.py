@@ -183,7 +183,7 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
              log=None, model_name: str | None = None, model_version: int = 1,
              optimizer: str = "poly", threads: int = 0, occupancy: float = 1.0, *,
              jobs: int | None = None, verbosity: int = 1, progress: bool = False,
-             winograd: bool = False, fold_scales: bool = True) -> dict:
+             winograd: bool = False, fold_scales: bool = False) -> dict:
     """Optimize `model` into `out_dir`; returns the report (also written as report.json).
 
     An input whose dimension 0 alone is unknown (and not pinned) keeps a dynamic batch: see
