@@ -2,9 +2,10 @@
 graph (every float32 attribute and constant widened), relative to the largest output.
 
     [TF_ENABLE_ONEDNN_OPTS=0|1] python benchmarks/fidelity_truth.py MODEL.pb SIZE OUTDIR...
+                                        [--input-range LO,HI]
 
 MODEL.pb is a reference model of models/build.py (input `input` [1,SIZE,SIZE,3], output
-`output`), fed images uniform in [0, 1) of seeds 0, 1, 2. One line per seed: TF's own error
+`output`), fed images uniform in [0, 1) (or [LO, HI)) of seeds 0, 1, 2. One line per seed: TF's own error
 (Eigen or oneDNN, by the environment) and each output folder's. Where rstf's error against
 TF Eigen is larger than TF's own spread (oneDNN against Eigen), this tells whether rstf is
 further from the exact result, or only computes in another order than TF's two engines,
@@ -12,7 +13,13 @@ which round alike.
 """
 import os, sys, subprocess, numpy as np, json
 os.environ["TF_CPP_MIN_LOG_LEVEL"]="2"
-model, size = sys.argv[1], int(sys.argv[2]); outs = sys.argv[3:]
+args = sys.argv[1:]
+lo, hi = 0.0, 1.0
+if "--input-range" in args:
+    i = args.index("--input-range")
+    lo, hi = map(float, args[i + 1].split(","))
+    del args[i:i + 2]
+model, size = args[0], int(args[1]); outs = args[2:]
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 gd=tf.compat.v1.GraphDef(); gd.ParseFromString(open(model,'rb').read())
@@ -30,7 +37,7 @@ def run(gdef, x):
 import rstf
 res={}
 for seed in range(3):
-    x=np.random.RandomState(seed).uniform(0,1,(1,size,size,3)).astype(np.float32)
+    x=np.random.RandomState(seed).uniform(lo,hi,(1,size,size,3)).astype(np.float32)
     T=run(g64,x.astype(np.float64)); sc=np.abs(T).max()
     e=lambda y: float(np.abs(y.astype(np.float64)-T).max()/sc)
     line=[f"seed {seed}: TF(this process) {e(run(gd,x)):.2e}"]
