@@ -66,6 +66,7 @@ class Graph:
         self.folded: list[str] = []  # nodes evaluated at load time (rstf.fold)
         self.bypassed: list[str] = []  # pass-through nodes removed at load time (rstf.passthrough)
         self.scales_folded: list[str] = []  # Muls folded into weights (rstf.scalefold)
+        self.tensordots_merged: list[str] = []  # MatMuls now BatchMatMulV2s (rstf.tensordot)
         # {"inputs": {key: tensor}, "outputs": {key: tensor}}: the names users call it by
         self.signature: dict = {}
 
@@ -281,7 +282,9 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
 
     With `fold`, pass-through nodes are bypassed first (rstf.passthrough; the Graph's
     `bypassed` lists those removed), then nodes computable from constants alone are
-    evaluated (rstf.fold); the Graph's `folded` lists them. With `fold_scales` too, per-channel multiplies after a
+    evaluated (rstf.fold); the Graph's `folded` lists them; then each Dense over a 3-D input
+    (Reshape, MatMul, Reshape) becomes one BatchMatMulV2 (rstf.tensordot; the Graph's
+    `tensordots_merged` lists the MatMuls). With `fold_scales` too, per-channel multiplies after a
     contraction go into its weights (rstf.scalefold); the Graph's `scales_folded` lists the
     Muls removed.
     """
@@ -297,14 +300,16 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     for o in outs:
         if o not in names:
             raise RstfError(f"output {o!r} is not a node of the graph")
-    folded, bypassed = [], []
+    folded, bypassed, merged = [], [], []
     if fold:
         from .fold import fold_constants
         from .passthrough import bypass
+        from .tensordot import merge_tensordots
 
         infer_shapes(gd)  # a graph TF cannot import fails here, with its one-line message
         gd, bypassed = bypass(gd, outs)
         gd, folded = fold_constants(gd, outs)
+        gd, merged = merge_tensordots(gd, outs)
     scales = []
     if fold and fold_scales:
         from .scalefold import fold_scales as fold_scale_muls
@@ -314,6 +319,7 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     graph.folded = folded
     graph.bypassed = bypassed
     graph.scales_folded = scales
+    graph.tensordots_merged = merged
     if signature is None or outputs:
         signature = default_signature(graph)
     graph.signature = signature

@@ -84,6 +84,7 @@ def inspect(model: str, input_shapes=None, outputs=None, max_ops: int | None = N
         "nodes_folded": len(graph.folded),
         "fold_scales": fold_scales,
         "scales_folded": len(graph.scales_folded),
+        "tensordots_merged": len(graph.tensordots_merged),
         "nodes_computing": len(sel.supported) + len(sel.reasons),
         "nodes_supported": len(sel.supported),
         "nodes_in_partitions": sum(p["nodes"] for p in partitions),

@@ -173,6 +173,9 @@ def load_for_codegen(model, input_shapes, outputs, fold_scales: bool, log) -> tu
         log(f"bypassed {len(graph.bypassed)} pass-through nodes (Identity, IdentityN...)")
     if graph.folded:
         log(f"folded {len(graph.folded)} constant subexpressions")
+    if graph.tensordots_merged:
+        log(f"merged {len(graph.tensordots_merged)} dense layers over 3-D inputs (Reshape, "
+            f"MatMul, Reshape) into BatchMatMulV2s")
     if graph.scales_folded:
         log(f"folded {len(graph.scales_folded)} per-channel scales into conv/matmul weights")
     return (graph, *dynamic_graphs(model, input_shapes, outputs, graph, log, fold_scales))
@@ -377,6 +380,7 @@ def _report(graph: Graph, placeholders, codes: list[SubgraphCode], op_types, nod
         "options": {"max_ops": max_ops, "march": march},
         "nodes_folded": len(graph.folded),
         "scales_folded": len(graph.scales_folded),
+        "tensordots_merged": len(graph.tensordots_merged),
         "nodes_total": len(counted),
         "nodes_covered": sum(1 for n in counted if n.name in covered),
         "flops_total": sum(flops.values()),
