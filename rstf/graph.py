@@ -309,7 +309,8 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
         infer_shapes(gd)  # a graph TF cannot import fails here, with its one-line message
         gd, bypassed = bypass(gd, outs)
         gd, folded = fold_constants(gd, outs)
-        gd, merged = merge_tensordots(gd, outs)
+        if any(n.op == "MatMul" for n in gd.node):
+            gd, merged = merge_tensordots(gd, outs, infer_shapes(gd))
     scales = []
     if fold and fold_scales:
         from .scalefold import fold_scales as fold_scale_muls

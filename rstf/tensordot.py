@@ -20,7 +20,7 @@ Pattern (float32, shapes known):
 r2 becomes the BatchMatMulV2 under its own name, so its readers and the model's signature
 are unchanged; r1 and m are removed.
 
-Contract: `merge_tensordots(graph_def, keep)` returns (a new GraphDef, names of the MatMuls
+Contract: `merge_tensordots(graph_def, keep, shapes)` returns (a new GraphDef, names of the MatMuls
 removed). The input GraphDef is not changed.
 """
 from __future__ import annotations
@@ -32,12 +32,8 @@ from .names import input_node, split_tensor
 DT_FLOAT = 1
 
 
-def merge_tensordots(graph_def, keep) -> tuple[object, list[str]]:
-    from .graph import infer_shapes
-
-    if not any(n.op == "MatMul" for n in graph_def.node):
-        return graph_def, []
-    shapes = infer_shapes(graph_def)
+def merge_tensordots(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
+    """`shapes`: `graph.infer_shapes(graph_def)`."""
     gd = type(graph_def)()
     gd.CopyFrom(graph_def)
     nodes = {n.name: n for n in gd.node}

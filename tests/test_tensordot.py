@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rstf.fuzzcase import Options, check_kernels
-from rstf.graph import load_model
+from rstf.graph import infer_shapes, load_model
 from rstf.modelpath import model_path
 from rstf.tensordot import merge_tensordots
 from rstf.tfutil import tf
@@ -72,13 +72,13 @@ def test_the_merged_graph_compiles_and_matches_tensorflow():
 
 def test_left_alone_when_an_intermediate_has_another_reader():
     gd = _dense_graph(extra_reader=True)
-    merged, names = merge_tensordots(gd, ["out", "out2"])
+    merged, names = merge_tensordots(gd, ["out", "out2"], infer_shapes(gd))
     assert names == [] and merged is gd
 
 
 def test_left_alone_when_the_reshape_is_a_model_output():
     gd = _dense_graph()
-    _, names = merge_tensordots(gd, ["out", "mm"])
+    _, names = merge_tensordots(gd, ["out", "mm"], infer_shapes(gd))
     assert names == []
 
 
@@ -88,7 +88,8 @@ def test_left_alone_for_a_2d_input():
         x = tf.compat.v1.placeholder(tf.float32, [4, 8], name="x")
         m = tf.matmul(tf.reshape(x, [4, 8]), rng.standard_normal((8, 3)).astype(np.float32))
         tf.reshape(m, [2, 2, 3], name="out")
-    _, names = merge_tensordots(g.as_graph_def(), ["out"])
+    gd = g.as_graph_def()
+    _, names = merge_tensordots(gd, ["out"], infer_shapes(gd))
     assert names == []
 
 
@@ -101,5 +102,5 @@ def test_left_alone_when_the_shapes_are_not_known():
 def test_the_input_graph_def_is_not_changed():
     gd = _dense_graph()
     before = gd.SerializeToString()
-    merge_tensordots(gd, ["out"])
+    merge_tensordots(gd, ["out"], infer_shapes(gd))
     assert gd.SerializeToString() == before
