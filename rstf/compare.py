@@ -28,6 +28,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -89,6 +91,22 @@ def write_run_files(tmp: str, graph, feeds: dict) -> tuple[str, str]:
     return in_path, orig_path
 
 
+# TensorFlow's and absl's start-up chatter, which fills a crashed runner's stderr.
+_LOG_NOISE = re.compile(r"^\s*$|^[IWE]\d{4} |^WARNING: All log messages before absl|"
+                        r"oneDNN custom operations are on|TF_ENABLE_ONEDNN_OPTS|"
+                        r"^To enable the following instructions|rebuild TensorFlow with")
+
+
+def runner_failure(proc) -> str:
+    """Why a runner process gave no result: how it ended (an exit status, or the signal
+    that killed it) and the last lines of its stderr that are not start-up chatter."""
+    how = (f"killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
+           else f"exit status {proc.returncode}")
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if not _LOG_NOISE.search(ln)]
+    tail = " ".join(lines[-3:])[-400:]
+    return f"{how}: {tail}" if tail else how
+
+
 def run_engine(label: str, graph_path: str, libs: list[str], inputs: str, fetches: list[str],
                reps: int, env_extra: dict[str, str], save: str, engine: str = "tf",
                rewrites: bool = True) -> dict:
@@ -102,7 +120,7 @@ def run_engine(label: str, graph_path: str, libs: list[str], inputs: str, fetche
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env_extra}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    result = json.loads(lines[-1]) if lines else {"error": proc.stderr.strip()[-500:]}
+    result = json.loads(lines[-1]) if lines else {"error": runner_failure(proc)}
     if proc.returncode != 0 or "error" in result:
         raise RstfError(f"running the {label} graph failed: {result.get('error', '?')}")
     return result

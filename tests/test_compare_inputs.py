@@ -277,3 +277,28 @@ def test_token_ids_stay_inside_the_table(gather, fed, capsys):
     assert feeds["ids:0"].max() < 2 and feeds["ids:0"].min() >= 0
     assert set(np.unique(feeds["mask:0"])) <= {0, 1}
     assert capsys.readouterr().out.rstrip().endswith("PASSED")
+
+
+def test_a_crashed_runner_is_reported_by_how_it_ended_not_by_tensorflow_chatter():
+    """A runner that dies before printing its result (an engine that aborts the process)
+    used to be reported by the last 500 characters of its stderr: TensorFlow's start-up
+    log lines, with the cause cut off."""
+    import subprocess
+    import sys
+
+    from rstf.compare import runner_failure
+
+    script = ("import os, sys\n"
+              "print('the converter cannot handle Erfc', file=sys.stderr)\n"
+              "for i in range(20):\n"
+              "    print(f'I0000 00:00:17 {i} port.cc:153] oneDNN custom operations are on.',"
+              " file=sys.stderr)\n"
+              "print('WARNING: All log messages before absl::InitializeLog() is called are "
+              "written to STDERR', file=sys.stderr)\n"
+              "sys.stderr.flush(); os.abort()\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    why = runner_failure(proc)
+    assert why == "killed by SIGABRT: the converter cannot handle Erfc", why
+    proc = subprocess.run([sys.executable, "-c", "raise SystemExit(3)"], capture_output=True,
+                          text=True)
+    assert runner_failure(proc) == "exit status 3"
