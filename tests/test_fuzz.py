@@ -157,9 +157,14 @@ def test_campaign_runs_in_parallel_and_saves_nothing_when_all_pass(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = proc.stdout.strip().splitlines()[-1]
     assert summary.startswith("fuzz: 2 examples, 0 failures,"), proc.stdout
-    # Example 0 runs end to end (--full-every 50), example 1 the quick check.
-    assert "examples/min" in summary and "poly 1 (1 end to end, 0 failed" in summary, summary
-    assert "poly-nowinograd 1 (0 end to end, 0 failed" in summary, summary
+    # Example 0 runs end to end (--full-every 50), example 1 the quick check, each under
+    # the config the campaign's seed draws for it (seed 0: poly-nowinograd, then none).
+    import re
+    per_config = {m[0]: (int(m[1]), int(m[2])) for m in re.findall(
+        r"([a-z-]+) (\d+) \((\d+) end to end, 0 failed", summary)}
+    assert "examples/min" in summary and set(per_config) == set(available_configs()), summary
+    assert sum(n for n, _ in per_config.values()) == 2, summary
+    assert sum(e for _, e in per_config.values()) == 1, summary
     assert not save.exists()
 
 
