@@ -1,7 +1,8 @@
 """Tensor and node names as GraphDefs spell them ('node:1', '^node'), and the op types that
 only forward their input: shared by the loader (`graph`) and the passes it runs while
-loading (`fold`, `passthrough`, `scalefold`), which import them from here rather than
-from `graph`.
+loading (`fold`, `passthrough`, `scalefold`, `tensordot`), which import them from here
+rather than from `graph`; and the two steps those passes share: who reads a node, and a
+GraphDef rebuilt from the nodes that are left.
 """
 from __future__ import annotations
 
@@ -29,3 +30,26 @@ def input_node(ref: str) -> str:
 def tensor_name(node: str, index: int) -> str:
     """Canonical tensor name: always 'node:index'."""
     return f"{node}:{index}"
+
+
+def references(graph_def) -> dict[str, list[str]]:
+    """{node name: the name of the node behind each input that names it (data or control),
+    once per such input}."""
+    refs: dict[str, list[str]] = {n.name: [] for n in graph_def.node}
+    for n in graph_def.node:
+        for src in map(input_node, n.input):
+            if src in refs:
+                refs[src].append(n.name)
+    return refs
+
+
+def rebuilt(graph_def, nodes, keep) -> object:
+    """A GraphDef of `graph_def`'s versions and function library with `nodes`, less the
+    Consts nothing reads any more (a folded weight's old value, a removed Reshape's shape)
+    unless `keep` names them."""
+    used = {input_node(t) for n in nodes for t in n.input}
+    out = type(graph_def)()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    out.node.extend(n for n in nodes if n.op != "Const" or n.name in used or n.name in keep)
+    return out

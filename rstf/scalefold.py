@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .names import input_node, split_tensor
+from .names import input_node, rebuilt, references, split_tensor
 from .tfutil import tf
 
 CONTRACTIONS = {"Conv2D", "DepthwiseConv2dNative", "MatMul"}
@@ -88,11 +88,7 @@ def fold_scales(graph_def, keep: list[str]):
     gd = type(graph_def)()
     gd.CopyFrom(graph_def)
     nodes = {n.name: n for n in gd.node}
-    refs: dict[str, list[str]] = {n.name: [] for n in gd.node}  # name -> every input naming it
-    for n in gd.node:
-        for src in map(input_node, n.input):
-            if src in refs:
-                refs[src].append(n.name)
+    refs = references(gd)
     keep = set(keep)
 
     def only_reader(name: str):
@@ -149,11 +145,4 @@ def fold_scales(graph_def, keep: list[str]):
             if src in renamed:
                 n.input[i] = ("^" if t.startswith("^") else "") + renamed[src]
     gone = set(folded)
-    kept = [n for n in gd.node if n.name not in gone] + new_nodes
-    # Consts (old weights, scales) that lost their last reader go too.
-    used = {input_node(t) for n in kept for t in n.input}
-    out = type(graph_def)()
-    out.versions.CopyFrom(gd.versions)
-    out.library.CopyFrom(gd.library)
-    out.node.extend(n for n in kept if n.op != "Const" or n.name in used or n.name in keep)
-    return out, folded
+    return rebuilt(gd, [n for n in gd.node if n.name not in gone] + new_nodes, keep), folded

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from .names import input_node, split_tensor
+from .names import input_node, rebuilt, references, split_tensor
 
 DT_FLOAT = 1
 
@@ -37,11 +37,7 @@ def merge_tensordots(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
     gd = type(graph_def)()
     gd.CopyFrom(graph_def)
     nodes = {n.name: n for n in gd.node}
-    refs: dict[str, list[str]] = {n.name: [] for n in gd.node}  # name -> every input naming it
-    for n in gd.node:
-        for src in map(input_node, n.input):
-            if src in refs:
-                refs[src].append(n.name)
+    refs = references(gd)
     keep = set(keep)
 
     def shape(tensor: str) -> tuple | None:
@@ -90,11 +86,4 @@ def merge_tensordots(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
         merged.append(m.name)
     if not merged:
         return graph_def, []
-    kept = [n for n in gd.node if n.name not in removed]
-    # The Reshapes' shape Consts that lost their last reader go too.
-    used = {input_node(t) for n in kept for t in n.input}
-    out = type(graph_def)()
-    out.versions.CopyFrom(gd.versions)
-    out.library.CopyFrom(gd.library)
-    out.node.extend(n for n in kept if n.op != "Const" or n.name in used or n.name in keep)
-    return out, merged
+    return rebuilt(gd, [n for n in gd.node if n.name not in removed], keep), merged
