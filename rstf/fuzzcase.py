@@ -2,7 +2,7 @@
 checked against stock TensorFlow, and saved as a regression file when it fails.
 
 Contract:
-- `CONFIGS` names the optimizer settings a campaign cycles through: `poly` (with
+- `CONFIGS` names the optimizer settings a campaign draws from: `poly` (with
   `--winograd on`), `poly-nowinograd` (rstf's default), `none`, `graphite`, `polly`; `available_configs`
   keeps those whose compiler is installed (`build.c_toolchain` raises otherwise).
 - `check(graph_def, feeds, options, work_dir)` optimizes the graph with `options` and compares
@@ -14,7 +14,9 @@ Contract:
   generate, the polyhedral pass, weights prepacked as the splice stores them), each
   subgraph's C compiled alone and run through ctypes (`cexec`) on the intermediate tensors
   stock TensorFlow computed for its inputs, its outputs compared with TensorFlow's at
-  `options.rtol`; the folded graph's outputs are compared with the original's as well. It
+  `options.rtol`; the folded graph's outputs are compared with the original's as well.
+  For `poly` it loads with batch norm's scales folded (`--fold-scales on`, opt-in), where
+  `check` runs `optimize`'s default (off): a campaign fuzzes both. It
   skips what `check` alone covers (the C++ wrapper, the splice, the op library's build),
   and costs a compiler run instead of a TensorFlow op build.
 - Both raise `TensorFlowFails` when stock TensorFlow cannot run the model itself: no
