@@ -191,12 +191,17 @@ def test_campaign_saves_a_failure_with_its_options_and_the_replay_honours_them(t
     assert check(gd, feeds, dataclasses.replace(options, rtol=1e-4), str(tmp_path)).passed
 
 
-def test_a_graph_stock_tensorflow_cannot_run_is_no_rstf_failure():
-    """Graph seed 1271985881 draws conv -> BiasAdd -> add of a [1, H, 1, 1] row: a valid
-    graph (TF with Grappler off runs it) on which TF 2.21's Grappler fails. The quick check
-    says TensorFlowFails, which a campaign counts as skipped, not as rstf's failure."""
+@pytest.mark.parametrize("seed, config, max_ops", [(1271985881, "poly-nowinograd", 2),
+                                                    (1368311239, "none", 400)])
+def test_a_graph_stock_tensorflow_cannot_run_is_no_rstf_failure(seed, config, max_ops):
+    """Both graph seeds draw conv -> BiasAdd -> add of a [1, H, 1, 1] row: a valid graph
+    (TF with Grappler off runs it) on which TF 2.21's Grappler fails. The quick check says
+    TensorFlowFails, which a campaign counts as skipped, not as rstf's failure. The second
+    (#6401 of campaign seed 12) has a Sin after it, which leaves the loaded graph's run,
+    fetching every subgraph's inputs, failing first: the check used to report that as
+    rstf's failure, before it ran the model itself."""
     from rstf.fuzzcase import TensorFlowFails
 
-    g = random_graph(1271985881)
+    g = random_graph(seed)
     with pytest.raises(TensorFlowFails, match="biases"):
-        check_kernels(g.graph_def, g.feeds, Options.of("poly-nowinograd", 2))
+        check_kernels(g.graph_def, g.feeds, Options.of(config, max_ops))

@@ -184,10 +184,13 @@ def test_bad_arguments(argv, capsys):
 
 @pytest.mark.tfbuild
 def test_zoo_speed_sweep_end_to_end(tmp_path):
-    """One small model through the real sweep: build, optimize, bench on two engines."""
+    """One small model through the real sweep: build, optimize, bench on two engines.
+    MobileNetV2, not MobileNetV3Small, which is ill-conditioned: at 96x96 TF Eigen with and
+    without its own fusions differ by up to 5e-4 of the largest output, and at 32x32 rstf's
+    default is 8.8e-4 from TF Eigen (docs/benchmarks/2026-11-27-fold-scales.md)."""
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "zoo.py"), "--models",
-         "MobileNetV3Small@32", "--engines", "rstf-poly,tf-eigen", "--reps", "2", "--out",
+         "MobileNetV2@32", "--engines", "rstf-poly,tf-eigen", "--reps", "2", "--out",
          str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=1500,
         env={**os.environ, "PYTHONPATH": ROOT})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -202,6 +205,6 @@ def test_zoo_speed_sweep_end_to_end(tmp_path):
     assert row["gflop"] > 0 and row["rstf_gflops"] > 0
     assert row["nodes_covered"] > 0 and row["max_rel_err"] <= 1e-4
     md = (tmp_path / "zoo.md").read_text()
-    assert "| MobileNetV3Small | 32 |" in md and "rstf / best other engine: geomean" in md
+    assert "| MobileNetV2 | 32 |" in md and "rstf / best other engine: geomean" in md
     assert (tmp_path / "zoo.png").read_bytes()[:4] == b"\x89PNG"
-    assert not (tmp_path / "MobileNetV3Small@32" / "model.pb").exists()  # not --keep
+    assert not (tmp_path / "MobileNetV2@32" / "model.pb").exists()  # not --keep
