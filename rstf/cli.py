@@ -31,7 +31,7 @@ def _fold_scales_arg(p: argparse.ArgumentParser, prefix: str) -> None:
     p.add_argument("--fold-scales", default="off", choices=["on", "off"],
                    help=prefix + "fold per-channel multiplies after a convolution or matmul "
                    "(batch norm's scale) into its weights (on: a few float32 ulps from TF's "
-                   "rounding, 1.4x to 4x TF's own spread); off, the default, keeps the "
+                   "rounding, 1.1x to 4.9x TF's own spread); off, the default, keeps the "
                    "multiplies in the kernels' epilogues")
 
 

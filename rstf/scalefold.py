@@ -12,7 +12,7 @@ kernels run in 0.983x the time without the epilogues' multiplies.
 It is not bit-identical: each product w * s is rounded once, where TF rounds the sum once
 and then its product. The difference is a few float32 ulps of each output (1e-7 to 1e-6 of
 its magnitude), but it compounds through a deep network: on calibrated ResNet-50 and
-MobileNet v2 fed images it put rstf 1.4x to 4x TensorFlow's own spread (oneDNN against
+MobileNet v2 fed images it put rstf 1.1x to 4.9x TensorFlow's own spread (oneDNN against
 Eigen) from TF Eigen, where the unfolded build is at about 1x, for no speed the A/B runs
 could tell from noise (docs/benchmarks/2026-11-27-fold-scales.md). So it is opt-in
 (`--fold-scales on`, `--optimizer poly` only) and never part of `none`.
