@@ -144,11 +144,11 @@ def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> V
                 for i, p in enumerate(parts) if len(p) > options.max_ops]
     infos = [{} for _ in codes]
     if options.optimizer == "poly":
-        from .poly import optimize_source
+        from .poly import optimize
         from .poly.target import detect
 
         vec = detect("native", toolchain.cc).name
-        infos = [apply_poly(sg, optimize_source(
+        infos = [apply_poly(sg, optimize(
             sg.source, sg.entry, True, True,
             frozenset(s.cname for s in sg.inputs if graph.is_const(s.tensor)),
             options.winograd, vec), lambda m: None) for sg in codes]

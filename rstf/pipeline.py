@@ -262,7 +262,7 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
     poly = [{"optimizer": "none" if optimizer == "poly" else optimizer} for _ in codes]
     if optimizer == "poly":
         with rep.stage("optimise", len(codes)) as st:
-            from .poly import optimize_source
+            from .poly import optimize as poly_optimize
             from .poly.target import detect
 
             # The C is shaped for the vector ISA the build's -march enables (poly/target.py).
@@ -272,7 +272,7 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
                       frozenset(s.cname for s in sg.inputs if gen.is_const(s.tensor)),
                       winograd, vec)
                      for sg in codes]
-            results = run_ordered(optimize_source, tasks, jobs, st.advance,
+            results = run_ordered(poly_optimize, tasks, jobs, st.advance,
                                   [len(sg.source) for sg in codes])
         poly = [apply_poly(sg, r, log) for sg, r in zip(codes, results)]
     for sg, info in zip(codes, poly):
@@ -320,21 +320,22 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
     return report
 
 
-def apply_poly(sg: SubgraphCode, result: tuple[str, dict], log) -> dict:
-    """Install one subgraph's polyhedral result: its source gains parallel loops."""
-    sg.source, info = result
-    if "workspace_bytes" in info:  # the pass re-plans the workspace for its schedule
-        sg.workspace_bytes = info["workspace_bytes"]
-    sg.prepacked = dict(info.get("prepacked", {}))
+def apply_poly(sg: SubgraphCode, result, log) -> dict:
+    """Install one subgraph's polyhedral result (a `poly.PassResult`): its source gains
+    parallel loops. Returns the result's report."""
+    sg.source = result.source
+    if result.workspace_bytes is not None:  # the pass re-plans the workspace
+        sg.workspace_bytes = result.workspace_bytes
+    sg.prepacked = dict(result.prepacked)
     # The op's inputs as it is fed them: a Winograd weight is a tensor of another shape.
     sg.inputs = as_fed(sg.inputs, sg.prepacked)
-    if info["optimizer"] != "poly":
-        log(f"subgraph {sg.index} left unoptimized: {info['diagnostic']}")
+    if not result.optimized:
+        log(f"subgraph {sg.index} left unoptimized: {result.diagnostic}")
     else:
         LOGGER.info("subgraph %d: poly in %.2f s: %d tiled, %d fused, %d parallel loops, "
-                    "%d simd loops", sg.index, info["seconds"], len(info["tiled"]),
-                    len(info["fused"]), info["parallel_loops"], info["simd_loops"])
-    return info
+                    "%d simd loops", sg.index, result.seconds, len(result.tiled),
+                    len(result.fused), result.parallel_loops, result.simd_loops)
+    return result.report()
 
 
 def _fmt_shape(shape) -> str:

@@ -1,27 +1,36 @@
 """The polyhedral pass, stage by stage, each a function tested alone:
 
-raise (raise_c) -> dependences (deps) -> schedule (schedule: contraction tiling around
-microkernels; fuse: pointwise chains and epilogues; band: row-band fusion of consecutive
-groups; each checked against the dependences) -> lower (lower: isl AST to C, with
-dependence-based `omp parallel for` / `omp simd`).
+    raise      raise_c.raise_subgraph: the subgraph's C as a `Scop` (statements, accesses)
+    depend     deps.compute_dependences: its exact dependences
+    schedule   schedule.schedule_call (contractions tiled around microkernels),
+               fuse (pointwise chains and epilogues), band (row bands of consecutive
+               groups): the scheduled groups, each checked against the dependences
+    plan       plan.make_plan: Winograd, panel layouts, prefetches and the workspace,
+               decided once (`LoweringPlan`)
+    lower      lower.lower: the plan's groups printed as C, with dependence-based
+               `omp parallel for` / `omp simd`
+    result     a `PassResult`: the new C and what was done
 
-`optimize_source` runs them on one subgraph's C. Code outside the raisable subset, or a
-failure of a later stage, leaves the subgraph's C as it was, with the diagnostic: never
+`optimize` runs them on one subgraph's C. Code outside the raisable subset, or a failure
+of a later stage, leaves the subgraph's C as it was, with the diagnostic: never
 mis-compiled.
 """
+import dataclasses
+
 from .deps import Dependences, Violation, check_schedule_legal, compute_dependences, violated
 from .raise_c import raise_subgraph
+from .result import PassResult
 from .scop import Access, ArrayInfo, Call, NotRaisable, Scop, Statement
 
-__all__ = ["Access", "ArrayInfo", "Call", "Dependences", "NotRaisable", "Scop", "Statement",
-           "Violation", "check_schedule_legal", "compute_dependences", "optimize_source",
-           "raise_subgraph", "violated"]
+__all__ = ["Access", "ArrayInfo", "Call", "Dependences", "NotRaisable", "PassResult", "Scop",
+           "Statement", "Violation", "check_schedule_legal", "compute_dependences", "optimize",
+           "optimize_source", "raise_subgraph", "violated"]
 
 
-def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = True,
-                    constants: frozenset[str] = frozenset(),
-                    winograd: bool = True, target=None) -> tuple[str, dict]:
-    """Run the polyhedral pass on one subgraph's C. Returns (new source, report entry).
+def optimize(source: str, entry: str, tile: bool = True, fuse: bool = True,
+             constants: frozenset[str] = frozenset(),
+             winograd: bool = True, target=None) -> PassResult:
+    """Run the polyhedral pass on one subgraph's C. Returns a `PassResult`.
 
     `target` (a `target.Target`, its name, or None: `target.current()`, by default this
     machine's) is the vector ISA the C is shaped for: its vector width and register count
@@ -29,12 +38,12 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
 
     `constants` names the entry's input arrays whose values are fixed when the op is built
     (frozen weights). The new C may read some of them in the microkernels' panel layout:
-    the report entry's `prepacked` maps each to its panel width (or a `winograd.spec`
+    the result's `prepacked` maps each to its panel width (or a `winograd.spec`
     string, "winograd F(4x4,3x3)": a Winograd conv's weight, fed as its transformed U, of
     another shape), and the op must then be fed `prepack.pack(value, spec)` instead of the
     value (the splice does).
 
-    The report entry: `optimizer` ('poly', or 'none' with a `diagnostic`), `target` (the
+    The result's report (`PassResult.report()`): `optimizer` ('poly', or 'none' with a `diagnostic`), `target` (the
     vector ISA's name), `statements`,
     `calls`, `tiled` (contractions tiled around microkernels, with their tile sizes, the
     reduction loops one kernel call runs, whether it is a depthwise kernel and whether
@@ -59,108 +68,129 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
 
     t = resolve(target)
     with use(t):
-        new, info = _optimize_source(source, entry, tile, fuse, constants, winograd)
-    if info["optimizer"] == "poly":
-        info["target"] = t.name
-    return new, info
+        result = _optimize(source, entry, tile, fuse, constants, winograd)
+    return dataclasses.replace(result, target=t.name) if result.optimized else result
 
 
-def _optimize_source(source, entry, tile, fuse, constants, winograd) -> tuple[str, dict]:
+def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = True,
+                    constants: frozenset[str] = frozenset(),
+                    winograd: bool = True, target=None) -> tuple[str, dict]:
+    """`optimize`, as (new source, its JSON report)."""
+    result = optimize(source, entry, tile, fuse, constants, winograd, target)
+    return result.source, result.report()
+
+
+def _optimize(source, entry, tile, fuse, constants, winograd) -> PassResult:
     import time
 
     import islpy as isl
 
     from ..cformat import format_c
     from .lower import lower
-    from .band import BandGroup, fuse_bands, fuse_halos, parts_of
-    from .fuse import chain_time, find_chains, fuse_epilogue, fuse_reduction_epilogue
-    from .groups import CallSchedule, pad_time
-    from .schedule import schedule_call
+    from .plan import make_plan
 
     t0 = time.perf_counter()
+
+    def declined(why: str) -> PassResult:
+        return PassResult(source, "none", round(time.perf_counter() - t0, 3), why)
+
     try:
         scop = raise_subgraph(source, entry)
         deps = compute_dependences(scop)
     except NotRaisable as e:
-        return source, {"optimizer": "none", "diagnostic": str(e),
-                        "seconds": round(time.perf_counter() - t0, 3)}
+        return declined(str(e))
+    try:
+        schedules = _schedule(scop, deps, tile, fuse)
+        plan = make_plan(scop, schedules, frozenset(constants), winograd)
+        new, stats = lower(scop, deps, plan, source.split("#include", 1)[0])
+    except (isl.Error, ValueError, KeyError) as e:
+        # A scheduling or lowering failure must never cost the user the subgraph: keep the
+        # textbook C, which is correct, and say why.
+        return declined(f"polyhedral pass failed ({type(e).__name__}: {e})")
+    return _result(scop, plan, stats, format_c(new), round(time.perf_counter() - t0, 3))
+
+
+def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool) -> list:
+    """The scheduled `Group`s, in program order: each call's (tiled) schedule, pointwise
+    chains fused into their producers' epilogues, then consecutive groups fused into
+    row bands."""
+    import islpy as isl
+
+    from .band import fuse_bands, fuse_halos
+    from .fuse import chain_time, find_chains, fuse_epilogue, fuse_reduction_epilogue
+    from .groups import CallSchedule, Group, pad_time
+    from .schedule import schedule_call
+
     depth = max((s.schedule.dim(isl.dim_type.out) for s in scop.statements), default=1)
     by_call: dict[int, list] = {c.index: [] for c in scop.calls}
     for s in scop.statements:
         by_call[s.call].append(s)
-    try:
-        chains = find_chains(scop, deps, min_len=1) if fuse else []
-        in_chain = {c: ch for ch in chains for c in ch.calls}
-        schedules = []
-        for c, stmts in by_call.items():
-            if c in in_chain:
-                ch = in_chain[c]
-                if c != ch.calls[0]:
+    chains = find_chains(scop, deps, min_len=1) if fuse else []
+    in_chain = {c: ch for ch in chains for c in ch.calls}
+    schedules = []
+    for c, stmts in by_call.items():
+        if c in in_chain:
+            ch = in_chain[c]
+            if c != ch.calls[0]:
+                continue
+            prev = schedules[-1] if schedules else None
+            if prev is not None and prev.call == c - 1:
+                group = (fuse_epilogue if prev.kernels else fuse_reduction_epilogue)(
+                    scop, deps, prev, ch, depth)
+                if group is not None:
+                    schedules[-1] = group
                     continue
-                prev = schedules[-1] if schedules else None
-                if prev is not None and prev.call == c - 1:
-                    group = (fuse_epilogue if prev.kernels else fuse_reduction_epilogue)(
-                        scop, deps, prev, ch, depth)
-                    if group is not None:
-                        schedules[-1] = group
-                        continue
-                if len(ch.calls) > 1:
-                    times = {n: pad_time(m, depth) for n, m in chain_time(ch, depth).items()}
-                    head = ch.statements[0].name
-                    schedules.append(CallSchedule(c, ch.statements, times,
-                                                  {head: times[head]}, chain=ch))
-                    continue
-            if stmts:
-                schedules.append(schedule_call(scop, c, stmts, deps, depth, tile=tile))
-        if fuse:
-            schedules = fuse_halos(scop, deps, fuse_bands(scop, deps, schedules))
-        head = source.split("#include", 1)[0]
-        new, stats = lower(scop, deps, schedules, head, frozenset(constants),
-                           winograd=winograd)
-    except (isl.Error, ValueError, KeyError) as e:
-        # A scheduling or lowering failure must never cost the user the subgraph: keep the
-        # textbook C, which is correct, and say why.
-        return source, {"optimizer": "none",
-                        "diagnostic": f"polyhedral pass failed ({type(e).__name__}: {e})",
-                        "seconds": round(time.perf_counter() - t0, 3)}
+            if len(ch.calls) > 1:
+                times = {n: pad_time(m, depth) for n, m in chain_time(ch, depth).items()}
+                head = ch.statements[0].name
+                schedules.append(CallSchedule(c, ch.statements, times,
+                                              {head: times[head]}, chain=ch))
+                continue
+        if stmts:
+            schedules.append(schedule_call(scop, c, stmts, deps, depth, tile=tile))
+    if fuse:
+        schedules = fuse_halos(scop, deps, fuse_bands(scop, deps, schedules))
+    return [Group.of(g) for g in schedules]
+
+
+def _result(scop: Scop, plan, stats, source: str, seconds: float) -> PassResult:
+    """The pass's result for the lowered program: what was tiled, fused and planned."""
+    schedules = plan.groups
     kernels = [k for cs in schedules for k in cs.kernels]
-    bands = [g for g in schedules if isinstance(g, BandGroup)]
-    groups = [p for cs in schedules for p in parts_of(cs)]
-    return format_c(new), {
-        "optimizer": "poly", "statements": len(scop.statements), "calls": len(scop.calls),
-        "tiled": [{"statement": k.statement, "node": scop.statement(k.statement).node,
-                   "tile": [k.rb, k.width], "loops": [k.rows_text, k.v],
-                   "reduction": [x for x in (k.kin, k.k2, k.k) if x],
-                   "depthwise": k.vec_a, "border_chunks": bool(k.ranged),
-                   "sliding_row": bool(k.slide),
-                   "order": "column tiles outermost" if k.tile_outer else
-                   "column tiles inside row chunks" if k.chunk_outer else "rows outermost"}
-                  for k in kernels],
-        "refused": [r for cs in schedules for r in cs.refused],
-        "fused": [{"nodes": [scop.calls[c].node for c in
-                             sorted({cs.call, *cs.chain.calls})],
-                   "contracted": cs.chain.contracted + sorted(cs.rows),
-                   "epilogue_in_registers": cs.call in stats.register_epilogues}
-                  for cs in groups if cs.chain],
-        "bands": [{"nodes": [scop.calls[p.call].node for p in g.parts],
-                   "contracted_to_row": sorted(set(g.rows) - set(g.halo)), "loops": g.m,
-                   "recomputed_window": {y: {"stride": s, "first": lo, "rows": kh,
-                                             "carried": kh - s if y in stats.carried else 0,
-                                             "buffer_rows": stats.carried.get(y, kh)}
-                                         for y, (s, lo, kh) in g.halo.items()}}
-                  for g in bands],
-        "parallel_loops": stats.parallel_loops, "simd_loops": stats.simd_loops,
-        "kernel_calls": stats.kernel_calls, "packed": stats.packed,
-        "prepacked": stats.prepacked,
-        "prefetched": [{"node": scop.statement(k.statement).node, "weight": k.prefetch_of,
-                        "lines_per_call": k.prefetch} for k in kernels if k.prefetch],
-        "panel_prefetched": [scop.statement(k.statement).node for k in kernels
-                             if k.panel_prefetch],
-        "winograd": [{"node": wp.node, "algorithm": wp.name,
-                      "output": [wp.oh, wp.ow], "channels": [wp.c, wp.k],
-                      "tiles": [wp.th, wp.tw], "scratch_bytes": wp.scratch_bytes,
-                      "weights": "fed transformed" if wp.u_given else "transformed per call",
-                      "fused_chain": [s.node for s in wp.chain]}
-                     for wp in stats.winograd],
-        "workspace_bytes": stats.workspace_bytes,
-        "seconds": round(time.perf_counter() - t0, 3)}
+    bands = [g for g in schedules if g.is_band]
+    groups = [p for cs in schedules for p in cs.parts]
+    return PassResult(
+        source, "poly", seconds, workspace_bytes=plan.workspace_bytes,
+        prepacked=plan.prepacked, statements=len(scop.statements), calls=len(scop.calls),
+        tiled=tuple({"statement": k.statement, "node": scop.statement(k.statement).node,
+                     "tile": [k.rb, k.width], "loops": [k.rows_text, k.v],
+                     "reduction": [x for x in (k.kin, k.k2, k.k) if x],
+                     "depthwise": k.vec_a, "border_chunks": bool(k.ranged),
+                     "sliding_row": bool(k.slide),
+                     "order": "column tiles outermost" if k.tile_outer else
+                     "column tiles inside row chunks" if k.chunk_outer else "rows outermost"}
+                    for k in kernels),
+        refused=tuple(r for cs in schedules for r in cs.refused),
+        fused=tuple({"nodes": [scop.calls[c].node for c in sorted({cs.call, *cs.chain.calls})],
+                     "contracted": cs.chain.contracted + sorted(cs.rows),
+                     "epilogue_in_registers": cs.call in stats.register_epilogues}
+                    for cs in groups if cs.chain),
+        bands=tuple({"nodes": [scop.calls[p.call].node for p in g.parts],
+                     "contracted_to_row": sorted(set(g.rows) - set(g.halo)), "loops": g.m,
+                     "recomputed_window": {y: {"stride": s, "first": lo, "rows": kh,
+                                               "carried": kh - s if y in stats.carried else 0,
+                                               "buffer_rows": stats.carried.get(y, kh)}
+                                           for y, (s, lo, kh) in g.halo.items()}}
+                    for g in bands),
+        parallel_loops=stats.parallel_loops, simd_loops=stats.simd_loops,
+        kernel_calls=stats.kernel_calls, packed=stats.packed,
+        prefetched=tuple({"node": scop.statement(k.statement).node, "weight": k.prefetch_of,
+                          "lines_per_call": k.prefetch} for k in kernels if k.prefetch),
+        panel_prefetched=tuple(scop.statement(k.statement).node for k in kernels
+                               if k.panel_prefetch),
+        winograd=tuple({"node": wp.node, "algorithm": wp.name,
+                        "output": [wp.oh, wp.ow], "channels": [wp.c, wp.k],
+                        "tiles": [wp.th, wp.tw], "scratch_bytes": wp.scratch_bytes,
+                        "weights": "fed transformed" if wp.u_given else "transformed per call",
+                        "fused_chain": [s.node for s in wp.chain]}
+                       for wp in plan.winograd.values()))

@@ -49,54 +49,18 @@ function whose outer parallel loop is the band's row loop.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import islpy as isl
 
-from . import regepi
 from .deps import Dependences
 from .fuse import ROW_BYTES, array_users
 from .scop import Scop
-from .groups import (MIN_ROWS, CallSchedule, call_dependences, eq_prefix, union_maps,
-                     violations)
+from .groups import (MIN_ROWS, CallSchedule, Group, call_dependences, eq_prefix,
+                     union_maps, violations)
 
 HALO_MIN_BYTES = 2 << 20  # smaller: Y stays in a core's L2 (1-2 MB on current x86 cores)
 MAX_STRIDE = 4  # the largest band stride a halo window is looked for at
-
-
-@dataclasses.dataclass
-class BandGroup:
-    """Consecutive scheduled groups fused over their m outer time dimensions."""
-    parts: list[CallSchedule]
-    m: int  # time dimensions 1..m shared (the band's loops)
-    time: dict[str, isl.Map]  # every original statement's new time
-    ast_time: dict[str, dict[str, isl.Map]]  # part's call -> its AST statements' new times
-    rows: dict[str, int]  # band-contracted buffer -> its leading dimensions dropped (m)
-    # halo band: buffer -> (s, lo, kh); band row h keeps its rows s*h+lo .. s*h+lo+kh-1
-    # (dimension m-1, the ones before it dropped), computed by parts[0] in each iteration
-    halo: dict[str, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
-
-    @property
-    def call(self) -> int:
-        return self.parts[0].call
-
-    @property
-    def statements(self):
-        return [s for p in self.parts for s in p.statements]
-
-    @property
-    def kernels(self):
-        return [k for p in self.parts for k in p.kernels]
-
-    @property
-    def refused(self):
-        return [r for p in self.parts for r in p.refused]
-
-
-def parts_of(cs) -> list[CallSchedule]:
-    """The groups a scheduled entry runs: a band's parts, or the group itself."""
-    return cs.parts if isinstance(cs, BandGroup) else [cs]
 
 
 def _shift(m: isl.Map, pos: int, at: int, j: int) -> isl.Map:
@@ -121,7 +85,7 @@ def _rows_match(rel: isl.Map, time: isl.Map, m: int) -> bool:
 
 
 def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule, b: CallSchedule,
-              users: dict[str, set[str]]) -> BandGroup | None:
+              users: dict[str, set[str]]) -> Group | None:
     """The band fusion of groups a and b (a runs first), or None (see the module doc).
     `users`: `fuse.array_users(scop)`."""
     if a.chain is None and not a.kernels:
@@ -129,7 +93,7 @@ def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule, b: CallSchedule,
     for p in (a, b):
         # Packed panels belong to a column-tile loop outside the rows, and a row-buffer
         # epilogue declares its rows by time dimension: neither survives the new dimension.
-        if any(k.tile_outer for k in p.kernels) or (p.rows and regepi.plan(scop, p) is None):
+        if any(k.tile_outer for k in p.kernels) or (p.rows and p.epilogue is None):
             return None
     an = {s.name for s in a.statements}
     bn = {s.name for s in b.statements}
@@ -163,12 +127,12 @@ def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule, b: CallSchedule,
             return None
         ast_time = {p.call: {n: _shift(t, pos, m + 1, j) for n, t in p.ast_time.items()}
                     for j, p in enumerate((a, b))}
-        return BandGroup([a, b], m, time, ast_time, {y: m})
+        return Group([a, b], m, time, ast_time, {y: m})
     return None
 
 
 def fuse_bands(scop: Scop, deps: Dependences, schedules: list) -> list:
-    """The schedules with each fusable consecutive pair replaced by its BandGroup (a group
+    """The schedules with each fusable consecutive pair replaced by its Group (a group
     joins one band at most)."""
     users = array_users(scop)
     return _fuse_consecutive(schedules, lambda a, b: fuse_pair(scop, deps, a, b, users)
@@ -220,14 +184,14 @@ def _reshape(m: isl.Map, text) -> isl.Map:
 def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
     """A's group run inside X's band with the tensor between them contracted to a
     recomputed window of rows (see the module doc), or None. `a` is a CallSchedule, `x`
-    a CallSchedule or a BandGroup without a halo."""
+    a CallSchedule or a Group without a halo."""
     if not isinstance(a, CallSchedule) or not a.kernels:
         return None
-    if isinstance(x, BandGroup) and x.halo:
+    if isinstance(x, Group) and x.halo:
         return None
-    parts = parts_of(x)
+    parts = Group.of(x).parts
     for p in [a, *parts]:
-        if any(k.tile_outer for k in p.kernels) or (p.rows and regepi.plan(scop, p) is None):
+        if any(k.tile_outer for k in p.kernels) or (p.rows and p.epilogue is None):
             return None
     b = parts[0]
     an = {s.name for s in a.statements}
@@ -247,7 +211,7 @@ def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
     a_read = {acc.array for s in a.statements for acc in s.accesses if not acc.write}
     if x_written & (a_read | {y}):
         return None
-    ms = [x.m] if isinstance(x, BandGroup) else range(len(buf.shape) - 1, 1, -1)
+    ms = [x.m] if isinstance(x, Group) else range(len(buf.shape) - 1, 1, -1)
     for m in ms:
         if not all(_rows_match(acc.relation, a.time[s.name], m)
                    for s in a.statements for acc in s.accesses if acc.array == y):
@@ -280,7 +244,7 @@ def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
         # A: (pos, t1..t(m-1), h, 0, tm, ...) for every band row h whose window holds tm
         a_map = (lambda t: f"{{ T -> [{pos}, {', '.join(t[1:m])}, h, 0, {', '.join(t[m:])}] : "
                  f"{st} * h + {lo} <= t{m} <= {st} * h + {hi} and {h0} <= h <= {h1} }}")
-        if isinstance(x, BandGroup):  # X's parts 0, 1, .. become 1, 2, ..; one more dim
+        if isinstance(x, Group):  # X's parts 0, 1, .. become 1, 2, ..; one more dim
             x_map = (lambda t: f"{{ T -> [{pos}, {', '.join(t[1:m + 1])}, t{m + 1} + 1, "
                      f"{', '.join(t[m + 2:] + ['0'])}] }}")
         else:  # X: part 1 of the band, at the same depth as A
@@ -290,11 +254,11 @@ def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
         time.update({s.name: _reshape(x.time[s.name], x_map) for s in xs})
         ast_time = {a.call: {k: _reshape(v, a_map) for k, v in a.ast_time.items()}}
         for p in parts:
-            at = x.ast_time[p.call] if isinstance(x, BandGroup) else p.ast_time
+            at = x.ast_time[p.call] if isinstance(x, Group) else p.ast_time
             ast_time[p.call] = {k: _reshape(v, x_map) for k, v in at.items()}
-        band_rows = dict(x.rows) if isinstance(x, BandGroup) else {}
+        band_rows = dict(x.rows) if isinstance(x, Group) else {}
         band_rows[y] = m - 1
-        return BandGroup([a, *parts], m, time, ast_time, band_rows, {y: (st, lo, kh)})
+        return Group([a, *parts], m, time, ast_time, band_rows, {y: (st, lo, kh)})
     return None
 
 

@@ -20,7 +20,7 @@ import re
 
 import islpy as isl
 
-from . import regepi
+from . import abi, regepi
 from .cprint import (Emitter, affine_c, ast_c, chunk_size, has_for, instance_volume,
                      loop_trips, ref_c, step_c, users_of)
 from .deps import Dependences
@@ -45,15 +45,12 @@ class LoweringStats:
     kernel_calls: int = 0  # kernel call sites in the C
     packed: int = 0  # kernels reading a packed copy of their column operand
     register_epilogues: list = dataclasses.field(default_factory=list)  # their groups' calls
-    workspace_bytes: int = 0  # of the re-planned workspace
-    prepacked: dict = dataclasses.field(default_factory=dict)  # input -> panel width
     carried: dict = dataclasses.field(default_factory=dict)  # halo window -> buffer rows
-    winograd: list = dataclasses.field(default_factory=list)  # winograd.Plan of such groups
 
 
 class CallLowering:
     """One scheduled function: the AST of one group, or of a band of groups
-    (`band.BandGroup`), each part with its own chain and register epilogue."""
+    (a band `groups.Group`), each part with its own chain and register epilogue."""
 
     def __init__(self, scop: Scop, parts: list[CallSchedule],
                  epis: list[regepi.RegisterEpilogue | None], time: dict[str, isl.Map],
@@ -380,23 +377,25 @@ class CallLowering:
         aenv = env
         if k.slide:  # a sliding row's input pointer: its first column in bounds (D taps on)
             aenv = dict(env, **{ki: str(k.k_lo + k.slide[2])})
-        head = (f"({rows}, {depth}, &{self._ref(k.a, aenv)}, {aa.get(ri, 0) if ri else 0}, "
-                f"{aa.get(ki, 0)}, {b}, {sbk}")
+        args = {"rows": rows, "K": depth, "a": f"&{self._ref(k.a, aenv)}",
+                "sar": str(aa.get(ri, 0) if ri else 0), "sak": str(aa.get(ki, 0)),
+                "b": b, "sbk": sbk}
         if k.kin:  # the second reduction level: its trip count and strides
-            head += f", {trip[k.kin]}, {aa.get(kin, 0)}, {sbin}"
+            args.update(K2=trip[k.kin], sak2=str(aa.get(kin, 0)), sbk2=sbin)
         if k.prefetch:  # this call's lines of the weight another group reads next
             total = math.prod(self.scop.buffers[k.prefetch_of].shape) * 4
-            head += (f", rstf_pf_take((const char *){k.prefetch_of}, {total}L, "
-                     f"{k.prefetch * 64}L)")
+            args["pf"] = (f"rstf_pf_take((const char *){k.prefetch_of}, {total}L, "
+                          f"{k.prefetch * 64}L)")
         if k.panel_prefetch:  # this call's rows' share of the next tile's panel
-            head += self._panel_prefetch_args(k, vals, pn)
+            args["pp"], args["npp"] = self._panel_prefetch_args(k, vals, pn)
         if epi:  # the chain's arrays at the tile's first row and column
-            return f"{epi.name(k)}{head}{self._epilogue_args(epi, k, env)});"
-        return (f"{dispatch_name(k.shape)}{head}, &{self._ref(k.y, env)}, "
-                f"{ay.get(ri, 0) if ri else 0});")
+            args.update(self._epilogue_args(epi, k, env))
+            return abi.epilogue_dispatcher(k.shape, epi.operands).call(epi.name(k), args) + ";"
+        args.update(y=f"&{self._ref(k.y, env)}", syr=str(ay.get(ri, 0) if ri else 0))
+        return abi.store_dispatcher(k.shape).call(dispatch_name(k.shape), args) + ";"
 
-    def _panel_prefetch_args(self, k: Kernel, vals: dict[str, str], pn) -> str:
-        """`, pp, npp` of a call (`plan_panel_prefetch`): of the next column tile's panel
+    def _panel_prefetch_args(self, k: Kernel, vals: dict[str, str], pn) -> tuple[str, str]:
+        """`pp, npp` of a call (`plan_panel_prefetch`): of the next column tile's panel
         (the last tile's own, already read), the lines in proportion to this call's place
         among the tile's calls: its outer point, its outer reduction step and its output
         rows [s, e], in loop order, so that the tile's calls prefetch the next panel once
@@ -424,21 +423,21 @@ class CallLowering:
         nxt = f"rstf_min({vals['u']} + 1, {tiles - 1})"
         panel = f"(const float *){pn.array} + {pn.rows * pn.vb}L * {nxt}"
         size, total = pn.rows * pn.vb * 4, n * rows
-        return (f", rstf_pp_at({panel}, {size}L, {g0}, {total}L), "
+        return (f"rstf_pp_at({panel}, {size}L, {g0}, {total}L)",
                 f"rstf_pp_lines({size}L, {g0}, {g1}, {total}L)")
 
     def _epilogue_args(self, epi: regepi.RegisterEpilogue, k: Kernel,
-                       env: dict[str, str]) -> str:
+                       env: dict[str, str]) -> dict[str, str]:
         """A register epilogue's pointer arguments: each operand's element at the tile's
         first row and column (the chain's iterators are the output's indices)."""
-        out = []
+        out = {}
         for o in epi.operands:
             s, a = next((s, a) for s in epi.statements for a in s.accesses
                         if a.array == o.array)
             chain_env = {isl_name(c): f"({affine_c(i, env)})"
                          for c, i in zip(s.iterators, k.y.index)}
-            out.append(f", &{self._ref(a, chain_env)}")
-        return "".join(out)
+            out[f"{o.array}_p"] = f"&{self._ref(a, chain_env)}"
+        return out
 
     def _ref(self, access, env: dict[str, str]) -> str:
         """An array reference; a buffer contracted to one row drops its leading indices."""

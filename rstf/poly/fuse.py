@@ -238,7 +238,8 @@ def _row_group(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
                          chain=chain, rows=rows)
     # A row is a stack buffer, unless the register epilogue keeps it in the kernel's
     # registers: a large one (merged rows: a whole 14x14x576 map) stays in the workspace.
+    group.epilogue = regepi.plan(scop, group)
     if rows and 4 * math.prod(scop.buffers[y].shape[m:]) > ROW_BYTES \
-            and regepi.plan(scop, group) is None:
+            and group.epilogue is None:
         group.rows = {}
     return group

@@ -2,7 +2,8 @@
 
 A `CallSchedule` is one group of statements given a new time (one call, or a fused chain
 or epilogue), with the `Kernel`s that tile its contractions around microkernels
-(`schedule.py` builds them, `fuse.py`, `band.py` and `lower.py` read and extend them).
+(`schedule.py` builds them, `fuse.py` and `band.py` combine them). A `Group` is what the
+later stages (`plan`, `lower`) see: one `CallSchedule`, or a band of them.
 Here too: the accesses' linear offsets (`flat_addr`), the statements' boxes (`extents`),
 a kernel's iterator roles (`kernel_roles`), time maps padded to a common depth
 (`pad_time`), and the dependence questions the schedulers ask of a group (`violations`,
@@ -105,6 +106,51 @@ class CallSchedule:
     refused: list[str] = dataclasses.field(default_factory=list)  # why a tiling was dropped
     chain: object = None  # fuse.Chain when this schedules a fused pointwise chain
     rows: dict = dataclasses.field(default_factory=dict)  # buffer -> leading dims contracted
+    # The chain runs in the kernels' registers (`regepi.plan`, decided once when the group
+    # is formed, by `fuse`): a `regepi.RegisterEpilogue`, or None.
+    epilogue: object = None
+
+
+@dataclasses.dataclass
+class Group:
+    """What the lowering prints as one function: one part (a `CallSchedule`: one call's
+    schedule, maybe with its fused chain), or a band of consecutive parts fused over their
+    m outer time dimensions (`band.py`). Every stage after scheduling sees groups only."""
+    parts: list[CallSchedule]
+    m: int  # time dimensions 1..m shared (the band's loops); 0 for one part
+    time: dict[str, isl.Map]  # every original statement's new time
+    ast_time: dict[int, dict[str, isl.Map]]  # part's call -> its AST statements' new times
+    rows: dict[str, int]  # band-contracted buffer -> its leading dimensions dropped (m)
+    # halo band: buffer -> (s, lo, kh); band row h keeps its rows s*h+lo .. s*h+lo+kh-1
+    # (dimension m-1, the ones before it dropped), computed by parts[0] in each iteration
+    halo: dict[str, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, entry) -> "Group":
+        """A scheduled entry as a group: a band already is one; a part is a group alone."""
+        if isinstance(entry, Group):
+            return entry
+        return cls([entry], 0, entry.time, {entry.call: entry.ast_time}, {})
+
+    @property
+    def is_band(self) -> bool:
+        return len(self.parts) > 1
+
+    @property
+    def call(self) -> int:
+        return self.parts[0].call
+
+    @property
+    def statements(self):
+        return [s for p in self.parts for s in p.statements]
+
+    @property
+    def kernels(self):
+        return [k for p in self.parts for k in p.kernels]
+
+    @property
+    def refused(self):
+        return [r for p in self.parts for r in p.refused]
 
 
 def flat_addr(access, scop: Scop) -> dict:

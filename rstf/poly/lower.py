@@ -24,20 +24,18 @@ from __future__ import annotations
 
 import islpy as isl
 
-from . import prepack, regepi
+from . import regepi
 from .. import chelpers
-from .band import BandGroup, parts_of
 from .cprint import MACROS
 from .deps import Dependences
 from .emit import CallLowering, LoweringStats, window_start
 from .groups import CallSchedule
 from .microkernel import dispatch_source, prelude
-from .prefetch import PANEL_PREFETCH_C, PREFETCH_C, plan_panel_prefetch, plan_prefetch
+from .plan import LoweringPlan
+from .prefetch import PANEL_PREFETCH_C, PREFETCH_C
 from .scop import Scop
-from .winograd import plan as winograd_plan
 from .winograd_c import helpers as winograd_helpers, source as winograd_source
-from .workspace import (entry_source, group_buffers, replan, retable_header, scratch_name,
-                        scalar_statement_names, workspace_param)
+from .workspace import entry_source, group_buffers, retable_header, scratch_name, workspace_param
 
 
 def _param_decl(scop: Scop, name: str, written: bool) -> str:
@@ -80,37 +78,20 @@ def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
     return [scop.calls[cs.call].function, *(what or ["original order"])]
 
 
-def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
-          header: str, constants: frozenset[str] = frozenset(),
-          winograd: bool = True) -> tuple[str, LoweringStats]:
+def lower(scop: Scop, deps: Dependences, plan: LoweringPlan,
+          header: str) -> tuple[str, LoweringStats]:
     """The optimized C of the subgraph: `header` (the generated file's leading comment),
-    macros, microkernels, one scheduled function per call and the entry function.
-
-    `constants`: input arrays whose values are fixed when the op is built (frozen weights).
-    Those that only kernels read as their column operand are read in panel layout
-    (`prepack`): `stats.prepacked` names them, and whoever feeds the op must give it
-    `prepack.pack_panels` of their values.
-
-    `winograd`: groups `winograd.plan` accepts (stride-1 3x3, 5x5, 1x7 and 7x1 convolutions
-    and their fused chains) run as Winograd instead of their kernels (`stats.winograd`)."""
+    macros, microkernels, one scheduled function per group of `plan.groups` and the entry
+    function. Every choice it prints was made in `plan` (`plan.make_plan`): the Winograd
+    groups, the weights read in panel layout, the prefetches and the workspace."""
     stats = LoweringStats()
-    wino = {cs.call: wp for cs in schedules
-            if winograd and (wp := winograd_plan(scop, cs, constants)) is not None}
-    panels = prepack.plan(scop, [k for cs in schedules if cs.call not in wino
-                                 for k in cs.kernels],
-                          scalar_statement_names(schedules), set(constants))
-    stats.prepacked = {name: pn.vb for name, pn in panels.items()}
-    prefetch = plan_prefetch(scop, schedules, set(wino), frozenset(constants))
-    panel_prefetch = plan_panel_prefetch(schedules, panels, set(wino))
-    # A Winograd conv's frozen weight is fed as U (its tensor of another shape).
-    given = {wp.w: wp for wp in wino.values() if wp.u_given}
-    stats.prepacked.update({w: wp.spec for w, wp in given.items()})
+    wino, panels, prefetch, given = plan.winograd, plan.panels, plan.prefetch, plan.given
     header = retable_header(header, given)
     functions, shapes, calls_text = [], set(), {}
     params = [f"int {p}" for p in scop.params]
     epi_kernels = []
     wino_calls: dict[int, list[str]] = {}  # call -> its arguments, less the scratch
-    for cs in schedules:
+    for cs in plan.groups:
         if cs.call in wino:
             wp = wino[cs.call]
             buffers, written = group_buffers(cs)
@@ -118,28 +99,26 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
             functions.append(winograd_source(
                 wp, fname, [f"const float *restrict {b}" if b in given else
                             _param_decl(scop, b, b in written) for b in buffers] + params))
-            for c in {*(cs.chain.calls if cs.chain else ())} - {cs.call}:
+            chain = cs.parts[0].chain
+            for c in {*(chain.calls if chain else ())} - {cs.call}:
                 calls_text[c] = f"/* fused into {fname} */"
             wino_calls[cs.call] = [f"(const float *){b}" if b in given else
                                    _cast(scop, b, b in written) for b in buffers] \
                 + list(scop.params)
-            stats.winograd.append(wp)
             continue
-        band = isinstance(cs, BandGroup)
-        parts = parts_of(cs)
+        parts = cs.parts
         epis, ast_time = [], {}
         for p in parts:
-            epi = regepi.plan(scop, p)
-            at = dict(cs.ast_time[p.call] if band else p.ast_time)
+            epi = p.epilogue
+            at = dict(cs.ast_time[p.call])
             if epi:  # the kernels zero their accumulators and run the chain
                 del at[epi.init], at[epi.head]
                 epi_kernels.append(regepi.kernel_sources(epi, p.kernels))
                 stats.register_epilogues.append(p.call)
             epis.append(epi)
             ast_time.update(at)
-        low = CallLowering(scop, parts, epis, cs.time, ast_time,
-                            cs.rows if band else {}, deps, stats,
-                            cs.m if band else 0, cs.halo if band else None, panels)
+        low = CallLowering(scop, parts, epis, cs.time, ast_time, cs.rows, deps, stats,
+                           cs.m, cs.halo, panels)
         umap = None
         for m in ast_time.values():
             u = isl.UnionMap.from_map(m)
@@ -165,7 +144,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
                 attr = '__attribute__((optimize("fp-contract=off")))\n'
             for c in {p.call, *(p.chain.calls if p.chain else ())} - {cs.call}:
                 calls_text[c] = f"/* fused into {fname} */"
-        if band:
+        if cs.is_band:
             rows = [r for r in cs.rows if r not in cs.halo]
             what.append(f"the groups fused row by row over time dimensions 1..{cs.m}; "
                         f"contracted to one row: {', '.join(rows) or 'none'}")
@@ -182,8 +161,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
         args = [_cast(scop, b, b in written) for b in buffers] + list(scop.params)
         calls_text[cs.call] = f"{fname}({', '.join(args)});"
     kernels = dispatch_source(sorted(shapes))
-    offsets, stats.workspace_bytes = replan(
-        scop, schedules, {scratch_name(c): wp.scratch_bytes for c, wp in wino.items()})
+    offsets = plan.offsets
     ws = workspace_param(scop)
     for c, args in wino_calls.items():
         scratch = f"(float *)((char *){ws} + {offsets[scratch_name(c)]})"
@@ -196,7 +174,7 @@ def lower(scop: Scop, deps: Dependences, schedules: list[CallSchedule],
     if wino:
         kernels += winograd_helpers({wd for wp in wino.values() for wd in wp.widths})
     helpers = (chelpers.helpers_for(functions) + (PREFETCH_C if prefetch else "")
-               + (PANEL_PREFETCH_C if panel_prefetch else ""))
+               + (PANEL_PREFETCH_C if plan.panel_prefetches else ""))
     src = (header + includes + MACROS + "\n" + (helpers + "\n" if helpers else "")
            + (prelude() + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
            + entry)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from . import abi
 from .target import current
 
 
@@ -152,20 +153,6 @@ def kernel_name(shape: Shape) -> str:
     return f"rstf_mk{shape.tag}_{shape.rb}x{shape.width}"
 
 
-def reduction_params(shape: Shape) -> str:
-    """A kernel's parameters before its own (the operands and the reduction)."""
-    two = ", int K2, long sak2, long sbk2" if shape.two else ""
-    pf = ", const char *pf" if shape.pf else ""
-    pp = ", const char *pp, int npp" if shape.pp else ""
-    return ("int K, const float *restrict a, long sar, long sak, const float *restrict b, "
-            f"long sbk{two}{pf}{pp}")
-
-
-def reduction_args(shape: Shape) -> str:
-    return ("K, a, sar, sak, b, sbk" + (", K2, sak2, sbk2" if shape.two else "")
-            + (", pf" if shape.pf else "") + (", pp, npp" if shape.pp else ""))
-
-
 def kernel_source(shape: Shape) -> str:
     """The C of one microkernel (needs PRELUDE; `_linkage` says whether inline): RB rows
     of `width` columns, unrolled over its vectors (a half vector when the width is not a
@@ -176,16 +163,16 @@ def kernel_source(shape: Shape) -> str:
     a = f"a[r*sar + k*sak + 0:{width}]" if shape.vec_a else "a[r*sar + k*sak]"
     k2 = "sum over k2 < K2 (a += sak2, b += sbk2) of " if shape.two else ""
     return kernel_text(
-        kernel_name(shape), shape, "float *restrict y, long syr", store,
+        kernel_name(shape), shape, abi.store_kernel(shape), store,
         f"y[r][0:{width}] += {k2}sum over k of {a} * b[k*sbk + 0:{width}], r < {rb}:\n"
         f"   {rb}x{len(vecs)} accumulators stay in vector registers for the whole reduction.")
 
 
-def kernel_text(name: str, shape: Shape, params: str, finish: list[str], comment: str,
+def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], comment: str,
                 zero: bool = False, attr: str = "") -> str:
     """A microkernel's C: the RB x NV accumulators loaded from y (or, `zero`, set to zero),
     the reduction over k (and k2), then the `finish` lines for each row r (the stores;
-    `params` declares what they use, after `reduction_params`)."""
+    `params`: the kernel's whole parameter list, `abi.reduction` and what they use)."""
     rb, width = shape.rb, shape.width
     vecs = vectors(width)
     decl = "\n".join(f"    {t} acc{v}[{rb}];" for v, (t, _) in enumerate(vecs))
@@ -245,7 +232,7 @@ def kernel_text(name: str, shape: Shape, params: str, finish: list[str], comment
     unroll = f"    #pragma GCC unroll {rb}\n" if shape.slide else ""
     return f"""\
 /* {comment} */
-{attr}{_linkage(shape)} void {name}({reduction_params(shape)}, {params})
+{attr}{_linkage(shape)} void {name}({params.signature()})
 {{
 {decl}
 {unroll}    for (int r = 0; r < {rb}; ++r) {{
@@ -315,13 +302,12 @@ def dispatch_source(shapes: list[Shape]) -> str:
     needed = sorted({sh.rows(r) for sh in shapes for r in (sh.rb, *fewer[sh])})
     out = [kernel_source(sh) for sh in needed]
     for sh in sorted(set(shapes)):
-        args = f"{reduction_args(sh)}, y, syr"
+        args = abi.store_kernel(sh).forward()
         cases = "".join(f"    case {r}: {kernel_name(sh.rows(r))}({args}); break;\n"
                         for r in fewer[sh])
         out.append(f"""\
 /* {sh.rb} rows of {sh.width} columns, or fewer at a border or a remainder. */
-static void {dispatch_name(sh)}(int rows, {reduction_params(sh)},
-                          float *restrict y, long syr)
+static void {dispatch_name(sh)}({abi.store_dispatcher(sh).signature("y", 26)})
 {{
     switch (rows) {{
     case {sh.rb}: {kernel_name(sh)}({args}); break;

@@ -4,15 +4,15 @@ A batch-1 matrix-vector product over a large frozen weight has that weight prefe
 the kernel calls of the compute-bound group before it (`plan_prefetch`, the C helpers in
 `PREFETCH_C`); a contraction whose column tiles run outermost prefetches each next tile's
 weight panel during the tile's calls (`plan_panel_prefetch`, `PANEL_PREFETCH_C`). The
-plans are marks on the `groups.Kernel`s, which `emit.CallLowering` prints. (The C
+plans are marks that `plan.make_plan` puts on new `groups.Kernel`s, which
+`emit.CallLowering` prints. (The C
 comments still say `lower.plan_prefetch`: the generated C is kept byte-identical.)
 """
 from __future__ import annotations
 
 import math
 
-from .band import BandGroup
-from .groups import CallSchedule
+from .groups import Group
 from .scop import Scop
 
 
@@ -51,8 +51,9 @@ static const char *rstf_pf_take(const char *base, long total, long bytes)
 """
 
 
-def plan_prefetch(scop: Scop, schedules: list[CallSchedule], skip: set[int],
-                  constants: frozenset[str]) -> dict[int, str]:
+def plan_prefetch(scop: Scop, schedules: list[Group], skip: set[int],
+                  constants: frozenset[str]) -> tuple[dict[int, str],
+                                                      dict[str, tuple[int, str]]]:
     """Batch-1 matrix-vector products (kernels of one row) over a frozen weight of at least
     PREFETCH_MIN_BYTES read that weight from L3 or DRAM on every call: MobileNet v2's
     classifier, 5 MB, took 42-57 us of the kernels' 2.9 ms on a quiet host and up to 130
@@ -62,11 +63,12 @@ def plan_prefetch(scop: Scop, schedules: list[CallSchedule], skip: set[int],
     each thread its share (`PREFETCH_C`); the lines then sit in L2 or, evicted, in L3 when
     the product reads them. Measured on MobileNet v2 (Zen 4, 2 threads, a hand-written
     version): the GEMV 42-57 -> 34-40 us, Conv_1 unchanged, `ab_kernels.py` 0.997 and
-    1/1.007. Sets the computing kernel's `prefetch` and `prefetch_of`; returns {computing
-    group's call: the weight array}. `skip`: calls lowered otherwise (Winograd)."""
-    plans = {}
+    1/1.007. Returns ({computing group's call: the weight array}, {computing kernel: (its
+    `prefetch` lines a call, its `prefetch_of` weight)}). `skip`: calls lowered otherwise
+    (Winograd)."""
+    plans, marks = {}, {}
     for i, g in enumerate(schedules):
-        if g.call in skip or isinstance(g, BandGroup) or not g.kernels:
+        if g.call in skip or g.is_band or not g.kernels:
             continue
         if not all(k.rb == 1 and k.b.array in constants for k in g.kernels):
             continue
@@ -79,10 +81,11 @@ def plan_prefetch(scop: Scop, schedules: list[CallSchedule], skip: set[int],
             continue
         # The computing group: the nearest one before with kernels, none but kernel-free
         # groups between.
-        p = next((q for q in reversed(schedules[:i]) if q.kernels or q.call in skip
-                  or isinstance(q, BandGroup)), None)
-        if p is None or p.call in skip or isinstance(p, BandGroup):
+        q = next((q for q in reversed(schedules[:i]) if q.kernels or q.call in skip
+                  or q.is_band), None)
+        if q is None or q.call in skip or q.is_band:
             continue
+        p, = q.parts
         k = p.kernels[0]
         if (k.rb == 1 or k.vec_a or k.slide or k.cols or k.depth < PREFETCH_MIN_DEPTH
                 or k.ranged or k.name not in p.ast_time):
@@ -90,10 +93,9 @@ def plan_prefetch(scop: Scop, schedules: list[CallSchedule], skip: set[int],
         calls = p.ast_time[k.name].domain().count_val().to_python()
         if not calls:
             continue
-        k.prefetch = min(-(-total // (64 * calls)), 2 * k.depth)
-        k.prefetch_of = w
+        marks[k.name] = (min(-(-total // (64 * calls)), 2 * k.depth), w)
         plans[p.call] = w
-    return plans
+    return plans, marks
 
 
 PANEL_PREFETCH_C = """\
@@ -111,7 +113,8 @@ static inline int rstf_pp_lines(long bytes, long g0, long g1, long n)
 """
 
 
-def plan_panel_prefetch(schedules: list[CallSchedule], panels: dict, skip: set[int]) -> int:
+def plan_panel_prefetch(schedules: list[Group], panels: dict,
+                        skip: set[int]) -> set[str]:
     """Column-tile-outermost contractions (`choose_order`: the weight is too big for L2, so
     each tile's panel is reused by every row while the rows stream) read each panel from
     L3 or DRAM on its first row: ResNet-50's and Inception v3's weights (about 100 MB) never
@@ -126,9 +129,9 @@ def plan_panel_prefetch(schedules: list[CallSchedule], panels: dict, skip: set[i
     For kernels over a frozen weight in panel layout (`prepack`) of at least
     PREFETCH_MIN_BYTES, whole tiles (the last, partial one has no next panel), no K2 level
     (its k restarts) and at least PREFETCH_MIN_DEPTH steps. A call inside an outer
-    reduction loop (a 3x3 conv's taps) takes its share of the tile's calls too. Sets their
-    `panel_prefetch`; returns how many. `skip`: calls lowered otherwise (Winograd)."""
-    n = 0
+    reduction loop (a 3x3 conv's taps) takes its share of the tile's calls too. Returns
+    the kernels whose `panel_prefetch` to set. `skip`: calls lowered otherwise (Winograd)."""
+    out = set()
     for cs in schedules:
         if cs.call in skip:
             continue
@@ -138,6 +141,5 @@ def plan_panel_prefetch(schedules: list[CallSchedule], panels: dict, skip: set[i
                     or not k.r or k.ranged or k.depth < PREFETCH_MIN_DEPTH
                     or pn.cols <= pn.vb or 4 * pn.rows * pn.cols < PREFETCH_MIN_BYTES):
                 continue
-            k.panel_prefetch = True
-            n += 1
-    return n
+            out.add(k.name)
+    return out

@@ -39,8 +39,8 @@ import dataclasses
 import islpy as isl
 from pycparser import c_ast
 
-from .microkernel import (guarded, kernel_text, lanes, reduction_args, reduction_params,
-                          splat, vectors)
+from . import abi
+from .microkernel import guarded, kernel_text, lanes, splat, vectors
 from .scop import Scop, Statement, isl_name
 from .groups import CallSchedule, Kernel, extents, flat_addr, kernel_roles
 from .target import current
@@ -355,11 +355,11 @@ def kernel_sources(epi: RegisterEpilogue, kernels: list[Kernel]) -> str:
         counts = epi.kernels[k.name]
         for rows in counts:
             out.append(_kernel(epi, k, rows))
-        cases = "".join(f"    case {n}: {epi.name(k, n)}({reduction_args(k.shape)}{_args(epi)}); "
-                        f"break;\n" for n in counts)
+        forward = abi.epilogue_kernel(k.shape, epi.operands).forward()
+        cases = "".join(f"    case {n}: {epi.name(k, n)}({forward}); break;\n" for n in counts)
         out.append(f"""\
 /* {k.rb} rows of {k.width} columns (or the fewer a chunk has), the epilogue fused. */
-static void {epi.name(k)}(int rows, {reduction_params(k.shape)}{_params(epi)})
+static void {epi.name(k)}({abi.epilogue_dispatcher(k.shape, epi.operands).signature()})
 {{
     switch (rows) {{
 {cases}    }}
@@ -368,19 +368,11 @@ static void {epi.name(k)}(int rows, {reduction_params(k.shape)}{_params(epi)})
     return "\n".join(out) + "\n"
 
 
-def _params(epi: RegisterEpilogue) -> str:
-    return "".join(f", {'' if o.write else 'const '}float *restrict {o.array}_p"
-                   for o in epi.operands)
-
-
-def _args(epi: RegisterEpilogue) -> str:
-    return "".join(f", {o.array}_p" for o in epi.operands)
-
-
 def _kernel(epi: RegisterEpilogue, k: Kernel, rb: int) -> str:
     fns = ", ".join(s.function for s in epi.statements)
     return kernel_text(
-        epi.name(k, rb), k.shape.rows(rb), _params(epi)[2:], epi.lines[k.name],
+        epi.name(k, rb), k.shape.rows(rb), abi.epilogue_kernel(k.shape, epi.operands),
+        epi.lines[k.name],
         f"{rb} rows of {k.width} columns: the whole reduction from zero, in "
         f"{rb}x{len(vectors(k.width))} registers,\n   then the chain ({fns}) on them; only its "
         f"results are stored.", zero=True, attr='__attribute__((optimize("fp-contract=off")))\n')

@@ -296,8 +296,7 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
     chain `regepi` can translate, reading the output at the same element. When its weight
     is one of `constants` (the op's frozen inputs) and nothing else reads it, the op is fed
     U."""
-    from .band import BandGroup
-    if isinstance(cs, BandGroup) or not cs.kernels:
+    if not cs.kernels:
         return None
     upd = scop.statement(cs.kernels[0].statement)
     if upd.op != "Conv2D" or any(k.statement != upd.name for k in cs.kernels):

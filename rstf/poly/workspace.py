@@ -9,22 +9,21 @@ import re
 
 from pycparser import c_ast
 
-from .band import BandGroup, parts_of
-from .groups import CallSchedule
+from .groups import Group
 from .cparse import c_text
 from .scop import Scop
 
 
-def local_buffers(cs) -> set[str]:
+def local_buffers(cs: Group) -> set[str]:
     """The buffers a scheduled group keeps off the workspace: contracted to scalars, to
     registers or to one row (a band's, or one of its parts')."""
-    out = set(cs.rows) if isinstance(cs, BandGroup) else set()
-    for p in parts_of(cs):
+    out = set(cs.rows)
+    for p in cs.parts:
         out |= set(p.rows) | set(p.chain.contracted if p.chain else ())
     return out
 
 
-def group_buffers(cs) -> tuple[list[str], set[str]]:
+def group_buffers(cs: Group) -> tuple[list[str], set[str]]:
     """(the arrays a scheduled group's function takes, in order of first access; those it
     writes): every array its statements access, but those it keeps off the workspace."""
     buffers, written = [], set()
@@ -60,19 +59,19 @@ def workspace_param(scop: Scop) -> str:
     return fdef.decl.type.args.params[-1].name
 
 
-def scalar_statement_names(schedules: list[CallSchedule]) -> set[str]:
+def scalar_statement_names(schedules: list[Group]) -> set[str]:
     """Original statements with instances outside any kernel: in some group's AST
     (a kernel's leftover rows or columns, a chain's head, an untiled statement)."""
     out = set()
     for cs in schedules:
-        for p in parts_of(cs):
-            at = cs.ast_time[p.call] if isinstance(cs, BandGroup) else p.ast_time
+        for p in cs.parts:
+            at = cs.ast_time[p.call]
             kernels = {k.name for k in p.kernels}
             out |= {n for n, m in at.items() if n not in kernels and not m.is_empty()}
     return out
 
 
-def replan(scop: Scop, schedules: list[CallSchedule],
+def replan(scop: Scop, schedules: list[Group],
            scratch: dict[str, int] | None = None) -> tuple[dict[str, int], int]:
     """The workspace plan of the scheduled program: ({temporary: byte offset}, bytes).
 
