@@ -161,11 +161,8 @@ def test_original_schedule_is_2d_plus_1_textual_order(scop):
 
 
 def test_raise_ignores_pragmas(code, scop):
-    from rstf.poly.parallel import find_parallel_loops, mark_source
-
-    marked = mark_source(code.source, find_parallel_loops(scop, compute_dependences(scop),
-                                                          min_work=0))
-    assert "#pragma omp" in marked
+    marked = code.source.replace("    for (", "    #pragma omp parallel for\n    for (")
+    assert marked.count("#pragma omp") > 3
     assert len(raise_subgraph(marked, code.entry).statements) == len(scop.statements)
 
 
@@ -364,65 +361,3 @@ def test_int_parameters_become_isl_parameters():
     assert check_schedule_legal(scop, deps, scop.schedule) == []
 
 
-# ------------------------------------------------------------------ parallel loops
-def _loops(scop, **kw):
-    from rstf.poly.parallel import find_parallel_loops
-
-    return find_parallel_loops(scop, compute_dependences(scop), **kw)
-
-
-def test_parallel_loops_respect_dependences(scop):
-    loops = _loops(scop, min_work=0)
-    by_fn = {}
-    for lp in loops:
-        by_fn.setdefault(lp.function, []).append(lp)
-    conv_fn = by_op(scop, "Conv2D")[0].function
-    conv = {lp.iterator: lp for lp in by_fn[conv_fn] if lp.line > 0}
-    # Output loops carry nothing; the reduction loops (kh, kw, ic) carry the += chain.
-    assert all(lp.parallel for lp in by_fn[conv_fn] if lp.iterator in ("oh", "ow", "oc"))
-    assert not any(lp.parallel for lp in by_fn[conv_fn] if lp.iterator in ("kh", "kw", "ic"))
-    assert conv["oh"].chosen  # n has one iteration: oh is the outermost useful loop
-    matmul_fn = by_op(scop, "MatMul")[0].function
-    assert not any(lp.parallel for lp in by_fn[matmul_fn] if lp.iterator == "k")
-    # Softmax: the row-max and row-sum updates carry a dependence along c.
-    sm_fn = by_op(scop, "Softmax")[0].function
-    carried = [lp for lp in by_fn[sm_fn] if lp.iterator == "c" and not lp.parallel]
-    assert len(carried) == 2 and not any(lp.chosen for lp in carried)
-
-
-def test_poly_output_equals_unoptimized_bitwise():
-    """Every op family, with every parallelisable loop marked and 2 OpenMP threads: the
-    results are bit-identical to the sequential textbook code."""
-    import os
-
-    from rstf.cexec import run_subgraph_c
-    from rstf.poly.parallel import mark_source
-
-    def build():
-        x = tf.compat.v1.placeholder(tf.float32, [2, 16, 16, 4], name="x")
-        y = tf.nn.conv2d(x, rng.randn(3, 3, 4, 8).astype(np.float32), 1, "SAME")
-        y = tf.nn.relu6(tf.nn.bias_add(y, rng.randn(8).astype(np.float32)))
-        d = tf.raw_ops.DepthwiseConv2dNative(input=y, filter=rng.randn(3, 3, 8, 2).astype(
-            np.float32), strides=[1, 2, 2, 1], padding="SAME")
-        p = tf.concat([tf.nn.max_pool2d(d, 3, 1, "SAME"), tf.nn.avg_pool2d(d, 3, 1, "SAME")], -1)
-        p = tf.pad(p, [[0, 0], [1, 1], [1, 1], [0, 0]])
-        m = tf.reduce_mean(p, [1, 2]) + tf.reduce_max(p, [1, 2])
-        t = tf.transpose(tf.reshape(m, [2, 4, 8]), [0, 2, 1])
-        tf.nn.softmax(tf.matmul(tf.reshape(t, [2, 32]), rng.randn(32, 10).astype(np.float32)),
-                      name="out")
-
-    g = load_graph_def(make_graph_def(build), outputs=["out"])
-    nodes = [n for n in g.topo_order() if g.nodes[n].op not in ("Const", "Placeholder")]
-    sg = generate_subgraph(g, nodes, 0)
-    scop = raise_subgraph(sg.source, sg.entry)
-    loops = _loops(scop, min_work=0)
-    assert sum(lp.chosen for lp in loops) >= 10
-    x = rng.randn(2, 16, 16, 4).astype(np.float32)
-    inputs = {s.tensor: (x if s.tensor == "x:0" else g.const_value(s.tensor)) for s in sg.inputs}
-    ref = run_subgraph_c(sg, inputs)
-    os.environ["OMP_NUM_THREADS"] = "2"
-    sg.source = mark_source(sg.source, loops)
-    assert sg.source.count("#pragma omp parallel for") == sum(lp.chosen for lp in loops)
-    got = run_subgraph_c(sg, inputs)
-    for k in ref:
-        np.testing.assert_array_equal(got[k], ref[k])

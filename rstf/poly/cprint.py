@@ -35,6 +35,15 @@ CHUNK_WORK = 262144
 MIN_CHUNKS = 8
 
 
+def dynamic_schedule(chunk: int) -> str:
+    """The schedule clause of the pass's parallel loops (`MACROS`' RSTF_SCHEDULE): with
+    rstf's OpenMP team (rstf/runtime/rstf_team.c), chunks of `chunk` iterations in any
+    order, which the team runs as a static loop whose threads steal from each other's ends
+    when one falls behind (a core slowed by its neighbours, or taken by another of
+    TensorFlow's threads); with libgomp, static."""
+    return f"schedule(RSTF_SCHEDULE({chunk}))"
+
+
 MACROS = """\
 /* The parallel loops' schedule. rstf's OpenMP team (RSTF_TEAM: the op library) runs a
    nonmonotonic dynamic loop as static shares that the threads steal from each other's

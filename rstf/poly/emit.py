@@ -8,7 +8,7 @@ AST's iterator expressions substituted; a kernel instance becomes a microkernel 
 the tile's first elements, with its prefetch, packing and register-epilogue arguments.
 The outermost loop that carries no dependence and encloses at least `MIN_WORK` instances
 is `omp parallel for` in chunks (`cprint.chunk_size`) that rstf's OpenMP team balances
-(`parallel.dynamic_schedule`); an innermost loop that carries none is `omp simd`. A halo
+(`cprint.dynamic_schedule`); an innermost loop that carries none is `omp simd`. A halo
 band's carried window slides down a buffer of `window_buffer_rows` rows. What it did is
 counted in a `LoweringStats`.
 """
@@ -21,13 +21,12 @@ import re
 import islpy as isl
 
 from . import abi, regepi
-from .cprint import (Emitter, affine_c, ast_c, chunk_size, has_for, instance_volume,
-                     loop_trips, ref_c, step_c, users_of)
+from .cprint import (Emitter, affine_c, ast_c, chunk_size, dynamic_schedule, has_for,
+                     instance_volume, loop_trips, ref_c, step_c, users_of)
 from .deps import Dependences
 from .groups import (CallSchedule, Kernel, call_dependences, extents, flat_addr,
                      parallel_dims)
 from .microkernel import Shape, dispatch_name, vlen
-from .parallel import dynamic_schedule
 from .prepack import PACK_DIM, Panels, operand_row, packing_of, plus_c
 from .scop import Scop, Statement, isl_name
 

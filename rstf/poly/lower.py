@@ -11,7 +11,7 @@ microkernel call on the tile's first elements.
 
 Pragmas come from the exact dependences: the outermost loop that carries no dependence and
 encloses enough work is `omp parallel for`, in chunks (`chunk_size`) that rstf's OpenMP team
-balances between its threads (`parallel.dynamic_schedule`); an innermost loop that carries
+balances between its threads (`cprint.dynamic_schedule`); an innermost loop that carries
 none is `omp simd`. The entry function keeps its signature and temporaries and calls the
 scheduled functions in the original order, each after the TF node's comment.
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from .cprint import dynamic_schedule
 from .microkernel import vlen
-from .parallel import dynamic_schedule
 from .winograd import RB, Plan
 
 
