@@ -32,8 +32,7 @@ def optimize(source: str, entry: str, tile: bool = True, fuse: bool = True,
              winograd: bool = True, target=None) -> PassResult:
     """Run the polyhedral pass on one subgraph's C. Returns a `PassResult`.
 
-    `target` (a `target.Target`, its name, or None: `target.current()`, by default this
-    machine's) is the vector ISA the C is shaped for: its vector width and register count
+    `target` (a `target.Target`, its name, or None: this machine's, `target.detect()`) is the vector ISA the C is shaped for: its vector width and register count
     pick the tiles and the types.
 
     `constants` names the entry's input arrays whose values are fixed when the op is built
@@ -64,11 +63,10 @@ def optimize(source: str, entry: str, tile: bool = True, fuse: bool = True,
     textbook C; off: every conv keeps its direct kernels), listed in `winograd` (node,
     algorithm, tiles, channels, scratch bytes).
     """
-    from .target import resolve, use
+    from .target import resolve
 
     t = resolve(target)
-    with use(t):
-        result = _optimize(source, entry, tile, fuse, constants, winograd)
+    result = _optimize(source, entry, tile, fuse, constants, winograd, t)
     return dataclasses.replace(result, target=t.name) if result.optimized else result
 
 
@@ -80,7 +78,7 @@ def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = Tru
     return result.source, result.report()
 
 
-def _optimize(source, entry, tile, fuse, constants, winograd) -> PassResult:
+def _optimize(source, entry, tile, fuse, constants, winograd, target) -> PassResult:
     import time
 
     import islpy as isl
@@ -100,9 +98,9 @@ def _optimize(source, entry, tile, fuse, constants, winograd) -> PassResult:
     except NotRaisable as e:
         return declined(str(e))
     try:
-        schedules = _schedule(scop, deps, tile, fuse)
-        plan = make_plan(scop, schedules, frozenset(constants), winograd)
-        new, stats = lower(scop, deps, plan, source.split("#include", 1)[0])
+        schedules = _schedule(scop, deps, tile, fuse, target)
+        plan = make_plan(scop, schedules, target, frozenset(constants), winograd)
+        new, stats = lower(scop, deps, plan, source.split("#include", 1)[0], target)
     except (isl.Error, ValueError, KeyError) as e:
         # A scheduling or lowering failure must never cost the user the subgraph: keep the
         # textbook C, which is correct, and say why.
@@ -110,7 +108,7 @@ def _optimize(source, entry, tile, fuse, constants, winograd) -> PassResult:
     return _result(scop, plan, stats, format_c(new), round(time.perf_counter() - t0, 3))
 
 
-def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool) -> list:
+def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target) -> list:
     """The scheduled `Group`s, in program order: each call's (tiled) schedule, pointwise
     chains fused into their producers' epilogues, then consecutive groups fused into
     row bands."""
@@ -147,7 +145,7 @@ def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool) -> list:
                                               {head: times[head]}, chain=ch))
                 continue
         if stmts:
-            schedules.append(schedule_call(scop, c, stmts, deps, depth, tile=tile))
+            schedules.append(schedule_call(scop, c, stmts, deps, depth, target, tile=tile))
     if fuse:
         schedules = fuse_halos(scop, deps, fuse_bands(scop, deps, schedules))
     return [Group.of(g) for g in schedules]

@@ -18,13 +18,14 @@ from pycparser import c_ast
 
 from .cparse import multiply_add
 from .groups import MIN_ROWS, Kernel, extents, flat_addr, kernel_roles
-from .microkernel import choose_tile, thread_balance, threads, vlen
+from .microkernel import choose_tile, thread_balance
 from .scop import Scop, Statement, isl_name
-from .target import current
+from .target import Target
 
 
-def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
-    """The kernel tiling of `s` if it is a contraction the microkernel fits, else None."""
+def find_contraction(s: Statement, scop: Scop, t: Target) -> Kernel | None:
+    """The kernel tiling of `s` if it is a contraction the microkernel fits on target `t`,
+    else None."""
     factors = multiply_add(s.ast)
     if factors is None or not all(isinstance(f, c_ast.ArrayRef) for f in factors):
         return None
@@ -61,17 +62,17 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
         r = rows[-1] if rows else None
         (v_lo, v_hi), (k_lo, k_hi) = box[v], box[k]
         r_lo, r_hi = box[r] if r else (0, 0)
-        tile = (choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1, (1,), DW_MAX_RB) if vec_a
-                else choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1))
+        tile = (choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1, t, (1,), DW_MAX_RB) if vec_a
+                else choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1, t))
         if tile is None:
             continue
         rb, nv, _ = tile
         if r is None:
             rb = 1
         c_of = dict(zip(iv, s.iterators))
-        kern = Kernel(f"K{s.name}", s.name, c_of.get(r), c_of[k], c_of[v], rb, nv, k_lo, k_hi,
-                      a, b, y, vec_a=vec_a, fused=s.ast.op == "=",
-                      chunk_outer=vec_a and current().depthwise_tiles_in_chunks)
+        kern = Kernel(f"K{s.name}", s.name, c_of.get(r), c_of[k], c_of[v], rb, nv, t.vlen,
+                      k_lo, k_hi, a, b, y, vec_a=vec_a, fused=s.ast.op == "=",
+                      chunk_outer=vec_a and t.depthwise_tiles_in_chunks)
         # Merge the next reduction loop out into k when k's whole range and it walk both
         # operands contiguously: a convolution's (kw, ic) with few input channels (the
         # first layer's 3) makes one long reduction instead of KW short ones.
@@ -92,14 +93,15 @@ def find_contraction(s: Statement, scop: Scop) -> Kernel | None:
             kern.kin_lo, kern.kin_hi = box[kin]
         if kern.kin or vec_a:
             kern.ranged = [x for x in (kern.kin, kern.k2 or kern.k) if x]
-        return merge_rows(s, kern, scop, tile[2]) or kern
+        return merge_rows(s, kern, scop, tile[2], t) or kern
     return None
 
 
 MERGE_GAIN = 0.99  # merged rows must cut choose_tile's cost per output by 1% at least
 
 
-def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float) -> Kernel | None:
+def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float,
+               t: Target) -> Kernel | None:
     """The kernel with its rows r merged with the next outer output loop o (`Kernel.merged`)
     where that is exact and pays, else None.
 
@@ -114,7 +116,7 @@ def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float) -> Kernel | 
     up in A and Y and B does not depend on o. Only for o of fewer than `band.MIN_ROWS`
     rows: a row band, which fuses groups over o, cannot take those anyway. On the targets
     that say so (`Target.merge_rows`: AVX2 and AVX512_FULL, where it was measured)."""
-    if not current().merge_rows or kern.vec_a or kern.kin or kern.ranged or kern.slide \
+    if not t.merge_rows or kern.vec_a or kern.kin or kern.ranged or kern.slide \
             or kern.r is None:
         return None
     outs, _, r, _, v = kernel_roles(s, kern)
@@ -133,16 +135,16 @@ def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float) -> Kernel | 
     if ab.get(o, 0) or any(x.get(o, 0) != n * x.get(r, 0) for x in (aa, ay)):
         return None
     n_o, cols = o_hi - o_lo + 1, box[v][1] - box[v][0] + 1
-    tile = choose_tile(n_o * n, cols)
+    tile = choose_tile(n_o * n, cols, t)
     if tile is None:
         return None
     # The parallel iterations: unmerged, o x the column tiles (collapsed); merged, the
     # tiles alone when a shorter last chunk (its own call after the chunk loop) stops the
     # collapse, so charge the threads' idle share (20 tiles on 16 threads).
-    tiles = -(-cols // (vlen() * tile[1]))
+    tiles = -(-cols // (t.vlen * tile[1]))
     par = tiles * (1 if n_o * n % tile[0] else n_o * n // tile[0])
-    busy = (thread_balance(par, threads())
-            / thread_balance(n_o * -(-cols // (vlen() * kern.nv)), threads()))
+    busy = (thread_balance(par, t.threads)
+            / thread_balance(n_o * -(-cols // kern.vb), t.threads))
     if tile[2] / busy >= cost * MERGE_GAIN:
         return None
     o_c = dict(zip(iv, s.iterators))[o]
@@ -169,7 +171,7 @@ def slide_column(kern: Kernel) -> tuple[int, dict] | None:
     return dims[0], idx
 
 
-def sliding_row(s: Statement, kern: Kernel, scop: Scop) -> Kernel | None:
+def sliding_row(s: Statement, kern: Kernel, scop: Scop, t: Target) -> Kernel | None:
     """A depthwise kernel as a sliding row (`Kernel.slide`) where that applies: stride 1
     and dilation 1 along the rows, kh run inside (kin), and at most DW_ROW_MAX outputs a
     row. One call then computes a whole output row of 16 channels, loading each input
@@ -194,7 +196,7 @@ def sliding_row(s: Statement, kern: Kernel, scop: Scop) -> Kernel | None:
     box = dict(zip([isl_name(x) for x in s.iterators], extents(s)))
     (r_lo, r_hi), (k_lo, k_hi) = box[isl_name(kern.r)], box[isl_name(kern.k)]
     rows, taps = r_hi - r_lo + 1, k_hi - k_lo + 1
-    if not 1 < rows <= DW_ROW_MAX or rows + taps + 1 > current().max_registers + 1:
+    if not 1 < rows <= DW_ROW_MAX or rows + taps + 1 > t.max_registers + 1:
         return None  # (registers: the accumulators, the taps' weights and the input vector)
     first = r_lo + k_lo + idx.get(1, 0)  # the input column of the row's first tap
     off = max(0, -first)  # the kernel's pointer is at column first + off, the first valid

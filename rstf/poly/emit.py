@@ -26,7 +26,7 @@ from .cprint import (Emitter, affine_c, ast_c, chunk_size, dynamic_schedule, has
 from .deps import Dependences
 from .groups import (CallSchedule, Kernel, call_dependences, extents, flat_addr,
                      parallel_dims)
-from .microkernel import Shape, dispatch_name, vlen
+from .microkernel import Shape, dispatch_name
 from .prepack import PACK_DIM, Panels, operand_row, packing_of, plus_c
 from .scop import Scop, Statement, isl_name
 
@@ -346,7 +346,7 @@ class CallLowering:
             elif c == k.r:
                 env[isl_name(c)] = vals["s"]
             elif c == k.v:
-                env[isl_name(c)] = f"{vlen() * k.nv} * {vals['u']}"
+                env[isl_name(c)] = f"{k.vb} * {vals['u']}"
             elif c in first:
                 env[isl_name(c)] = first[c]
             else:

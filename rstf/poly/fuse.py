@@ -31,7 +31,6 @@ from . import regepi
 from .deps import Dependences
 from .cparse import is_accumulation
 from .scop import Scop, Statement, isl_name
-from .microkernel import vlen
 from .groups import (CallSchedule, extents, is_pointwise, kernel_roles, pad_time,
                      row_major_access, violations)
 from .schedule import tile_order
@@ -161,7 +160,7 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
         return None
     pos = upd.path[0]
 
-    vb = vlen() * kern.nv
+    vb = kern.vb
 
     def row_time(s: Statement, mid: int, last: int) -> isl.Map:
         # (Tiles below the chunks, `kern.chunk_outer`: the epilogue runs after the row's

@@ -17,7 +17,7 @@ import dataclasses
 import islpy as isl
 
 from .deps import Dependences, check_schedule_legal
-from .microkernel import Shape, vlen
+from .microkernel import Shape
 from .scop import Scop, Statement, isl_name
 
 
@@ -31,6 +31,7 @@ class Kernel:
     v: str
     rb: int
     nv: int
+    vl: int  # floats in one vector register of the target: a whole tile is vl * nv wide
     k_lo: int
     k_hi: int
     a: object  # Access of the row-broadcast operand
@@ -75,7 +76,7 @@ class Kernel:
 
     @property
     def shape(self) -> Shape:
-        return Shape(self.rb, self.width, self.vec_a, self.kin is not None, self.fused,
+        return Shape(self.rb, self.width, self.vl, self.vec_a, self.kin is not None, self.fused,
                      self.slide, self.prefetch, self.panel_prefetch)
 
     @property
@@ -84,9 +85,14 @@ class Kernel:
         return f"{self.merged} x {self.r}" if self.merged else str(self.r)
 
     @property
+    def vb(self) -> int:
+        """Columns of a whole tile."""
+        return self.vl * self.nv
+
+    @property
     def width(self) -> int:
         """Columns one call computes."""
-        return self.cols or vlen() * self.nv
+        return self.cols or self.vb
 
     @property
     def depth(self) -> int:

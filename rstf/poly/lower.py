@@ -34,6 +34,7 @@ from .microkernel import dispatch_source, prelude
 from .plan import LoweringPlan
 from .prefetch import PANEL_PREFETCH_C, PREFETCH_C
 from .scop import Scop
+from .target import Target
 from .winograd_c import helpers as winograd_helpers, source as winograd_source
 from .workspace import entry_source, group_buffers, retable_header, scratch_name, workspace_param
 
@@ -78,8 +79,8 @@ def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
     return [scop.calls[cs.call].function, *(what or ["original order"])]
 
 
-def lower(scop: Scop, deps: Dependences, plan: LoweringPlan,
-          header: str) -> tuple[str, LoweringStats]:
+def lower(scop: Scop, deps: Dependences, plan: LoweringPlan, header: str,
+          target: Target) -> tuple[str, LoweringStats]:
     """The optimized C of the subgraph: `header` (the generated file's leading comment),
     macros, microkernels, one scheduled function per group of `plan.groups` and the entry
     function. Every choice it prints was made in `plan` (`plan.make_plan`): the Winograd
@@ -170,13 +171,14 @@ def lower(scop: Scop, deps: Dependences, plan: LoweringPlan,
     includes = ("#include <math.h>\n#include <stddef.h>\n#include <stdlib.h>\n"
                 "#include <string.h>\n\n")
     if epi_kernels or any(wp.chain for wp in wino.values()):
-        kernels += regepi.prelude() + "\n" + "".join(epi_kernels)
+        kernels += regepi.prelude(target) + "\n" + "".join(epi_kernels)
     if wino:
-        kernels += winograd_helpers({wd for wp in wino.values() for wd in wp.widths})
+        kernels += winograd_helpers({wd for wp in wino.values() for wd in wp.widths},
+                                    target.vlen)
     helpers = (chelpers.helpers_for(functions) + (PREFETCH_C if prefetch else "")
                + (PANEL_PREFETCH_C if plan.panel_prefetches else ""))
     src = (header + includes + MACROS + "\n" + (helpers + "\n" if helpers else "")
-           + (prelude() + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
+           + (prelude(target) + "\n" + kernels if kernels else "") + "\n".join(functions) + "\n"
            + entry)
     return src, stats
 

@@ -34,20 +34,14 @@ as in every rstf build, it never happens) and the textbook C rounds once a step 
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from . import abi
-from .target import current
+from .target import Target
 
 
-def vlen() -> int:
-    """Floats per vector: one register of the target (`target.current()`)."""
-    return current().vlen
-
-
-def fits_registers(rb: int, nv: int) -> bool:
+def fits_registers(rb: int, nv: int, t: Target) -> bool:
     """RB x NV accumulators + NV loaded b vectors + one broadcast fit in the registers."""
-    return rb * nv + nv + 1 <= current().max_registers
+    return rb * nv + nv + 1 <= t.max_registers
 
 
 # Where the target has a fused multiply-add of a vector type's width, its intrinsic: the
@@ -66,10 +60,9 @@ def guarded(macro: str | None, intrinsic: list[str], portable: list[str]) -> lis
             *portable, "#endif"]
 
 
-def prelude() -> str:
-    """The microkernels' vector types, broadcasts and fused multiply-adds for the target:
+def prelude(t: Target) -> str:
+    """The microkernels' vector types, broadcasts and fused multiply-adds for target `t`:
     `rstf_v<N>` of one register's N floats and of N/2 (a tile's last half vector)."""
-    t = current()
     out = [f"/* Microkernel vector types ({t.name}): {t.vlen} floats (one register) and "
            f"{t.half} (a tile's last\n   half vector); unaligned, may alias. */"]
     for n in (t.vlen, t.half):
@@ -93,13 +86,14 @@ def prelude() -> str:
     return "\n".join(out) + "\n"
 
 
-def vectors(width: int) -> list[tuple[str, int]]:
-    """The (vector type, first column) of each vector of a tile `width` columns wide: whole
-    registers, then maybe a half one (tile widths are multiples of the half)."""
-    t = current()
-    assert width % t.half == 0 and width > 0, width
-    out = [(t.vtype(), t.vlen * i) for i in range(width // t.vlen)]
-    return out + ([(t.vtype(t.half), width - t.half)] if width % t.vlen else [])
+def vectors(width: int, vl: int) -> list[tuple[str, int]]:
+    """The (vector type, first column) of each vector of a tile `width` columns wide, on a
+    target of `vl` floats a register: whole registers, then maybe a half one (tile widths
+    are multiples of the half)."""
+    half = vl // 2
+    assert width % half == 0 and width > 0, width
+    out = [(f"rstf_v{vl}", vl * i) for i in range(width // vl)]
+    return out + ([(f"rstf_v{half}", width - half)] if width % vl else [])
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -109,6 +103,7 @@ class Shape:
     is one fused multiply-add (the templates' fmaf), else a product then a sum (`+=`)."""
     rb: int
     width: int
+    vl: int  # floats in one vector register of the target
     vec_a: bool = False
     two: bool = False
     fused: bool = True
@@ -158,7 +153,7 @@ def kernel_source(shape: Shape) -> str:
     of `width` columns, unrolled over its vectors (a half vector when the width is not a
     whole number of them)."""
     rb, width = shape.rb, shape.width
-    vecs = vectors(width)
+    vecs = vectors(width, shape.vl)
     store = [f"*({t} *)(y + r * syr + {c}) = acc{v}[r];" for v, (t, c) in enumerate(vecs)]
     a = f"a[r*sar + k*sak + 0:{width}]" if shape.vec_a else "a[r*sar + k*sak]"
     k2 = "sum over k2 < K2 (a += sak2, b += sbk2) of " if shape.two else ""
@@ -174,7 +169,7 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
     the reduction over k (and k2), then the `finish` lines for each row r (the stores;
     `params`: the kernel's whole parameter list, `abi.reduction` and what they use)."""
     rb, width = shape.rb, shape.width
-    vecs = vectors(width)
+    vecs = vectors(width, shape.vl)
     decl = "\n".join(f"    {t} acc{v}[{rb}];" for v, (t, _) in enumerate(vecs))
     init = "\n".join(f"        acc{v}[r] = ({t}){{0}};" if zero else
                       f"        acc{v}[r] = *(const {t} *)(y + r * syr + {c});"
@@ -271,7 +266,7 @@ def _slide_loop(shape: Shape) -> str:
     ascending order (its j grows with t), as in the textbook nest, so the result is the
     same bit for bit."""
     (kw, cols, off), rb = shape.slide, shape.rb
-    (vt, _), = vectors(shape.width)
+    (vt, _), = vectors(shape.width, shape.vl)
     lines = [f"        const {vt} w{t} = *(const {vt} *)(b + {t} * sbk);" for t in range(kw)]
     for j in range(cols):
         outs = [(j + off - t, t) for t in range(kw) if 0 <= j + off - t < rb]
@@ -328,17 +323,17 @@ static void {dispatch_name(sh)}({abi.store_dispatcher(sh).signature("y", 26)})
 B_STREAM = 0.3
 
 
-def _efficiency(rb: int, nv: int) -> float:
+def _efficiency(rb: int, nv: int, t: Target) -> float:
     """Rough fraction of the FMA peak a kernel of rb x nv accumulators reaches: RB*NV FMAs
     a step for RB + NV loads (each costing the target's `load_cost` of an FMA), enough
     independent accumulators (`fma_chains`) to hide the FMA latency on two pipes, and the
     column operand streamed once per RB rows (B_STREAM)."""
-    acc, t = rb * nv, current()
+    acc = rb * nv
     return (min(1.0, acc / t.fma_chains) * acc / (acc + (rb + nv) * t.load_cost)
             / (1 + B_STREAM / rb))
 
 
-def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1),
+def choose_tile(rows: int, cols: int, t: Target, nvs=(4, 3, 2, 1),
                 max_rb: int = 14) -> tuple[int, int, float] | None:
     """(RB, NV, estimated cost per output) for a contraction over `rows` x `cols` outputs,
     or None when no kernel tile fits (cols < VLEN). RB is at most `max_rb`.
@@ -350,21 +345,21 @@ def choose_tile(rows: int, cols: int, nvs=(4, 3, 2, 1),
     """
     best = None
     for nv in nvs:
-        vb = vlen() * nv
+        vb = t.vlen * nv
         if cols < vb:
             continue
         covered = cols // vb * vb / cols
         for rb in range(1, min(rows, max_rb) + 1):
-            if not fits_registers(rb, nv):
+            if not fits_registers(rb, nv, t):
                 continue
             full, rem = divmod(rows, rb)
-            per_row = (full * rb / _efficiency(rb, nv)
-                       + (rem / _efficiency(rem, nv) if rem else 0.0)) / rows
+            per_row = (full * rb / _efficiency(rb, nv, t)
+                       + (rem / _efficiency(rem, nv, t) if rem else 0.0)) / rows
             # Columns past the last whole tile: a narrower kernel for a multiple of half a
             # vector of them (charged 1.5x: fewer FMAs per loaded a), the textbook loops
             # (about 4x slower) for the rest.
             left = cols - cols // vb * vb
-            half = current().half
+            half = t.half
             rem_k = left // half * half / cols
             cost = covered * per_row + rem_k * per_row * 1.5 + (1 - covered - rem_k) * 4.0
             if best is None or cost < best[2] - 1e-9:
@@ -385,25 +380,14 @@ SINGLE_MAX_DEPTH = 192
 SINGLE_MIN_ROWS = 7  # fewer accumulators do not hide the FMA latency (a GEMV's one row)
 
 
-def single_vector_tile(rows: int, cols: int, depth: int) -> tuple[int, int, float] | None:
+def single_vector_tile(rows: int, cols: int, depth: int,
+                       t: Target) -> tuple[int, int, float] | None:
     """(RB, 1, cost) for a contraction over rows x cols outputs whose kernel call runs
     `depth` reduction steps, where single-vector tiles pay (at most SINGLE_MAX_DEPTH steps,
     at least SINGLE_MIN_ROWS rows), else None."""
-    if rows < SINGLE_MIN_ROWS or cols < vlen() or depth > SINGLE_MAX_DEPTH:
+    if rows < SINGLE_MIN_ROWS or cols < t.vlen or depth > SINGLE_MAX_DEPTH:
         return None
-    return choose_tile(rows, cols, (1,))
-
-
-def l2_bytes() -> int:
-    """This machine's per-core L2 cache (the generated code is built for it: -march=native),
-    from sysfs; 1 MiB when unknown."""
-    try:
-        with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
-            text = f.read().strip().upper()
-        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-        return int(text.rstrip("KM")) * scale
-    except (OSError, ValueError):
-        return 1 << 20
+    return choose_tile(rows, cols, t, (1,))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -415,15 +399,6 @@ class Order:
     traffic: float  # bytes estimated to come from beyond L2
 
 
-def threads() -> int:
-    """The threads the generated code is expected to run with: the cores this process may
-    use (TensorFlow gives an op as many by default)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 def thread_balance(units: int, n_threads: int) -> float:
     """The fraction of the threads' time spent working when `units` equal parallel
     iterations are dealt out statically: 5 column tiles on 2 threads keep them 5/6 busy."""
@@ -431,7 +406,8 @@ def thread_balance(units: int, n_threads: int) -> float:
 
 
 def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total: int,
-                 a_bytes: int, cache: int | None = None, n_threads: int | None = None) -> Order:
+                 a_bytes: int, t: Target, cache: int | None = None,
+                 n_threads: int | None = None) -> Order:
     """The loop order of a tiled contraction `Y[outer][rows][cols] += A * B[depth][cols]`.
 
     By default the column tiles u run inside each outer point o (a Conv2D's output row):
@@ -455,13 +431,13 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
     7/8 busy. A narrower tile that divides the columns may then win: MobileNet v2's
     7-row projections to 160 channels take 5 tiles of 32 (35 iterations) instead of 3 of
     48 and one of 16 (7 iterations)."""
-    cache = int(0.75 * (cache or l2_bytes()))
-    n_threads = n_threads or threads()
+    cache = int(0.75 * (cache or t.l2_bytes))
+    n_threads = n_threads or t.threads
     b_bytes = 4 * depth_total * cols
-    base = choose_tile(rows, cols, (nv,))[2]
+    base = choose_tile(rows, cols, t, (nv,))[2]
 
     def rows_outer(rb_: int, nv_: int, cost: float) -> Order:
-        vb = vlen() * nv_
+        vb = t.vlen * nv_
         par = outer * -(-cols // vb) if cols % vb == 0 or outer <= 1 else outer
         return Order(rb_, nv_, False, (a_bytes + b_bytes * (outer if b_bytes > cache else 1))
                      * cost / base / thread_balance(par, n_threads))
@@ -470,16 +446,16 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
     if outer <= 1:
         return best
     for nv_ in range(nv - 1, 0, -1):
-        tile = choose_tile(rows, cols, (nv_,))
+        tile = choose_tile(rows, cols, t, (nv_,))
         if tile is not None and (cand := rows_outer(tile[0], nv_, tile[2])).traffic \
                 < best.traffic - 1e-9:
             best = cand
     outer_best = None
     for nv_ in range(nv, 0, -1):
-        tile = choose_tile(rows, cols, (nv_,))
+        tile = choose_tile(rows, cols, t, (nv_,))
         if tile is None:
             continue
-        vb = vlen() * nv_
+        vb = t.vlen * nv_
         panel = 4 * depth_total * vb + a_bytes // outer
         n_u = -(-cols // vb)
         traffic = (a_bytes * (n_u if a_bytes > cache else 1)

@@ -25,6 +25,7 @@ from . import prepack
 from .groups import CallSchedule, Group, Kernel
 from .prefetch import plan_panel_prefetch, plan_prefetch
 from .scop import Scop
+from .target import Target
 from .winograd import Plan as WinogradPlan, plan as winograd_plan
 from .workspace import replan, scalar_statement_names, scratch_name
 
@@ -50,13 +51,13 @@ class LoweringPlan:
                 **{w: wp.spec for w, wp in self.given.items()}}
 
 
-def make_plan(scop: Scop, schedules: list[Group], constants: frozenset[str] = frozenset(),
-              winograd: bool = True) -> LoweringPlan:
-    """The plan of the scheduled groups `schedules` (in program order). `constants`: the
-    op's inputs whose values are fixed when it is built (frozen weights). `winograd`: let
-    `winograd.plan` take the groups it accepts."""
+def make_plan(scop: Scop, schedules: list[Group], target: Target,
+              constants: frozenset[str] = frozenset(), winograd: bool = True) -> LoweringPlan:
+    """The plan of the scheduled groups `schedules` (in program order) on `target`.
+    `constants`: the op's inputs whose values are fixed when it is built (frozen weights).
+    `winograd`: let `winograd.plan` take the groups it accepts."""
     wino = {g.call: wp for g in schedules if winograd and not g.is_band
-            and (wp := winograd_plan(scop, g.parts[0], constants)) is not None}
+            and (wp := winograd_plan(scop, g.parts[0], target, constants)) is not None}
     panels = prepack.plan(scop, [k for cs in schedules if cs.call not in wino
                                  for k in cs.kernels],
                           scalar_statement_names(schedules), set(constants))

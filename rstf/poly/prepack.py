@@ -33,7 +33,6 @@ import dataclasses
 
 import numpy as np
 
-from .microkernel import vlen
 from .scop import Scop, isl_name
 from .groups import Kernel, flat_addr
 
@@ -81,7 +80,7 @@ def plan(scop: Scop, kernels: list[Kernel], scalar_statements: set[str],
     for name in sorted(constants & set(by_array)):
         ks = by_array[name]
         operands = {column_operand(k, scop) for k in ks}
-        widths = {vlen() * k.nv for k in ks}
+        widths = {k.vb for k in ks}
         if None in operands or len(operands) != 1 or len(widths) != 1:
             continue
         (rows, cols), = operands
@@ -165,7 +164,7 @@ def packing_of(scop: Scop, k: Kernel) -> Packing | None:
     operand = column_operand(k, scop)
     if operand is None:
         return None
-    return Packing(k.b.array, *operand, vlen() * k.nv)
+    return Packing(k.b.array, *operand, k.vb)
 
 
 def operand_row(ab: dict, env: dict[str, str], k: Kernel, cols: int) -> str:

@@ -43,7 +43,7 @@ from . import abi
 from .microkernel import guarded, kernel_text, lanes, splat, vectors
 from .scop import Scop, Statement, isl_name
 from .groups import CallSchedule, Kernel, extents, flat_addr, kernel_roles
-from .target import current
+from .target import Target
 
 _ARITH = {"+", "-", "*", "/"}
 _COMPARE = {"<", ">", "<=", ">=", "==", "!="}
@@ -54,10 +54,9 @@ _MAX_MIN = {16: ("__AVX512F__", "_mm512", "__m512"), 8: ("__AVX__", "_mm256", "_
             4: ("__SSE__", "_mm", "__m128")}
 
 
-def prelude() -> str:
-    """Comparison masks, select, max and min for the target's vector types (after
+def prelude(t: Target) -> str:
+    """Comparison masks, select, max and min for target `t`'s vector types (after
     `microkernel.prelude`)."""
-    t = current()
     out = ["/* Epilogues in registers: comparison masks and select for the vector types. */"]
     for n in (t.vlen, t.half):
         out += [f"typedef int rstf_m{n} __attribute__((vector_size({4 * n})));",
@@ -228,15 +227,16 @@ def _row_counts(kdom: isl.Set) -> list[int]:
 
 def epilogue_lines(epi: RegisterEpilogue, k: Kernel) -> list[str]:
     """The chain on accumulator row r, one vector at a time (the body of `for r`)."""
-    return chain_lines(epi, k.width)
+    return chain_lines(epi, k.width, k.vl)
 
 
-def chain_lines(epi: RegisterEpilogue, width: int) -> list[str]:
-    """The chain on accumulators acc<v>[r] of `width` columns, one vector at a time; each
+def chain_lines(epi: RegisterEpilogue, width: int, vl: int) -> list[str]:
+    """The chain on accumulators acc<v>[r] of `width` columns, one vector of `vl` floats
+    (or a half one) at a time; each
     operand `a` through its pointer `a_p` (its element at row r, column 0 is
     `a_p[r * row]`). Raises Refused for what the translation does not cover."""
     out = []
-    for vi, (vt, c0) in enumerate(vectors(width)):
+    for vi, (vt, c0) in enumerate(vectors(width, vl)):
         out.append("{")
         for s in epi.statements:
             text, is_vec = _Vector(epi, vt, vi, c0, s).expr(s.ast.rvalue)
@@ -374,5 +374,5 @@ def _kernel(epi: RegisterEpilogue, k: Kernel, rb: int) -> str:
         epi.name(k, rb), k.shape.rows(rb), abi.epilogue_kernel(k.shape, epi.operands),
         epi.lines[k.name],
         f"{rb} rows of {k.width} columns: the whole reduction from zero, in "
-        f"{rb}x{len(vectors(k.width))} registers,\n   then the chain ({fns}) on them; only its "
+        f"{rb}x{len(vectors(k.width, k.vl))} registers,\n   then the chain ({fns}) on them; only its "
         f"results are stored.", zero=True, attr='__attribute__((optimize("fp-contract=off")))\n')

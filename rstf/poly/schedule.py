@@ -67,9 +67,9 @@ from .contraction import find_contraction, row_expr, slide_column, sliding_row
 from .deps import Dependences
 from .groups import (CallSchedule, Kernel, extents, is_pointwise, kernel_roles, pad_time,
                      violations)
-from .microkernel import choose_order, single_vector_tile, vlen
+from .microkernel import choose_order, single_vector_tile
 from .scop import Scop, Statement, isl_name
-from .target import current
+from .target import Target
 
 
 def _whole(kern: Kernel) -> dict[str, tuple[int, int]]:
@@ -92,7 +92,7 @@ def _chunks(s: Statement, kern: Kernel, prefix: str) -> isl.Set:
     ranged loop is its lexmin/lexmax, and the rows are chunked per (outer point, ranges)."""
     outs, reds, r, k, v = kernel_roles(s, kern)
     iv = [isl_name(x) for x in s.iterators]
-    vb, rb = vlen() * kern.nv, kern.rb
+    vb, rb = kern.vb, kern.rb
     o = outs + ["u"] + reds
     rr = r or "r0"
     ranged = [isl_name(x) for x in kern.ranged]
@@ -201,7 +201,7 @@ def tile_time(kern: Kernel, outs: list[str], u: str, reds: list[str], s: str) ->
     return tile_order(kern, outs, u, reds) + ([s, u] if kern.chunk_outer else [s])
 
 
-def _order(s: Statement, kern: Kernel, scop: Scop) -> None:
+def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
     """Set the kernel's loop order (and maybe a narrower tile) from `choose_order`."""
     outs, reds, r, k, v = kernel_roles(s, kern)
     box = dict(zip([isl_name(x) for x in s.iterators], extents(s)))
@@ -212,16 +212,16 @@ def _order(s: Statement, kern: Kernel, scop: Scop) -> None:
         return
     rows = (n(r) * n(isl_name(kern.merged)) if kern.merged else n(r)) if r else 1
     order = choose_order(kern.rb, kern.nv, rows, n(v), math.prod(map(n, outs)),
-                         depth, 4 * a.size)
+                         depth, 4 * a.size, t)
     kern.rb, kern.nv, kern.tile_outer = order.rb, order.nv, order.tile_outer
     # Rows outermost, a call's rows of A are read again by each column tile from L1: there
     # single-vector tiles pay where the reduction is short (`microkernel.single_vector_tile`)
     # and one loop (a 1x1 conv's, a GEMM's). With the column tiles outermost, each tile
     # streams A again from L2, NV times as often; first convs (their kw x ic and kh in the
     # call) measured either way: MobileNet v2's 3% faster, Inception v3's 5% slower.
-    if (current().single_vector_tiles and not kern.tile_outer and not kern.merged and r
+    if (t.single_vector_tiles and not kern.tile_outer and not kern.merged and r
             and not kern.kin and not kern.k2 and not _residual_after(s, kern.y.array, scop)):
-        one = single_vector_tile(rows, n(v), kern.depth)
+        one = single_vector_tile(rows, n(v), kern.depth, t)
         if one is not None:
             kern.rb, kern.nv = one[0], one[1]
 
@@ -262,7 +262,7 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str, scop: Scop
     kern = kerns[0]
     outs, reds, r, k, v = kernel_roles(s, kern)
     iv = [isl_name(x) for x in s.iterators]
-    vb = vlen() * kern.nv
+    vb = kern.vb
     o = outs + ["u"] + reds
     ranged = [isl_name(x) for x in kern.ranged]
     rg = [f"{b}{i}" for i in range(len(ranged)) for b in ("lo", "hi")]
@@ -312,7 +312,7 @@ def _remainder(s: Statement, kern: Kernel) -> Kernel | None:
     64, then 40), or None."""
     _, _, _, _, v = kernel_roles(s, kern)
     lo, hi = dict(zip([isl_name(x) for x in s.iterators], extents(s)))[v]
-    vb, half = vlen() * kern.nv, current().half
+    vb, half = kern.vb, kern.vl // 2
     u_last = hi // vb
     cols = (hi - max(lo, vb * u_last) + 1) // half * half
     if cols == 0 or cols >= vb or lo > vb * u_last:
@@ -322,23 +322,24 @@ def _remainder(s: Statement, kern: Kernel) -> Kernel | None:
 
 
 def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependences,
-                  depth: int, tile: bool = True) -> CallSchedule:
-    """The new schedule of one call's statements (see the module docstring)."""
+                  depth: int, target: Target, tile: bool = True) -> CallSchedule:
+    """The new schedule of one call's statements (see the module docstring), its tiles
+    shaped for `target`."""
     prefix = f"[{', '.join(map(isl_name, scop.params))}] -> " if scop.params else ""
     time = {s.name: pad_time(s.schedule.intersect_domain(s.domain), depth) for s in stmts}
     cs = CallSchedule(call, stmts, dict(time), dict(time))
     if not tile:
         return cs
     for s in stmts:
-        kern = find_contraction(s, scop)
+        kern = find_contraction(s, scop, target)
         if kern is None:
             continue
-        _order(s, kern, scop)
+        _order(s, kern, scop, target)
         outs, reds, _, _, _ = kernel_roles(s, kern)
         i2c = {isl_name(c): c for c in s.iterators}
         tiling = None
         # A sliding row where it applies and is exact, else the chunks of rows.
-        for kern in filter(None, (sliding_row(s, kern, scop), kern)):
+        for kern in filter(None, (sliding_row(s, kern, scop, target), kern)):
             kern.dims = ([i2c[x] for x in outs] + ["u"] + [i2c[x] for x in reds]
                          + [f"{b}{i}" for i in range(len(kern.ranged)) for b in ("lo", "hi")]
                          + ["s", "e"])

@@ -13,13 +13,13 @@ build's `-march` enables and shapes the C for that:
 - AVX / AVX2 (`__AVX__`): 8 floats, 16 registers;
 - anything else (SSE, NEON): 4 floats, 16 registers.
 
-`optimize_source` runs each stage under `use(target)`; `current()` is what the stages read
-(the machine's own target, `detect("native")`, outside any `use`).
+The pass takes its target as an argument (`poly.optimize(..., target=)`) and hands it to
+every stage that shapes C; nothing reads it from ambient state. A target also says what
+the tile model assumes of the machine: its per-core L2 (`l2_bytes`) and the threads the
+generated code runs with (`threads`), by default this machine's.
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import functools
 import os
@@ -54,6 +54,19 @@ class Target:
     # instructions of wider tiles, since an 8x48 kernel whose FMAs all took their broadcast
     # from memory (`{1to16}`, inline asm) ran slower, 0.407 against 0.378 ms.
     single_vector_tiles: bool = False
+    # The machine the tile-order model (`microkernel.choose_order`) plans for: bytes of L2
+    # a core, and the threads the generated code runs with. 0: this machine's (sysfs, and
+    # the cores this process may use: TensorFlow gives an op as many by default).
+    l2: int = 0
+    cores: int = 0
+
+    @property
+    def l2_bytes(self) -> int:
+        return self.l2 or machine_l2_bytes()
+
+    @property
+    def threads(self) -> int:
+        return self.cores or machine_threads()
 
     @property
     def half(self) -> int:
@@ -92,8 +105,26 @@ SSE = Target("sse", 4, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chu
              merge_rows=True)
 TARGETS = {t.name: t for t in (AVX512, AVX512_FULL, AVX2, SSE)}
 
-_CURRENT: contextvars.ContextVar[Target | None] = contextvars.ContextVar(
-    "rstf_poly_target", default=None)
+
+
+def machine_l2_bytes() -> int:
+    """This machine's per-core L2 cache (the generated code is built for it: -march=native),
+    from sysfs; 1 MiB when unknown."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
+            text = f.read().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        return int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        return 1 << 20
+
+
+def machine_threads() -> int:
+    """The cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _from_macros(macros: str) -> Target:
@@ -214,27 +245,11 @@ def fma_full_width(cc: str = "gcc") -> bool:
 
 
 def resolve(target: Target | str | None) -> Target:
-    """A Target from a Target, its name, or None (`current()`: the innermost `use`, else
-    the machine's own)."""
+    """A Target from a Target, its name, or None (this machine's: `detect()`)."""
     if target is None:
-        return current()
+        return detect()
     if isinstance(target, Target):
         return target
     if target not in TARGETS:
         raise ValueError(f"unknown vector target {target!r} (known: {', '.join(TARGETS)})")
     return TARGETS[target]
-
-
-def current() -> Target:
-    """The target the stages shape their C for: the innermost `use`, else the machine's."""
-    return _CURRENT.get() or detect()
-
-
-@contextlib.contextmanager
-def use(target: Target | str | None):
-    """Shape the C for `target` (a Target, its name, or None: the machine's) inside."""
-    token = _CURRENT.set(resolve(target))
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)

@@ -67,8 +67,9 @@ import islpy as isl
 import numpy as np
 
 from . import regepi
-from .microkernel import fits_registers, vlen
+from .microkernel import fits_registers
 from .scop import Scop, Statement, isl_name
+from .target import Target
 from .groups import CallSchedule, extents, flat_addr
 
 RB = 6  # tiles of one register tile
@@ -166,11 +167,11 @@ def choose(kh: int, kw: int, oh: int, ow: int) -> tuple[int, int]:
     return min(ALGORITHMS[kh, kw], key=lambda m: cost(*m))
 
 
-def panel_width() -> int:
+def panel_width(t: Target) -> int:
     """Output channels of one panel: the vectors of the widest RB-row register tile whose
     accumulators, a row of loaded vectors and the broadcast fit the target's registers
     (AVX-512: 4 vectors, 64 channels; AVX2: 2 vectors, 16 channels)."""
-    return max(n for n in range(1, 9) if fits_registers(RB, n)) * vlen()
+    return max(n for n in range(1, 9) if fits_registers(RB, n, t)) * t.vlen
 
 
 def spec(mh: int, mw: int, kh: int, kw: int, panel: int = 64) -> str:
@@ -226,6 +227,7 @@ class Plan:
     chain: list[Statement]  # the fused pointwise chain after the conv (may be empty)
     epi: regepi.RegisterEpilogue | None
     operands: list[Operand]
+    vl: int  # floats in one vector register of the target
     # The weight is a frozen constant only this conv reads: the op is fed U itself
     # (`transform_weights`, the prepack spec `spec`) instead of computing it in every call.
     u_given: bool = False
@@ -289,7 +291,8 @@ class Plan:
         return 4 * self.v_floats <= WHOLE_V_BYTES
 
 
-def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) -> Plan | None:
+def plan(scop: Scop, cs: CallSchedule, t: Target,
+         constants: frozenset[str] = frozenset()) -> Plan | None:
     """The Winograd plan of a scheduled group, or None when the group is not a batch-1
     stride-1 convolution with a filter of `ALGORITHMS`, C and K multiples of VLEN and at
     least MIN_PIXELS outputs, zeroed first, then accumulated, maybe followed by a pointwise
@@ -334,7 +337,7 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
         return None
     u_given = wa.array in constants and all(
         s is upd for s in scop.statements for a in s.accesses if a.array == wa.array)
-    if ws_[2] != c or c % vlen() or k % vlen() or oh * ow < MIN_PIXELS:
+    if ws_[2] != c or c % t.vlen or k % t.vlen or oh * ow < MIN_PIXELS:
         return None
     # The domain: the whole box, less the taps that fall in the zero padding, which the
     # input transform reads as zeros.
@@ -377,12 +380,13 @@ def plan(scop: Scop, cs: CallSchedule, constants: frozenset[str] = frozenset()) 
             [regepi.Operand(o.array, 0, o.ch, o.write) for o in operands], chain, contracted)
         try:
             # per panel width (the kernel name regepi keys them by)
-            epi.lines = {wd: regepi.chain_lines(epi, wd) for _, wd in _panels(k, panel_width())}
+            epi.lines = {wd: regepi.chain_lines(epi, wd, t.vlen)
+                         for _, wd in _panels(k, panel_width(t))}
         except regepi.Refused:
             return None
     return Plan(cs.call, upd.node, xa.array, wa.array, ya.array, ih, iwid, oh, ow, c, k,
-                ph, pw, fh, fw, *choose(fh, fw, oh, ow), chain, epi, operands, u_given,
-                panel_width())
+                ph, pw, fh, fw, *choose(fh, fw, oh, ow), chain, epi, operands, t.vlen, u_given,
+                panel_width(t))
 
 
 def transform_weights(w: np.ndarray, mh: int, mw: int, panel: int = 64) -> np.ndarray:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .cprint import dynamic_schedule
-from .microkernel import vlen
 from .winograd import RB, Plan
 
 
@@ -21,9 +20,9 @@ PRELUDE = f"""\
 """
 
 
-def _gemm(width: int) -> str:
-    """acc[r][0..nv) += sum_c a[r*sar + c] * b[c*width + 0..width) for r < m (m <= 6)."""
-    n = vlen()
+def _gemm(width: int, n: int) -> str:
+    """acc[r][0..nv) += sum_c a[r*sar + c] * b[c*width + 0..width) for r < m (m <= 6), in
+    vectors of n floats."""
     nv = width // n
     loads = " ".join(f"const rstf_v{n} b{j} = *(const rstf_v{n} *)(b + c * {width} + {j * n});"
                      for j in range(nv))
@@ -55,9 +54,10 @@ static inline void rstf_wg_gemm{width}(int m, int n, const float *restrict a, lo
 """
 
 
-def helpers(widths: set[int]) -> str:
-    """The shared C: one contraction kernel per panel width in use."""
-    return PRELUDE + "".join(_gemm(wd) for wd in sorted(widths))
+def helpers(widths: set[int], vl: int) -> str:
+    """The shared C: one contraction kernel per panel width in use, in vectors of `vl`
+    floats."""
+    return PRELUDE + "".join(_gemm(wd, vl) for wd in sorted(widths))
 
 
 def _lit(f: Fraction) -> str:
@@ -66,8 +66,9 @@ def _lit(f: Fraction) -> str:
     return f"{v:.1f}f" if v == int(v) else f"{v:.9g}f"
 
 
-def _combo(row, terms: list[str]) -> str:
-    """sum_k row[k] * terms[k] as C: zeros left out, +-1 as plain sums and differences."""
+def _combo(row, terms: list[str], n: int) -> str:
+    """sum_k row[k] * terms[k] as C: zeros left out, +-1 as plain sums and differences
+    (all zeros: a zero vector of n floats)."""
     out = ""
     for c, t in zip(row, terms):
         c = Fraction(c)
@@ -75,16 +76,17 @@ def _combo(row, terms: list[str]) -> str:
             continue
         mag = t if abs(c) == 1 else f"{_lit(abs(c))} * {t}"
         out += (f" - {mag}" if c < 0 else f" + {mag}") if out else (f"-{mag}" if c < 0 else mag)
-    return out or f"rstf_splat{vlen()}(0.0f)"
+    return out or f"rstf_splat{n}(0.0f)"
 
 
-def _separable(rows, cols, src: str, tmp: str, dst) -> list[str]:
+def _separable(rows, cols, src: str, tmp: str, dst, n: int) -> list[str]:
     """C statements for dst(i, j) = sum rows[i][a] * src[a][b] * cols[j][b]: the rows first,
-    into tmp[i][b], then the columns. `dst(i, j)` is the lvalue's text."""
+    into tmp[i][b], then the columns. `dst(i, j)` is the lvalue's text; vectors of n
+    floats."""
     nr, nc = len(rows[0]), len(cols[0])
-    out = [f"{tmp}[{i}][{b}] = {_combo(rows[i], [f'{src}[{a}][{b}]' for a in range(nr)])};"
+    out = [f"{tmp}[{i}][{b}] = {_combo(rows[i], [f'{src}[{a}][{b}]' for a in range(nr)], n)};"
            for i in range(len(rows)) for b in range(nc)]
-    out += [f"{dst(i, j)} = {_combo(cols[j], [f'{tmp}[{i}][{b}]' for b in range(nc)])};"
+    out += [f"{dst(i, j)} = {_combo(cols[j], [f'{tmp}[{i}][{b}]' for b in range(nc)], n)};"
             for i in range(len(rows)) for j in range(len(cols))]
     return out
 
@@ -157,8 +159,8 @@ def _matrix(name: str, m) -> str:
 
 def _weight_transform(p: Plan) -> list[str]:
     """U = G_h g G_w^T for every (input channel, output vector), into the panel layout."""
-    C, K, E, ah, aw, n, P = p.c, p.k, p.e, p.rows.alpha, p.cols.alpha, vlen(), p.panel
-    body = _separable(p.rows.G, p.cols.G, "g", "t", lambda i, j: f"e[{i * aw + j}]")
+    C, K, E, ah, aw, n, P = p.c, p.k, p.e, p.rows.alpha, p.cols.alpha, p.vl, p.panel
+    body = _separable(p.rows.G, p.cols.G, "g", "t", lambda i, j: f"e[{i * aw + j}]", n)
     return [
         f"    /* U = G g G^T, {_matrix('G_h', p.rows.G)}, {_matrix('G_w', p.cols.G)} */",
         "    #pragma omp parallel for collapse(2)",
@@ -182,10 +184,10 @@ def _weight_transform(p: Plan) -> list[str]:
 def _input_transform(p: Plan) -> list[str]:
     """rstf_wg_in_<call>(x, v, th, tw): V[e][tw][0..C) of the alpha_h x alpha_w input tile
     of output tile (th, tw): B_h^T d B_w. Padding is zeros."""
-    C, TW, ah, aw, n = p.c, p.tw, p.rows.alpha, p.cols.alpha, vlen()
+    C, TW, ah, aw, n = p.c, p.tw, p.rows.alpha, p.cols.alpha, p.vl
     body = _separable(p.rows.BT, p.cols.BT, "d", "t",
                       lambda i, j: f"*(rstf_v{n} *)(v + ((long){i * aw + j} * {TW} + tw) * {C}"
-                                   " + cv)")
+                                   " + cv)", n)
     return [
         f"/* {p.node}: V = B^T d B of the {ah}x{aw} input tile of output tile (th, tw), every "
         f"channel; {_matrix('B_h^T', p.rows.BT)}, {_matrix('B_w^T', p.cols.BT)}. */",
@@ -222,9 +224,10 @@ def _tile_row(p: Plan) -> list[str]:
            f"int th, int panel{_operand_params(p)})",
            "{",
            "    switch (panel) {"]
-    body = _separable(p.rows.AT, p.cols.AT, "mt", "s", lambda i, j: f"o[{i * mw + j}][j]")
+    body = _separable(p.rows.AT, p.cols.AT, "mt", "s", lambda i, j: f"o[{i * mw + j}][j]",
+                      p.vl)
     for i, (p0, wd) in enumerate(p.panels):
-        n = vlen()
+        n = p.vl
         nv = wd // n
         out += [f"    case {i}:",
                 f"        for (int tw0 = 0; tw0 < {TW}; tw0 += RSTF_WG_RB) {{",
@@ -260,7 +263,7 @@ def _tile_row(p: Plan) -> list[str]:
 
 def _pixel(p: Plan, p0: int, wd: int) -> list[str]:
     """Output pixel (oh, ow), channels p0 .. p0 + wd, from o[q][*]: the chain, or the store."""
-    n = vlen()
+    n = p.vl
     nv = wd // n
     if not p.chain:
         return ["{",
