@@ -1,17 +1,16 @@
 """Shared by the tests of the polyhedral pass (tests/test_poly_*.py): the graphs they
 optimize (`CASES`, built by `_subgraph`), the runs that compare the optimized C with the
-textbook C (`_run_both`, `_bitwise_case`), and the autouse fixture that shapes the C for
-this machine's target (`_native_shapes`: import it into each test file that uses these)."""
+textbook C (`_run_both`, `_bitwise_case`), and the target they shape the C for by default
+(`NATIVE`: this machine's vector width, with the tile model's machine fixed)."""
+import dataclasses
 import os
 
 import numpy as np
-import pytest
-
 from harness import generate_subgraph, load_graph_def, make_graph_def
 from rstf.cexec import run_subgraph_c
-from rstf.poly import microkernel, optimize_source
+from rstf.poly import optimize_source
 from rstf.poly.prepack import as_fed, pack
-from rstf.poly.target import AVX2, AVX512, current, detect, use
+from rstf.poly.target import AVX2, AVX512, detect
 from rstf.tfutil import tf
 
 rng = np.random.RandomState(7)
@@ -21,21 +20,19 @@ rng = np.random.RandomState(7)
 # more under the sanitizers (test_sanitize runs the tests that use this module). AVX512,
 # not AVX512_FULL, on any AVX-512 machine: the tests' expected tiles are the Zen 4 model's
 # wherever they run.
-NATIVE = AVX512 if detect().vlen == 16 else AVX2
+# The tile-order model's machine is fixed too: a 1 MiB L2 a core (Zen 4's), whatever this
+# machine's, so that the expected tiles hold everywhere.
+NATIVE = dataclasses.replace(AVX512 if detect().vlen == 16 else AVX2, l2=1 << 20)
 
 
-@pytest.fixture(autouse=True)
-def _native_shapes(monkeypatch):
-    """Shape the C for NATIVE, with a 1 MiB L2 a core (Zen 4's; the tile-order model reads
-    it), whatever this machine's. Tests about one target's tiles say `use(...)` inside."""
-    monkeypatch.setattr(microkernel, "l2_bytes", lambda: 1 << 20)
-    with use(NATIVE):
-        yield
+def at_l2(target):
+    """`target` with NATIVE's L2 (the tests about one target's tiles)."""
+    return dataclasses.replace(target, l2=NATIVE.l2)
 
 
-def V(name: str) -> str:
-    """`name` with the vector width of the target in use: V("rstf_fma") -> rstf_fma16."""
-    return f"{name}{current().vlen}"
+def V(name: str, target=NATIVE) -> str:
+    """`name` with the target's vector width: V("rstf_fma") -> rstf_fma16."""
+    return f"{name}{target.vlen}"
 
 
 def _w(*shape):
@@ -48,7 +45,7 @@ def _subgraph(build, out="out"):
     return g, generate_subgraph(g, nodes, 0)
 
 
-def _run_both(g, sg, feeds, threads=2, winograd=False, team=False):
+def _run_both(g, sg, feeds, threads=2, winograd=False, team=False, target=NATIVE):
     """(textbook outputs, optimized outputs, report entry), the optimized C run with
     `threads` OpenMP threads: libgomp's (its loops static), or, `team`, rstf's team as in
     the op library (its loops dynamic, RSTF_TEAM). The graph's constants are passed as such,
@@ -59,7 +56,8 @@ def _run_both(g, sg, feeds, threads=2, winograd=False, team=False):
               for s in sg.inputs}
     ref = run_subgraph_c(sg, inputs)
     constants = frozenset(s.cname for s in sg.inputs if g.is_const(s.tensor))
-    new, info = optimize_source(sg.source, sg.entry, constants=constants, winograd=winograd)
+    new, info = optimize_source(sg.source, sg.entry, constants=constants, winograd=winograd,
+                                target=target)
     assert info["optimizer"] == "poly", info
     assert set(info["prepacked"]) <= constants
     spec = info["prepacked"]
@@ -186,7 +184,8 @@ CASES = {
 }
 
 
-def _bitwise_case(case, run: bool = True, threads: int = 2, team: bool = False):
+def _bitwise_case(case, run: bool = True, threads: int = 2, team: bool = False,
+                  target=NATIVE):
     """(report entry, subgraph, new C) of CASES[case], its optimized C checked bit-identical
     to the textbook C on random input (with `run`; else only optimized), run as `_run_both`
     runs it."""
@@ -199,11 +198,13 @@ def _bitwise_case(case, run: bool = True, threads: int = 2, team: bool = False):
     g, sg = _subgraph(build)
     if not run:
         constants = frozenset(s.cname for s in sg.inputs if g.is_const(s.tensor))
-        new, info = optimize_source(sg.source, sg.entry, constants=constants, winograd=False)
+        new, info = optimize_source(sg.source, sg.entry, constants=constants, winograd=False,
+                                    target=target)
         assert info["optimizer"] == "poly", info
         return info, sg, new
     x = rng.randn(*shape).astype(np.float32)
-    ref, got, info, new = _run_both(g, sg, {"x:0": x}, threads=threads, team=team)
+    ref, got, info, new = _run_both(g, sg, {"x:0": x}, threads=threads, team=team,
+                                    target=target)
     for k in ref:
         np.testing.assert_array_equal(got[k], ref[k])
     return info, sg, new

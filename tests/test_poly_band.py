@@ -5,7 +5,6 @@ import re
 import numpy as np
 import pytest
 
-from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
 from poly_cases import rng, _w, _subgraph, _run_both
 from rstf.tfutil import tf
 

@@ -2,8 +2,7 @@
 (rstf/poly/contraction.py)."""
 import pytest
 
-from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
-from poly_cases import _w, _subgraph
+from poly_cases import NATIVE, _w, _subgraph
 from rstf.poly import raise_subgraph
 from rstf.poly.cparse import is_accumulation
 from rstf.poly.contraction import find_contraction
@@ -18,10 +17,10 @@ def test_contraction_roles():
     _, sg = _subgraph(build)
     scop = raise_subgraph(sg.source, sg.entry)
     upd = [s for s in scop.statements if is_accumulation(s.ast)][0]
-    k = find_contraction(upd, scop)
+    k = find_contraction(upd, scop, NATIVE)
     assert (k.r, k.k, k.v) == ("ow", "ic", "oc") and k.nv * 16 <= 32
     init = [s for s in scop.statements if not is_accumulation(s.ast)][0]
-    assert find_contraction(init, scop) is None
+    assert find_contraction(init, scop, NATIVE) is None
 
 
 @pytest.mark.parametrize("ic,padding,inside", [
@@ -40,6 +39,6 @@ def test_which_reductions_a_conv_kernel_runs(ic, padding, inside):
     _, sg = _subgraph(build)
     scop = raise_subgraph(sg.source, sg.entry)
     upd = [s for s in scop.statements if is_accumulation(s.ast)][0]
-    k = find_contraction(upd, scop)
+    k = find_contraction(upd, scop, NATIVE)
     assert (k.k, k.kin) == ("ic", inside)
     assert k.depth == ic * (3 if inside else 1)

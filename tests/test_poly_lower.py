@@ -5,8 +5,7 @@ import re
 
 import numpy as np
 
-from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
-from poly_cases import rng, V, _w, _subgraph, _run_both
+from poly_cases import NATIVE, rng, V, _w, _subgraph, _run_both
 from rstf.poly import optimize_source
 from rstf.tfutil import tf
 
@@ -59,7 +58,7 @@ def test_lowered_c_is_readable_and_marked():
 
     g, sg = _subgraph(build)
     # (Winograd off: on AVX2 it takes this conv, 40 channels being a multiple of 8.)
-    new, info = optimize_source(sg.source, sg.entry, winograd=False)
+    new, info = optimize_source(sg.source, sg.entry, winograd=False, target=NATIVE)
     assert "rstf_mk" in new and "#pragma omp parallel for" in new and "#pragma omp simd" in new
     assert info["parallel_loops"] >= 1 and info["simd_loops"] >= 1
     # Every parallel loop in chunks the team's threads can steal (parallel.dynamic_schedule),

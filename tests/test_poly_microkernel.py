@@ -5,10 +5,9 @@ import re
 import numpy as np
 import pytest
 
-from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
 from poly_cases import rng, V, _w, _subgraph, _run_both
 from rstf.poly.microkernel import choose_tile, fits_registers
-from rstf.poly.target import AVX2, AVX512, use
+from rstf.poly.target import AVX2, AVX512
 from rstf.tfutil import tf
 
 
@@ -46,14 +45,13 @@ def test_kernels_round_like_the_statement_they_replace():
 def test_tile_choice_fits_registers(target):
     """The tiles fit the target's registers (AVX2: 16 of 8 floats, so 6x16 at most two
     vectors wide, the classic AVX2 GEMM tile) and its vectors."""
-    with use(target):
-        for rows, cols in [(35, 64), (17, 192), (8, 448), (1, 1000), (149, 32)]:
-            rb, nv, _ = choose_tile(rows, cols)
-            assert rb * nv + nv + 1 <= target.registers
-            assert fits_registers(rb, nv) and rb <= rows and target.vlen * nv <= cols
-        assert choose_tile(10, target.vlen - 1) is None
-        if target is AVX2:
-            assert choose_tile(36, 64)[:2] == (6, 2)
+    for rows, cols in [(35, 64), (17, 192), (8, 448), (1, 1000), (149, 32)]:
+        rb, nv, _ = choose_tile(rows, cols, target)
+        assert rb * nv + nv + 1 <= target.registers
+        assert fits_registers(rb, nv, target) and rb <= rows and target.vlen * nv <= cols
+    assert choose_tile(10, target.vlen - 1, target) is None
+    if target is AVX2:
+        assert choose_tile(36, 64, target)[:2] == (6, 2)
 
 
 def test_single_vector_tile_only_for_short_reductions_of_enough_rows():
@@ -62,12 +60,11 @@ def test_single_vector_tile_only_for_short_reductions_of_enough_rows():
     GEMV's one row would run one accumulator chain; a long reduction's rows leave L1)."""
     from rstf.poly.microkernel import SINGLE_MAX_DEPTH, single_vector_tile
 
-    with use(AVX512):
-        assert single_vector_tile(112, 96, 16)[:2] == (14, 1)
-        assert single_vector_tile(7, 960, 32)[:2] == (7, 1)
-        assert single_vector_tile(112, 96, SINGLE_MAX_DEPTH + 1) is None
-        assert single_vector_tile(1, 1000, 16) is None
-        assert single_vector_tile(56, 8, 16) is None  # narrower than a vector
+    assert single_vector_tile(112, 96, 16, AVX512)[:2] == (14, 1)
+    assert single_vector_tile(7, 960, 32, AVX512)[:2] == (7, 1)
+    assert single_vector_tile(112, 96, SINGLE_MAX_DEPTH + 1, AVX512) is None
+    assert single_vector_tile(1, 1000, 16, AVX512) is None
+    assert single_vector_tile(56, 8, 16, AVX512) is None  # narrower than a vector
 
 
 def test_column_tile_order_balances_the_threads():
@@ -80,11 +77,10 @@ def test_column_tile_order_balances_the_threads():
 
     assert thread_balance(5, 2) == pytest.approx(5 / 6) and thread_balance(10, 2) == 1.0
     args = dict(rb=4, nv=4, rows=7, cols=320, outer=7, depth_total=960,
-                a_bytes=4 * 7 * 7 * 960, cache=1 << 20)
-    with use(AVX512):
-        one, two = choose_order(**args, n_threads=1), choose_order(**args, n_threads=2)
-        assert one.tile_outer and two.tile_outer
-        assert (one.rb, one.nv) == choose_tile(7, 320)[:2] == (7, 3)
+                a_bytes=4 * 7 * 7 * 960, t=AVX512, cache=1 << 20)
+    one, two = choose_order(**args, n_threads=1), choose_order(**args, n_threads=2)
+    assert one.tile_outer and two.tile_outer
+    assert (one.rb, one.nv) == choose_tile(7, 320, AVX512)[:2] == (7, 3)
     tiles = -(-320 // (16 * two.nv))
     assert tiles % 2 == 0, two
 
@@ -98,9 +94,8 @@ def test_row_order_balances_the_threads_when_a_partial_tile_breaks_the_collapse(
     from rstf.poly.microkernel import choose_order
 
     args = dict(rb=7, nv=3, rows=7, outer=7, depth_total=960, a_bytes=4 * 7 * 7 * 960,
-                cache=1 << 20)
-    with use(AVX512):
-        two = choose_order(**args, cols=160, n_threads=2)
-        assert (two.rb, two.nv, two.tile_outer) == (7, 2, False)
-        assert choose_order(**args, cols=160, n_threads=1).nv == 3
-        assert choose_order(**args, cols=96, n_threads=2).nv == 3
+                t=AVX512, cache=1 << 20)
+    two = choose_order(**args, cols=160, n_threads=2)
+    assert (two.rb, two.nv, two.tile_outer) == (7, 2, False)
+    assert choose_order(**args, cols=160, n_threads=1).nv == 3
+    assert choose_order(**args, cols=96, n_threads=2).nv == 3

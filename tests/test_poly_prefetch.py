@@ -4,7 +4,6 @@ import os
 
 import pytest
 
-from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
 from poly_cases import _bitwise_case
 
 

@@ -4,13 +4,12 @@ and legality against exact dependences (a tiling that breaks one is refused)."""
 import islpy as isl
 import pytest
 
-from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
-from poly_cases import NATIVE, _w, _subgraph, CASES, _bitwise_case
+from poly_cases import NATIVE, at_l2, _w, _subgraph, CASES, _bitwise_case
 from rstf.poly import compute_dependences, optimize_source, raise_subgraph
 from rstf.poly.groups import call_dependences
 from rstf.poly.contraction import find_contraction
 from rstf.poly.schedule import schedule_call
-from rstf.poly.target import AVX2, AVX512, AVX512_FULL, use
+from rstf.poly.target import AVX2, AVX512, AVX512_FULL
 from rstf.tfutil import tf
 
 
@@ -23,8 +22,7 @@ def test_poly_equals_textbook_bitwise(case, target):
     Shaped for AVX-512 (16-float vectors, 32 registers) and for AVX2 (8, 16); the C of a
     target wider than this machine's (NATIVE) is checked as scheduled but not run."""
     shape = CASES[case][0]
-    with use(target):
-        info, sg, new = _bitwise_case(case, run=target.vlen <= NATIVE.vlen)
+    info, sg, new = _bitwise_case(case, run=target.vlen <= NATIVE.vlen, target=at_l2(target))
     assert info["target"] == target.name
     # No vector type wider than the target's registers: gcc would keep it in memory.
     assert f"vector_size({8 * target.vlen})" not in new
@@ -74,8 +72,8 @@ def test_poly_equals_textbook_bitwise(case, target):
         # it not a constant, each column tile's panel would be packed per call instead.
         assert info["tiled"][0]["order"] == "column tiles outermost"
         assert info["prepacked"] == {"in1": 48} and info["packed"] == 0, info
-        with use(target):
-            assert optimize_source(sg.source, sg.entry)[1]["packed"] == 1
+        assert optimize_source(sg.source, sg.entry,
+                               target=at_l2(target))[1]["packed"] == 1
     elif "tiled" in info:
         assert info["packed"] == 0
     if case in ("conv_same", "conv_valid_stride2", "matmul_row"):
@@ -202,11 +200,11 @@ void rstf_sg_0(const float *in0, const float *in1, float *out0, float *out1, voi
     scop = raise_subgraph(src, "rstf_sg_0")
     deps = compute_dependences(scop)
     depth = max(s.schedule.dim(isl.dim_type.out) for s in scop.statements)
-    cs = schedule_call(scop, 0, scop.statements, deps, depth)
-    assert find_contraction(scop.statements[1], scop) is not None  # it is a contraction...
+    cs = schedule_call(scop, 0, scop.statements, deps, depth, NATIVE)
+    assert find_contraction(scop.statements[1], scop, NATIVE) is not None  # it is a contraction...
     assert not cs.kernels and cs.refused and "breaks raw" in cs.refused[0]  # ...not tiled
     assert call_dependences(deps, scop.statements).validity.is_subset(deps.validity)
-    new, info = optimize_source(src, "rstf_sg_0")
+    new, info = optimize_source(src, "rstf_sg_0", target=NATIVE)
     assert info["optimizer"] == "poly" and info["refused"] and not info["tiled"]
     assert "rstf_mk_" not in new
     # With another op after it, the refusal stays local to this call: the other call's
@@ -224,7 +222,7 @@ void rstf_sg_0(const float *in0, const float *in1, float *out0, float *out1, voi
 }
 void rstf_sg_0""")
     assert "op_1((const" in two and "out2, void *ws" in two
-    new, info = optimize_source(two, "rstf_sg_0")
+    new, info = optimize_source(two, "rstf_sg_0", target=NATIVE)
     assert info["optimizer"] == "poly" and info["refused"] and info["calls"] == 2, info
 
 
@@ -243,6 +241,6 @@ def test_failure_after_raising_keeps_the_textbook_c(monkeypatch):
         raise isl.Error("simulated")
 
     monkeypatch.setattr(sched, "schedule_call", broken)
-    new, info = optimize_source(sg.source, sg.entry)
+    new, info = optimize_source(sg.source, sg.entry, target=NATIVE)
     assert new == sg.source
     assert info["optimizer"] == "none" and "simulated" in info["diagnostic"]

@@ -7,10 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
-from poly_cases import rng, NATIVE, _w, _subgraph, _run_both
+from poly_cases import rng, NATIVE, at_l2, _w, _subgraph, _run_both
 from rstf.poly.prepack import pack, packed_shape
-from rstf.poly.target import AVX2, AVX512, use
+from rstf.poly.target import AVX2, AVX512
 from rstf.tfutil import tf
 
 
@@ -76,7 +75,7 @@ def test_winograd_conv_agrees_with_textbook(case, tiles, monkeypatch):
     assert wg["tiles"] == [-(-wg["output"][0] // mh), -(-wg["output"][1] // mw)], wg
     assert f"Winograd {algo}" in new and "rstf_mkv" not in new
     # The frozen weight is fed as U, computed once (fed packed by _run_both): no transform per call.
-    panel = "" if NATIVE is AVX512 else " panel 16"  # (panels of 16 channels on AVX2)
+    panel = "" if NATIVE.vlen == AVX512.vlen else " panel 16"  # (panels of 16 channels on AVX2)
     assert info["prepacked"] == {"in1": f"winograd {algo}{panel}"}, info["prepacked"]
     assert wg["weights"] == "fed transformed"
     e = (mh + kh - 1) * (mw + kw - 1)
@@ -95,8 +94,7 @@ def test_winograd_on_avx2_uses_its_own_panels(case):
     channels a panel, `winograd.panel_width`); U is fed in those panels (the spec says so)
     and the result agrees with the textbook C as on AVX-512."""
     shape, body, algo = WINOGRAD[case]
-    with use(AVX2):
-        ref, got, info, new = _run_on_x(shape, body, winograd=True)
+    ref, got, info, new = _run_on_x(shape, body, winograd=True, target=at_l2(AVX2))
     assert info["prepacked"] == {"in1": f"winograd {algo} panel 16"}, info["prepacked"]
     assert "rstf_wg_gemm16" in new and "rstf_v16" not in new
     # (1e-4, the product's tolerance: F(4x4,3x3)'s rounding reaches 1.1e-5 on some of the

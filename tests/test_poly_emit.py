@@ -1,9 +1,8 @@
-"""Dependence-based parallel loops (rstf/poly/parallel.py, placed by rstf/poly/emit.py): the
+"""Dependence-based parallel loops (placed by rstf/poly/emit.py): the
 optimized C on rstf's OpenMP team, and no parallel region inside a long sequential loop."""
 import pytest
 
-from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
-from poly_cases import _w, _subgraph, _bitwise_case
+from poly_cases import NATIVE, _w, _subgraph, _bitwise_case
 from rstf.poly import optimize_source
 from rstf.tfutil import tf
 
@@ -29,7 +28,7 @@ def test_no_parallel_region_inside_a_long_sequential_loop():
         tf.identity(tf.matmul(x, _w(2048, 1000)), name="out")
 
     g, sg = _subgraph(build)
-    new, info = optimize_source(sg.source, sg.entry)
+    new, info = optimize_source(sg.source, sg.entry, target=NATIVE)
     depth, nested = 0, []
     for line in new.splitlines():
         if "#pragma omp parallel" in line and depth > 1:
