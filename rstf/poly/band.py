@@ -267,8 +267,8 @@ def _halo_legal(scop: Scop, deps: Dependences, a: CallSchedule, xs: list, m: int
     dimensions 0..m): then running any of A's rows again, in any band iteration, after
     any of X's, computes the same values (see the module doc)."""
     valid = call_dependences(deps, a.statements + xs).validity
-    a_dom = scop._union_set(s.domain for s in a.statements)
-    x_dom = scop._union_set(s.domain for s in xs)
+    a_dom = scop.union_set(s.domain for s in a.statements)
+    x_dom = scop.union_set(s.domain for s in xs)
     if not valid.intersect_domain(x_dom).intersect_range(a_dom).is_empty():
         return False
     own = valid.intersect_domain(a_dom).intersect_range(a_dom)

@@ -95,7 +95,7 @@ class CallLowering:
         self.window_rows: dict[str, int] = {}  # a carried window's buffer rows (_carry_start)
         self.valid_band = self.valid
         if self.halo:
-            first = scop._union_set(s.domain for s in parts[0].statements)
+            first = scop.union_set(s.domain for s in parts[0].statements)
             self.valid_band = self.valid.subtract_domain(first)
         self.row_dim: dict[str, int | None] = {}
         self.work = {s.name: instance_volume(s) for s in stmts}
@@ -104,6 +104,13 @@ class CallLowering:
         self.packs = {k.name: pk for k in self.kernels.values()
                       if k.b.array not in self.panels and (pk := packing_of(scop, k)) is not None}
         stats.packed += len(self.packs)
+
+    def write(self, root: isl.AstNode) -> None:
+        """Print the group's AST into `lines`: the row buffers' declarations, then the
+        loops."""
+        self.plan_rows(root)
+        self._row_decls(None)
+        self.emit(root)
 
     # ---------------------------------------------------------------- the AST walk
     def emit(self, node: isl.AstNode, in_parallel: bool = False) -> None:

@@ -126,9 +126,7 @@ def lower(scop: Scop, deps: Dependences, plan: LoweringPlan, header: str,
             umap = u if umap is None else umap.union(u)
         build = isl.AstBuild.from_context(scop.context)
         root = build.node_from_schedule_map(umap)
-        low.plan_rows(root)
-        low._row_decls(None)
-        low.emit(root)
+        low.write(root)
         shapes |= low.kernel_shapes
         buffers, written = group_buffers(cs)
         if cs.call in prefetch:  # the weight it prefetches, and a fresh start of its lines

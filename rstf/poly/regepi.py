@@ -75,11 +75,10 @@ def prelude(t: Target) -> str:
     return "\n".join(out) + "\n"
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """The chain has something the vector translation does not cover."""
 
 
-Refused = _Refused  # for the other users of the translation (winograd.py)
 
 
 @dataclasses.dataclass
@@ -132,7 +131,7 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
         return None  # a reduction outside the kernel, or points left to the textbook loops
     init = next((s for s in cs.statements if s.name != upd.name
                  and s.accesses[-1].array == y), None)
-    if init is None or not _is_zero(init.ast.rvalue):
+    if init is None or not is_zero(init.ast.rvalue):
         return None
     # Every element of Y is some kernel's: none is left at its initial zero.
     if not init.accesses[-1].relation.range().is_subset(kern.y.relation.range()):
@@ -186,7 +185,7 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
                            list(operands.values()), chain, contracted)
     try:
         epi.lines = {k.name: epilogue_lines(epi, k) for k in cs.kernels}
-    except _Refused:
+    except Refused:
         return None
     return epi
 
@@ -197,7 +196,7 @@ def _alone_in(index: list[dict], x: str) -> int | None:
     return dims[0] if len(dims) == 1 and index[dims[0]] == {x: 1} else None
 
 
-def _is_zero(e) -> bool:
+def is_zero(e) -> bool:
     """A literal zero (`0.0f`, `0`): the kernel's accumulators start there."""
     if not (isinstance(e, c_ast.Constant) and e.type in ("float", "double", "int")):
         return False
@@ -271,7 +270,7 @@ class _Vector:
     def expr(self, n) -> tuple[str, bool]:
         if isinstance(n, c_ast.Constant):
             if n.type not in ("float", "double", "int"):
-                raise _Refused(n.type)
+                raise Refused(n.type)
             return n.value, False
         if isinstance(n, c_ast.ArrayRef):
             return self._ref(self.refs[id(n)])
@@ -283,7 +282,7 @@ class _Vector:
             return f"({a} {n.op} {b})", va or vb
         if isinstance(n, c_ast.TernaryOp):
             return self._select(n)
-        raise _Refused(type(n).__name__)
+        raise Refused(type(n).__name__)
 
     def _ref(self, a) -> tuple[str, bool]:
         if a.array == self.epi.y:
@@ -299,7 +298,7 @@ class _Vector:
         (a, va), (b, vb) = self.expr(n.iftrue), self.expr(n.iffalse)
         c = n.cond
         if not (isinstance(c, c_ast.BinaryOp) and c.op in _COMPARE):
-            raise _Refused("condition")
+            raise Refused("condition")
         (x, vx), (y, vy) = self.expr(c.left), self.expr(c.right)
         if not (vx or vy):  # a scalar condition: C's own ?:
             if not (va or vb):

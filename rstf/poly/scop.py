@@ -105,7 +105,7 @@ class Scop:
                 return s
         raise KeyError(name)
 
-    def _union_set(self, sets) -> isl.UnionSet:
+    def union_set(self, sets) -> isl.UnionSet:
         result = isl.UnionSet.empty(self._space())
         for s in sets:
             result = result.union(isl.UnionSet.from_set(s))
@@ -124,7 +124,7 @@ class Scop:
     # Union views of the whole program (properties and methods alike).
     @property
     def domain(self) -> isl.UnionSet:
-        return self._union_set(s.domain for s in self.statements)
+        return self.union_set(s.domain for s in self.statements)
 
     @property
     def schedule(self) -> isl.UnionMap:
