@@ -10,7 +10,8 @@ Reads every module's imports with `ast`, at module level and inside functions al
 * every cycle among the package's modules (strongly connected components of more than one
   module, or a module importing itself), and
 * every `from X import _name` where X is another module of the package and `_name` is not
-  a dunder: a private name used outside the module that owns it.
+  a dunder, and every `x._name` where `x` names another module of the package (`from . import
+  x`, `import rstf.x as x`): a private name used outside the module that owns it.
 
 A package's `__init__` counts as a module; importing a submodule `from . import sub` is an
 edge to `sub`. Exit status 1 when it finds anything, else 0.
@@ -52,6 +53,7 @@ def imports(mods: dict[str, str]) -> tuple[dict[str, set[str]], list[str]]:
     for mod, path in mods.items():
         is_pkg = path.endswith("__init__.py")
         tree = ast.parse(open(path).read(), path)
+        aliases: dict[str, str] = {}  # local name -> the package module it is bound to
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
@@ -60,6 +62,8 @@ def imports(mods: dict[str, str]) -> tuple[dict[str, set[str]], list[str]]:
                         name = name.rpartition(".")[0]
                     if name:
                         edges[mod].add(name)
+                        if a.asname and name == a.name:
+                            aliases[a.asname] = name
             elif isinstance(node, ast.ImportFrom):
                 src = (_resolve(mod, is_pkg, node.level, node.module) if node.level
                        else node.module or "")
@@ -69,11 +73,18 @@ def imports(mods: dict[str, str]) -> tuple[dict[str, set[str]], list[str]]:
                     sub = f"{src}.{a.name}"
                     if sub in mods:
                         edges[mod].add(sub)
+                        aliases[a.asname or a.name] = sub
                         continue
                     edges[mod].add(src)
                     if (a.name.startswith("_") and not a.name.startswith("__")
                             and src != mod):
                         private.append(f"{path}:{node.lineno}: {mod} imports {src}.{a.name}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and aliases.get(node.value.id, mod) != mod
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                private.append(f"{path}:{node.lineno}: {mod} uses "
+                               f"{aliases[node.value.id]}.{node.attr}")
     return edges, private
 
 

@@ -23,8 +23,11 @@ def test_checker_finds_a_cycle_and_a_private_import(tmp_path):
     (pkg / "b.py").write_text("def f():\n    from .a import _g\n")
     (pkg / "sub" / "c.py").write_text("from ..a import thing\nfrom . import d\n")
     (pkg / "sub" / "d.py").write_text("import pkg.sub.c\n")
+    (pkg / "e.py").write_text("from . import a\nimport pkg.b as bee\n\na._h()\nbee._k\n")
     found = import_cycles.check(str(pkg))
     assert "import cycle: pkg.a -> pkg.b" in found
     assert "import cycle: pkg.sub.c -> pkg.sub.d" in found
     assert any("pkg.b imports pkg.a._g" in f for f in found)
-    assert len(found) == 3
+    assert any("pkg.e uses pkg.a._h" in f for f in found)
+    assert any("pkg.e uses pkg.b._k" in f for f in found)
+    assert len(found) == 5
