@@ -3,7 +3,7 @@
 Usage::
 
     python scripts/c_digest.py MODEL.pb [MODEL.pb | FOLDER ...] [--target avx2 ...]
-    python scripts/c_digest.py --write-cases FOLDER   # tests/test_poly_schedule.py's CASES as .pb
+    python scripts/c_digest.py --write-cases FOLDER   # tests/poly_cases.py's CASES as .pb
 
 Runs `rstf optimize`'s pipeline up to the generated C (load, select, partition, opgen,
 `rstf.poly.optimize_source` with the arguments `rstf.pipeline._optimize` passes), for each
@@ -61,10 +61,10 @@ def digest_model(model: str, targets: list[str], max_ops: int = 400) -> list[str
 
 
 def write_cases(folder: str) -> None:
-    """tests/test_poly_schedule.py's CASES, each a .pb in `folder` (output node `out`)."""
+    """tests/poly_cases.py's CASES, each a .pb in `folder` (output node `out`)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(root, "tests"))
-    import test_poly_schedule as t
+    import poly_cases as t
     from harness import make_graph_def, save_graph_def
 
     os.makedirs(folder, exist_ok=True)

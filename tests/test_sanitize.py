@@ -44,7 +44,10 @@ def test_op_generators_under_sanitizers():
     r = run_sanitized(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                        "tests/test_opgen.py"] + [
                           f for f in ("tests/test_opgen_nn.py", "tests/test_opgen_more.py",
-                                      "tests/test_poly_schedule.py")
+                                      "tests/test_poly_schedule.py", "tests/test_poly_parallel.py",
+                                      "tests/test_poly_prefetch.py", "tests/test_poly_microkernel.py",
+                                      "tests/test_poly_contraction.py", "tests/test_poly_lower.py",
+                                      "tests/test_poly_band.py", "tests/test_poly_winograd.py")
                           if os.path.exists(os.path.join(ROOT, f))])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert " passed" in r.stdout

@@ -1,0 +1,45 @@
+"""Which statements are contractions, and which reduction loops one kernel call runs
+(rstf/poly/contraction.py)."""
+import pytest
+
+from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
+from poly_cases import _w, _subgraph
+from rstf.poly import raise_subgraph
+from rstf.poly.cparse import is_accumulation
+from rstf.poly.contraction import find_contraction
+from rstf.tfutil import tf
+
+
+def test_contraction_roles():
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 10, 10, 8], name="x")
+        tf.identity(tf.nn.conv2d(x, _w(3, 3, 8, 32), 2, "SAME"), name="out")
+
+    _, sg = _subgraph(build)
+    scop = raise_subgraph(sg.source, sg.entry)
+    upd = [s for s in scop.statements if is_accumulation(s.ast)][0]
+    k = find_contraction(upd, scop)
+    assert (k.r, k.k, k.v) == ("ow", "ic", "oc") and k.nv * 16 <= 32
+    init = [s for s in scop.statements if not is_accumulation(s.ast)][0]
+    assert find_contraction(init, scop) is None
+
+
+@pytest.mark.parametrize("ic,padding,inside", [
+    (32, "SAME", "kw"),  # a 32-step call: kw joins it although the border cuts kw
+    (80, "VALID", "kw"),  # no border: kw joins the 80 input channels
+    (64, "SAME", None),  # border chunks would cost more than 64-step calls
+    (128, "VALID", None),  # 384 steps: beyond KIN_DEPTH_LONG
+])
+def test_which_reductions_a_conv_kernel_runs(ic, padding, inside):
+    """Which of a 3x3 conv's reduction loops one kernel call runs beside ic, and which
+    stay outside it and accumulate through memory (contraction.find_contraction)."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 12, 12, ic], name="x")
+        tf.identity(tf.nn.conv2d(x, _w(3, 3, ic, 64), 1, padding), name="out")
+
+    _, sg = _subgraph(build)
+    scop = raise_subgraph(sg.source, sg.entry)
+    upd = [s for s in scop.statements if is_accumulation(s.ast)][0]
+    k = find_contraction(upd, scop)
+    assert (k.k, k.kin) == ("ic", inside)
+    assert k.depth == ic * (3 if inside else 1)

@@ -1,0 +1,106 @@
+"""The register-blocked microkernels (rstf/poly/microkernel.py): their rounding, the tile
+choice against the target's registers, and the tile order that balances the threads."""
+import re
+
+import numpy as np
+import pytest
+
+from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
+from poly_cases import rng, V, _w, _subgraph, _run_both
+from rstf.poly.microkernel import choose_tile, fits_registers
+from rstf.poly.target import AVX2, AVX512, use
+from rstf.tfutil import tf
+
+
+def test_kernels_round_like_the_statement_they_replace():
+    """The templates' `y = fmaf(a, b, y)` runs in kernels of vector FMA; a `y += a * b`
+    (two roundings a step) in kernels that multiply then add. Each is bit-identical to its
+    textbook C, and the two differ from each other."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [24, 96], name="x")
+        tf.identity(tf.matmul(x, _w(96, 64)), name="out")
+
+    g, sg = _subgraph(build)
+    step = "c[i][j] = fmaf(a[i][k], b[k][j], c[i][j]);"
+    assert step in sg.source
+    x = rng.randn(24, 96).astype(np.float32)
+    results = {}
+    for fused in (True, False):
+        if not fused:
+            sg.source = sg.source.replace(step, "c[i][j] += a[i][k] * b[k][j];")
+        ref, got, info, new = _run_both(g, sg, {"x:0": x})
+        (out,) = got
+        np.testing.assert_array_equal(got[out], ref[out])
+        assert info["kernel_calls"] > 0, info
+        kernels = new[new.index(" void rstf_mk"):]
+        # a contraction's kernels are out of line (microkernel._linkage), not inlined
+        # into the tile loop beside other code that would take their registers
+        assert re.search(r"^__attribute__\(\(noinline\)\) static void rstf_mku?_", new, re.M)
+        assert not re.search(r"^static inline void rstf_mku?_", new, re.M)
+        assert (V("rstf_fma") + "(" in kernels) == fused and ("rstf_mku_" in new) != fused
+        results[fused] = got[out]
+    assert not np.array_equal(results[True], results[False])
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2])
+def test_tile_choice_fits_registers(target):
+    """The tiles fit the target's registers (AVX2: 16 of 8 floats, so 6x16 at most two
+    vectors wide, the classic AVX2 GEMM tile) and its vectors."""
+    with use(target):
+        for rows, cols in [(35, 64), (17, 192), (8, 448), (1, 1000), (149, 32)]:
+            rb, nv, _ = choose_tile(rows, cols)
+            assert rb * nv + nv + 1 <= target.registers
+            assert fits_registers(rb, nv) and rb <= rows and target.vlen * nv <= cols
+        assert choose_tile(10, target.vlen - 1) is None
+        if target is AVX2:
+            assert choose_tile(36, 64)[:2] == (6, 2)
+
+
+def test_single_vector_tile_only_for_short_reductions_of_enough_rows():
+    """`single_vector_tile`: RB x 16 tiles (one vector, RB up to 14) for a reduction of
+    at most SINGLE_MAX_DEPTH steps over at least SINGLE_MIN_ROWS rows; None otherwise (a
+    GEMV's one row would run one accumulator chain; a long reduction's rows leave L1)."""
+    from rstf.poly.microkernel import SINGLE_MAX_DEPTH, single_vector_tile
+
+    with use(AVX512):
+        assert single_vector_tile(112, 96, 16)[:2] == (14, 1)
+        assert single_vector_tile(7, 960, 32)[:2] == (7, 1)
+        assert single_vector_tile(112, 96, SINGLE_MAX_DEPTH + 1) is None
+        assert single_vector_tile(1, 1000, 16) is None
+        assert single_vector_tile(56, 8, 16) is None  # narrower than a vector
+
+
+def test_column_tile_order_balances_the_threads():
+    """MobileNet v2's block_16_project (7x7 rows, 960 -> 320): its 1.2 MB weight streams
+    best one panel at a time (column tiles outermost), and then the tiles alone are the
+    parallel iterations. 5 tiles of 64 keep 2 threads 5/6 busy (7 of 48, 7/8); the order
+    model picks a tile that divides among them, and keeps the tile that computes best
+    (`choose_tile`'s, 7x48) for one thread."""
+    from rstf.poly.microkernel import thread_balance, choose_order
+
+    assert thread_balance(5, 2) == pytest.approx(5 / 6) and thread_balance(10, 2) == 1.0
+    args = dict(rb=4, nv=4, rows=7, cols=320, outer=7, depth_total=960,
+                a_bytes=4 * 7 * 7 * 960, cache=1 << 20)
+    with use(AVX512):
+        one, two = choose_order(**args, n_threads=1), choose_order(**args, n_threads=2)
+        assert one.tile_outer and two.tile_outer
+        assert (one.rb, one.nv) == choose_tile(7, 320)[:2] == (7, 3)
+    tiles = -(-320 // (16 * two.nv))
+    assert tiles % 2 == 0, two
+
+
+def test_row_order_balances_the_threads_when_a_partial_tile_breaks_the_collapse():
+    """MobileNet v2's 7-row projections to 160 channels: 3 tiles of 48 and one of 16 leave
+    the 7 rows alone parallel (the partial tile's call follows the tile loop, so rows x
+    tiles do not collapse): 2 threads 7/8 busy. 5 tiles of 32 collapse with the rows into
+    35 iterations, which wins on 2 threads; on 1 the better-computing 48 stays, and so it
+    does when 48 divides the columns."""
+    from rstf.poly.microkernel import choose_order
+
+    args = dict(rb=7, nv=3, rows=7, outer=7, depth_total=960, a_bytes=4 * 7 * 7 * 960,
+                cache=1 << 20)
+    with use(AVX512):
+        two = choose_order(**args, cols=160, n_threads=2)
+        assert (two.rb, two.nv, two.tile_outer) == (7, 2, False)
+        assert choose_order(**args, cols=160, n_threads=1).nv == 3
+        assert choose_order(**args, cols=96, n_threads=2).nv == 3

@@ -1,0 +1,87 @@
+"""Software prefetch of large frozen weights (rstf/poly/prefetch.py): the next weight
+panel during each column tile, and a GEMV's weight during the kernels before it."""
+import os
+
+import pytest
+
+from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
+from poly_cases import _bitwise_case
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_the_next_weight_panel_is_prefetched_during_each_column_tile(threads):
+    """Column tiles outermost over a frozen weight of 1 MB or more (a 3x3x256x176 conv on a
+    5x5 map, 1.6 MB in panels of 48 columns): each kernel call prefetches its share of the
+    next tile's panel (prefetch.plan_panel_prefetch), one line every second step; bit-identical
+    on the team, 2 and 3 threads. The partial last tile (32 columns) has no next panel."""
+    info, _, new = _bitwise_case("conv_deep_weights_packed", threads=threads, team=True)
+    assert info["tiled"][0]["order"] == "column tiles outermost"
+    assert info["panel_prefetched"] == ["Conv2D"], info["panel_prefetched"]
+    calls = new.count("rstf_pp_at((const float *)in1 + ")
+    assert calls >= 1 and new.count("rstf_pp_lines(") == calls + 1  # (+ its definition)
+    assert "__builtin_prefetch(pp + 64L * (k >> 1), 0, 2);" in new
+    # A weight under 1 MB (a 1x1 conv's 16 KB) is left to the kernels' own reads.
+    info, _, new = _bitwise_case("conv_1x1_bias_relu", run=False)
+    assert info["panel_prefetched"] == [] and "rstf_pp_at" not in new
+
+
+def test_panel_prefetch_shares_cover_the_next_panel():
+    """rstf_pp_at / rstf_pp_lines (prefetch.PANEL_PREFETCH_C): the calls of a tile, each for
+    its rows [g0, g1) of n, prefetch every line of the next panel, and no line twice
+    but where two calls' shares meet inside it."""
+    import subprocess
+    import tempfile
+
+    from rstf.poly.prefetch import PANEL_PREFETCH_C
+
+    main = PANEL_PREFETCH_C + r"""
+#include <stdio.h>
+int main(void)
+{
+    static const long cases[][3] = {{196608, 49, 7}, {98304, 49, 1}, {442368, 25, 5},
+                                    {4096, 7, 7}, {64 * 1000 + 12, 63, 9}};
+    static unsigned char seen[1 << 20];
+    for (int c = 0; c < 5; ++c) {
+        const long bytes = cases[c][0], n = cases[c][1], rb = cases[c][2];
+        const float *panel = (const float *)(1L << 30);
+        long total = 0, lines = (bytes + 63) / 64;
+        for (long i = 0; i < lines; ++i) seen[i] = 0;
+        for (long g0 = 0; g0 < n; g0 += rb) {
+            const long g1 = g0 + rb < n ? g0 + rb : n;
+            const long first = (rstf_pp_at(panel, bytes, g0, n) - (const char *)panel) / 64;
+            const int count = rstf_pp_lines(bytes, g0, g1, n);
+            for (long i = first; i < first + count; ++i) seen[i] += 1;
+            total += count;
+        }
+        long missing = 0;
+        for (long i = 0; i < lines; ++i) missing += !seen[i];
+        printf("%ld %ld %ld\n", lines, total, missing);
+    }
+    return 0;
+}
+"""
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "pp.c"), os.path.join(d, "pp")
+        with open(src, "w") as f:
+            f.write(main)
+        subprocess.run(["gcc", "-O2", src, "-o", exe], check=True)
+        rows = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+    for row, calls in zip(rows.split("\n"), (7, 49, 5, 1, 7)):
+        lines, total, missing = map(int, row.split())
+        assert missing == 0 and lines <= total <= lines + calls - 1, row
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_gemv_weight_is_prefetched_by_the_kernels_before_it(threads):
+    """A batch-1 MatMul over a frozen weight of 1 MB or more: the 1x1 conv before it (only
+    the kernel-free Mean between) prefetches that weight in its kernel calls, each thread
+    its share, restarted per call; the results stay bit-identical, on 2 and 3 threads."""
+    info, _, new = _bitwise_case("conv_mean_matmul_head", threads=threads, team=True)
+    (pf,) = info["prefetched"]
+    assert pf["node"] == "Conv2D" and pf["weight"].startswith("in")
+    assert 0 < pf["lines_per_call"] <= 2 * 64  # two lines a step of its 64
+    assert new.count("++rstf_pf_epoch;") == 1 and "rstf_pf_take((const char *)" in new
+    assert "__builtin_prefetch(pf + 128L * k" in new
+    # A weight under 1 MB is left to the product's own reads.
+    info, _, new = _bitwise_case("matmul_row", run=False)
+    assert info["prefetched"] == [] and "rstf_pf_take" not in new
