@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from harness import generate_subgraph, load_graph_def, make_graph_def
-from rstf.cexec import run_subgraph_c
+from rstf.build.cexec import run_subgraph_c
 from rstf.poly import microkernel, optimize_source
 from rstf.poly.prepack import as_fed, pack
 from rstf.poly.target import AVX2, AVX512, current, detect, use
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 rng = np.random.RandomState(7)
 
@@ -151,7 +151,7 @@ CASES = {
         tf.raw_ops.DepthwiseConv2dNative(input=x, filter=_w(3, 3, 48, 1), strides=[1, 1, 1, 1],
                                          padding="SAME") * _w(48) + _w(48))),
     # MobileNet v2's downsampling: ZeroPadding2D, then a VALID stride-2 depthwise conv. The
-    # Pad is absorbed (rstf/padfold.py): the guarded taps run in the fused per-pixel group.
+    # Pad is absorbed (rstf/frontend/padfold.py): the guarded taps run in the fused per-pixel group.
     "pad_depthwise_s2_bn_relu6": ((1, 14, 14, 32), lambda x: tf.nn.relu6(
         tf.raw_ops.DepthwiseConv2dNative(
             input=tf.pad(x, [[0, 0], [0, 1], [0, 1], [0, 0]]), filter=_w(3, 3, 32, 1),

@@ -7,7 +7,7 @@ import pytest
 
 from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
 from poly_cases import rng, _w, _subgraph, _run_both
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 
 def _inverted_residual_tail(x, consumer):

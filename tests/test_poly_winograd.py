@@ -11,7 +11,7 @@ from poly_cases import _native_shapes  # noqa: F401 (autouse fixture)
 from poly_cases import rng, NATIVE, _w, _subgraph, _run_both
 from rstf.poly.prepack import pack, packed_shape
 from rstf.poly.target import AVX2, AVX512, use
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 
 WINOGRAD = {

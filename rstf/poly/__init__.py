@@ -70,7 +70,7 @@ def _optimize_source(source, entry, tile, fuse, constants, winograd) -> tuple[st
 
     import islpy as isl
 
-    from ..cformat import format_c
+    from ..cgen.cformat import format_c
     from .lower import lower
     from .band import BandGroup, fuse_bands, fuse_halos, parts_of
     from .fuse import chain_time, find_chains, fuse_epilogue, fuse_reduction_epilogue

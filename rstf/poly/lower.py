@@ -25,7 +25,7 @@ from __future__ import annotations
 import islpy as isl
 
 from . import prepack, regepi
-from .. import chelpers
+from ..cgen import chelpers
 from .band import BandGroup, parts_of
 from .cprint import MACROS
 from .deps import Dependences

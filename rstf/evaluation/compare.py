@@ -1,7 +1,7 @@
 """`rstf compare`: the optimized graph against stock TensorFlow, numbers and speed.
 
 Both graphs run on the same inputs: seeded random values shaped like real ones, or the
-user's `--inputs FILE.npz` (rstf.inputs). Errors are measured per output against stock
+user's `--inputs FILE.npz` (rstf.evaluation.inputs). Errors are measured per output against stock
 TensorFlow with Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0), the reference:
 
 - `max_abs_err`: max |rstf - Eigen| over the output's elements;
@@ -20,7 +20,7 @@ TensorFlow with Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0), the reference:
 
 Latency is the median of `--reps` runs after a warm-up, for the optimized graph and for stock
 TensorFlow with Eigen and with oneDNN kernels, each in its own process, each called through
-TensorFlow's C API as a C++ server calls it (rstf.tfclient): a Python Session would add its
+TensorFlow's C API as a C++ server calls it (rstf.serving.tfclient): a Python Session would add its
 own per-call interpreter work to all three.
 """
 from __future__ import annotations
@@ -33,12 +33,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import types
 
 import numpy as np
 
-from .errors import RstfError
-from .graph import load_model
+from ..errors import RstfError
+from ..frontend.graph import load_model
 from .inputs import draw_inputs, make_inputs  # noqa: F401  (make_inputs: benchmarks/)
 
 # The environments of the two stock TensorFlow configurations.
@@ -110,8 +109,8 @@ def runner_failure(proc) -> str:
 def run_engine(label: str, graph_path: str, libs: list[str], inputs: str, fetches: list[str],
                reps: int, env_extra: dict[str, str], save: str, engine: str = "tf",
                rewrites: bool = True) -> dict:
-    cmd = [sys.executable, "-m", "rstf.runner", "--graph", graph_path, "--inputs", inputs,
-           "--reps", str(reps), "--save", save, "--engine", engine,
+    cmd = [sys.executable, "-m", "rstf.evaluation.runner", "--graph", graph_path,
+           "--inputs", inputs, "--reps", str(reps), "--save", save, "--engine", engine,
            *([] if rewrites else ["--no-rewrites"])]
     for lib in libs:
         cmd += ["--lib", lib]
@@ -130,8 +129,8 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
             reps: int = 5, seed: int = 0, latency: bool = True, batch: int = 1,
             input_range: tuple[float, float] | None = None, warn=None) -> dict:
     """Errors against TF with Eigen, TF's own spread, and latencies (module docstring), on
-    the inputs of `rstf.inputs.draw_inputs` (`inputs`: the user's .npz; `input_range`: every
-    random float input uniform in [LO, HI); `warn`: receives the warnings, default stderr).
+    the inputs of `rstf.evaluation.inputs.draw_inputs` (`inputs`: the user's .npz;
+    `input_range`: every random float input uniform in [LO, HI); `warn`: receives the warnings, default stderr).
     With `latency=False` only the numbers are checked: two runs instead of three, none
     timed, and no TF spread (the fuzzer); `tf_spread` and `spread_ratio` are then None."""
     report = _read_report(out_dir)
@@ -207,8 +206,8 @@ def output_errors(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
 def _custom_op_graph_def(op_type: str, slots, graph, prepacked: dict) -> object:
     """A GraphDef: one node of the custom op, its weights set as the splice sets them, and
     a Placeholder `in<i>` feeding each of its other inputs."""
-    from .splice import set_weight_attrs
-    from .tfutil import tf
+    from ..build.splice import set_weight_attrs
+    from ..frontend.tfutil import tf
 
     gd = tf.compat.v1.GraphDef()
     fed = [s for s in slots if not s.weight]
@@ -235,12 +234,12 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
     on the subgraph's original nodes, fed those same intermediate tensors, against Eigen.
     For a subgraph over the tolerance, a debug build of its C that exposes every node's
     output names the first bad node. `inputs`, `input_range`, `warn`: as for `compare`."""
-    from .cexec import run_subgraph_c
-    from .codegen import generate_subgraph
-    from .opgen import get_handler
-    from .poly.prepack import as_fed
-    from .splice import mark_weights
-    from .tfutil import tf
+    from ..build.cexec import run_subgraph_c
+    from ..cgen.codegen import generate_subgraph
+    from ..opgen import get_handler
+    from ..poly.prepack import as_fed
+    from ..build.splice import mark_weights
+    from ..frontend.tfutil import tf
 
     report = _read_report(out_dir)
     pins = {k: tuple(v) for k, v in report.get("pinned_shapes", {}).items()}
@@ -277,7 +276,7 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
 
     lib_path = os.path.join(out_dir, report["library"]) if report.get("library") else None
     if lib_path:
-        from .serving import load_library
+        from ..serving import load_library
 
         load_library(lib_path)
     results, first_failure = [], None
@@ -369,7 +368,7 @@ def compare_model(model, out_dir, inputs: str | None = None, rtol: float = 1e-4,
     """`rstf.api.compare` (whose docstring says what it returns): `model` a path or a
     GraphDef, `out_dir` the output folder or an `OptimizeResult`."""
     from .inputs import parse_input_range
-    from .modelpath import model_path
+    from ..frontend.modelpath import model_path
 
     out_dir = getattr(out_dir, "output_dir", out_dir)  # an api.OptimizeResult
     if reps < 1:
@@ -382,15 +381,3 @@ def compare_model(model, out_dir, inputs: str | None = None, rtol: float = 1e-4,
             return compare_per_subgraph(path, out_dir, inputs, rtol, seed, input_range, warn)
         return compare(path, out_dir, inputs, rtol, reps, seed, batch=batch,
                        input_range=input_range, warn=warn)
-
-
-class _CallableModule(types.ModuleType):
-    """This module is also the API function: `rstf.compare(model, out_dir_or_result, ...)`
-    runs `compare_model`, as `rstf.api.compare` does (once imported, a submodule shadows a
-    package attribute of its name, so the module itself has to be callable)."""
-
-    def __call__(self, *args, **kwargs):
-        return compare_model(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
