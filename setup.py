@@ -9,7 +9,7 @@ setup(
     description="Polyhedral optimizer for TensorFlow graphs: generated, shape-specialised custom ops",
     packages=find_packages(include=["rstf", "rstf.*"]),
     package_data={"rstf": ["templates/*.j2", "templates/ops/*.j2", "runtime/*.h", "runtime/*.c",
-                           "tf_client.c"]},
+                           "serving/tf_client.c"]},
     include_package_data=True,
     python_requires=">=3.11,<3.12",
     install_requires=[

@@ -6,7 +6,7 @@
 
 OUTDIR_A and OUTDIR_B are `rstf optimize` output folders of one model (`--optimizer none`
 and `poly`, say). Their optimized graphs and the original model run in one TensorFlow
-process through its C API (rstf.tfclient: the client's `also` graphs), on the seeded inputs
+process through its C API (rstf.serving.tfclient: the client's `also` graphs), on the seeded inputs
 `rstf compare` feeds, each timed round calling every graph --block times in a row, the
 graphs in reverse order on alternate rounds (A B T, T B A, ...). This machine's load comes
 in bursts of seconds to minutes: `rstf compare` times each graph in its own process, one
@@ -39,10 +39,10 @@ def ab(out_a: str, out_b: str, rounds: int = 100, block: int = 4, seed: int = 0)
     """{"a_ms", "b_ms", "tf_ms", "speedup" (median of A/B), "b_over_tf" (median of B/TF),
     "ratios" and "ratios_over_tf" (those per round), "rounds", "block"} for the two output
     folders, interleaved in this process (see the docstring)."""
-    from rstf.compare import _read_report, graph_fetches, make_inputs, write_run_files
+    from rstf.evaluation.compare import _read_report, graph_fetches, make_inputs, write_run_files
     from rstf.errors import RstfError
-    from rstf.graph import load_model
-    from rstf.tfclient import run_graphs
+    from rstf.frontend.graph import load_model
+    from rstf.serving.tfclient import run_graphs
 
     reports = [_read_report(d) for d in (out_a, out_b)]
     if reports[0]["model"] != reports[1]["model"]:

@@ -28,7 +28,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks.group_profile import ALLOC_RAND, buffers, load_subgraph  # noqa: E402
-from rstf.build import compile_c_shared  # noqa: E402
+from rstf.build.compiler import compile_c_shared  # noqa: E402
 
 
 def _main_c(entry: str, shapes: dict, ws_bytes: int, reps: int) -> str:

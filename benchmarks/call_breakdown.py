@@ -7,8 +7,8 @@ OUTDIR is an `rstf optimize` output folder (the gcc builds: `--optimizer poly` o
 Its op library is rebuilt from OUTDIR/src with RSTF_CALL_TIMES defined, which compiles in
 a timestamp at five points of every op call (`RSTF_MARK` in rstf/runtime/rstf_kernel.h) and
 changes nothing else: the same op names, so OUTDIR/optimized.pb loads it. The graph then
-runs --reps times through TensorFlow's C API (rstf.runner, after one warm-up call), on the
-seeded inputs `rstf compare` feeds. Printed, as medians and 10th / 90th percentiles in
+runs --reps times through TensorFlow's C API (rstf.evaluation.runner, after one warm-up
+call), on the seeded inputs `rstf compare` feeds. Printed, as medians and 10th / 90th percentiles in
 microseconds over the op calls:
 
 - `tensorflow`: from one op call's return to the next one's start (the client's loop and
@@ -41,7 +41,7 @@ PHASES = ["tensorflow", "checks", "hand-off", "kernels", "back"]
 
 def instrumented_library(outdir: str) -> str:
     """The op library of `outdir` rebuilt with RSTF_CALL_TIMES (cached by content)."""
-    from rstf.build import build_library
+    from rstf.build.compiler import build_library
     from rstf.errors import RstfError
 
     report = json.load(open(os.path.join(outdir, "report.json")))
@@ -72,10 +72,10 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def breakdown(outdir: str, reps: int = 1500, seed: int = 0) -> dict:
-    from rstf.compare import _read_report, graph_fetches, make_inputs, write_run_files
+    from rstf.evaluation.compare import _read_report, graph_fetches, make_inputs, write_run_files
     from rstf.errors import RstfError
-    from rstf.graph import load_model
-    from rstf.runner import run
+    from rstf.frontend.graph import load_model
+    from rstf.evaluation.runner import run
 
     report = _read_report(outdir)
     lib = instrumented_library(outdir)

@@ -99,7 +99,7 @@ def buffers(shapes: dict, ws_bytes: int, ctypes: dict | None = None) -> tuple[li
 
 def bench_c_flags() -> list[str]:
     """The op library's C flags, for a standalone build that calls the entry from outside."""
-    from rstf.build import c_flags
+    from rstf.build.compiler import c_flags
     return [x for x in c_flags() if x != "-fvisibility=hidden"]
 
 
@@ -107,7 +107,7 @@ def team_build(unit: str, exe: str, workdir: str) -> None:
     """Compile the C program `unit` with the op library's C flags and RSTF_TEAM and link it
     with rstf's OpenMP team (rstf/runtime/rstf_team.c) instead of libgomp, as the op library
     is built, into `exe`: the parallel loops then run as they do under TensorFlow."""
-    from rstf.build import CUSTOM_OPS_DIR, TEAM_SOURCE, link_libs
+    from rstf.build.compiler import CUSTOM_OPS_DIR, TEAM_SOURCE, link_libs
     objs = []
     for c in (unit, os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)):
         objs.append(os.path.join(workdir, os.path.basename(c) + ".o"))
@@ -157,7 +157,7 @@ def harness(entry: str, shapes: dict, ws_bytes: int, reps: int, n_calls: int,
             ctypes: dict | None = None) -> str:
     """A main() that runs `entry` reps times on random inputs (`buffers`), on argv[1]
     threads of the team, and prints per-call medians."""
-    from rstf.build import TEAM_CALLS
+    from rstf.build.compiler import TEAM_CALLS
     names, allocs = buffers(shapes, ws_bytes, ctypes)
     args = ", ".join(names)
     return f"""
@@ -207,7 +207,7 @@ def call_flops(outdir: str, calls: list[dict]) -> None:
     """Set each call's "flops" (the conv/matmul FLOPs of its TF nodes) from the model named
     in OUTDIR/report.json; leaves them unset when that model is gone or does not load."""
     from rstf.errors import RstfError
-    from rstf.graph import load_model
+    from rstf.frontend.graph import load_model
     from rstf.pipeline import node_flops
     report = json.load(open(os.path.join(outdir, "report.json")))
     shapes = {**(report.get("input_shapes") or {}), **(report.get("pinned_shapes") or {})}

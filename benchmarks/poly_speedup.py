@@ -53,7 +53,7 @@ def main(argv=None) -> int:
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from models.build import build_graph_def, write_graph_def
-    from rstf.compare import compare
+    from rstf.evaluation.compare import compare
     from rstf.pipeline import optimize
 
     cores = os.cpu_count() or 1

@@ -15,11 +15,11 @@ statistics (``models/build.py``: ``keras:NAME`` for a keras.applications constru
 one of build.py's own names such as ``inception_v4``) and ``rstf.pipeline.optimize`` it
 (the coverage columns). Then, with ``--engines LIST`` (default
 ``rstf-poly,tf-eigen,tf-onednn,onnxruntime,openvino``; rstf-poly and tf-eigen are always
-added), ``rstf.bench.bench`` times every engine on the same inputs (uniform in [0, 1);
+added), ``rstf.evaluation.bench.bench`` times every engine on the same inputs (uniform in [0, 1);
 ``--reps`` timed calls after a warm-up; rstf-poly runs the model optimized above) and
 measures each one's error against TF Eigen and TF's own oneDNN-vs-Eigen spread; a model
 passes when bench's rstf-poly status is ok (error within ``--rtol``). ``--engines none``
-instead ``rstf.compare.compare``s rstf with stock TensorFlow (``reps=1``), as before the
+instead ``rstf.evaluation.compare.compare``s rstf with stock TensorFlow (``reps=1``), as before the
 speed sweep. Each model runs in its own subprocess (its own process group), so a crash, an
 out-of-memory kill or ``--timeout-per-model`` costs one row, not the sweep.
 
@@ -116,9 +116,9 @@ def parse_models(spec: str, default_size: int) -> list[tuple[str, int]]:
 
 
 def parse_engine_list(text: str) -> tuple[str, ...]:
-    """`--engines`: 'none' -> () (compare only); otherwise rstf.bench's engine names,
+    """`--engines`: 'none' -> () (compare only); otherwise rstf.evaluation.bench's engine names,
     checked (RstfError), with tf-eigen (bench's reference) and rstf-poly always in."""
-    from rstf.bench import parse_engines
+    from rstf.evaluation.bench import parse_engines
 
     if text.strip().lower() == "none":
         return ()
@@ -151,7 +151,7 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
         stage("build")
         import numpy as np
 
-        import rstf.tfutil  # noqa: F401  (quiet TF start-up)
+        import rstf.frontend.tfutil  # noqa: F401  (quiet TF start-up)
         from models.build import build_graph_def, write_graph_def
 
         graph_def = build_graph_def(build_name(name), input_size=size)
@@ -179,7 +179,7 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
 
         if engines:
             stage("bench")
-            from rstf.bench import bench
+            from rstf.evaluation.bench import bench
 
             # rstf-poly runs the model optimized above: the pass is not run twice.
             res = bench([pb], engines, reps=reps, rtol=rtol, optimized={RSTF: rstf_dir},
@@ -188,7 +188,7 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
                                      row["gflop"]))
         else:
             stage("compare")
-            from rstf.compare import compare
+            from rstf.evaluation.compare import compare
 
             res = compare(pb, rstf_dir, rtol=rtol, reps=1, latency=latency)
             row["max_rel_err"] = max(o["max_rel_err"] for o in res["outputs"])
@@ -208,7 +208,7 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
 def _output_max(graph_def, size: int, np) -> float:
     """Largest softmax probability on a N(0,1) input: near 1/1000 or near 1 means the
     random weights make a degenerate model on which errors are hard to see."""
-    from rstf.tfutil import tf
+    from rstf.frontend.tfutil import tf
 
     g = tf.Graph()
     with g.as_default():
@@ -220,8 +220,8 @@ def _output_max(graph_def, size: int, np) -> float:
 
 
 def engine_fields(bench_rows: list[dict], tf_spread, gflop: float) -> dict:
-    """A zoo row's speed fields (module docstring) from one model's rstf.bench engine rows:
-    engines, tf_spread, best_other, rstf_over_best, rstf_gflops; and its verdict: passed
+    """A zoo row's speed fields (module docstring) from one model's rstf.evaluation.bench
+    engine rows: engines, tf_spread, best_other, rstf_over_best, rstf_gflops; and its verdict: passed
     (bench's rstf-poly status is ok), max_rel_err / spread_ratio (rstf-poly's, where
     measured) and, when rstf-poly is not ok, rstf_problem ('STATUS: reason')."""
     engines = {r["engine"]: {k: r.get(k) for k in ENGINE_FIELDS} for r in bench_rows}
@@ -394,8 +394,8 @@ def table(rows: list[dict]) -> str:
     none): model, input and the coverage columns. With them, after the input: GFLOP, one
     median-ms column per engine, rstf / best (other engine), best engine, rstf GFLOP/s and
     rstf's error over TF's spread, then the coverage columns."""
-    from rstf.bench import LABELS, _fmt
-    from rstf.compare import format_ratio
+    from rstf.evaluation.bench import LABELS, _fmt
+    from rstf.evaluation.compare import format_ratio
 
     engines = _engine_order(rows)
     if not engines:
@@ -469,7 +469,7 @@ def chart(rows: list[dict], path: str, title: str = "") -> None:
     matplotlib.use("Agg")  # headless: the sweep runs on servers and in CI
     import matplotlib.pyplot as plt
 
-    from rstf.bench import LABELS, save_png
+    from rstf.evaluation.bench import LABELS, save_png
 
     ratios = [r.get("rstf_over_best") for r in rows]
     top = max([x for x in ratios if x is not None] + [1.0]) * 1.35
@@ -527,7 +527,7 @@ def docs_markdown(md: str, summary_line: str, png_name: str, command: str, date:
                   engines: tuple[str, ...], reps: int) -> str:
     """docs/benchmarks/DATE-zoo.md: the machine (CPU model, cores), date, commit and command
     line, then the table, the summary and the chart."""
-    from rstf.bench import cpu_name
+    from rstf.evaluation.bench import cpu_name
 
     measure = (f"engines {', '.join(engines)}; median of {reps} timed calls after a warm-up, "
                "inputs uniform in [0, 1); errors vs TF Eigen" if engines
@@ -552,7 +552,7 @@ def write_outputs(rows: list[dict], out_dir: str, docs: bool, command: str,
     with open(os.path.join(out_dir, "zoo.md"), "w") as f:
         f.write(text + "\n")
     png = os.path.join(out_dir, "zoo.png") if engines else ""
-    from rstf.bench import LABELS
+    from rstf.evaluation.bench import LABELS
 
     others = ", ".join(LABELS[e] for e in engines if not e.startswith("rstf-"))
     title = (f"keras.applications zoo, batch 1, median of {reps}: rstf-poly / best of "
@@ -586,7 +586,8 @@ def parse_args(argv: list[str] | None):
                    help=f"square input size (default {DEFAULT_SIZE}; raised to each model's "
                         "minimum)")
     p.add_argument("--engines", default=DEFAULT_ENGINES, metavar="LIST",
-                   help=f"engines to time, rstf.bench's names (default {DEFAULT_ENGINES}; "
+                   help=f"engines to time, rstf.evaluation.bench's names "
+                        f"(default {DEFAULT_ENGINES}; "
                         "rstf-poly and tf-eigen are always added); 'none': compare rstf "
                         "with TF only")
     p.add_argument("--reps", type=int, default=10, metavar="N",

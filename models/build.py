@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quieter build output
     try:  # rstf's quiet import hides TF's C++ start-up banners, when rstf is installed
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
-        import rstf.tfutil  # noqa: F401
+        import rstf.frontend.tfutil  # noqa: F401
     except ImportError:
         pass
     try:

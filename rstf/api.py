@@ -21,7 +21,7 @@ import dataclasses
 import os
 import tempfile
 
-from .modelpath import is_graph_def, model_path
+from .frontend.modelpath import is_graph_def, model_path
 
 
 @dataclasses.dataclass
@@ -109,7 +109,7 @@ def compare(model, out_dir, inputs: str | None = None, rtol: float = 1e-4, reps:
     `model`: the original model (path or GraphDef); `out_dir`: the folder `optimize` wrote,
     or its `OptimizeResult`. `inputs`: an .npz of input arrays keyed by Placeholder name (a
     key naming no input raises RstfError; an input it lacks is drawn at random, with a
-    warning). Random inputs (rstf.inputs) are seeded by `seed`: a 4-D float input is
+    warning). Random inputs (rstf.evaluation.inputs) are seeded by `seed`: a 4-D float input is
     uniform in [0, 1), other floats standard normal, integer ids of a gather's table in
     [0, rows), other integers and bools 0 or 1; `input_range` ((LO, HI) or "LO,HI") draws
     every float input uniform in [LO, HI) instead. `batch`: samples in the random inputs of
@@ -124,7 +124,7 @@ def compare(model, out_dir, inputs: str | None = None, rtol: float = 1e-4, reps:
         >>> check = rstf.compare("model.pb", result)
         >>> check["passed"], check["outputs"][0]["spread_ratio"], check["latency_ms"]["rstf"]
     """
-    from .compare import compare_model
+    from .evaluation.compare import compare_model
 
     return compare_model(model, out_dir, inputs, rtol, reps, seed, per_subgraph, batch,
                          input_range, warn)
@@ -139,7 +139,7 @@ def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None,
         >>> info = rstf.inspect("model.pb", svg="model.svg")
         >>> [(p["name"], p["nodes"]) for p in info["partitions"]]
     """
-    from .inspect_graph import inspect as run
+    from .evaluation.inspect_graph import inspect as run
 
     shapes = {k: tuple(v) for k, v in input_shapes.items()} if input_shapes else None
     with model_path(model) as path:

@@ -161,9 +161,9 @@ def _bench_parser(sub) -> None:
 
 
 def _bench(a) -> int:
-    from .bench import bench, parse_engines, plot, rstf_problems, table
-    from .graph import parse_input_shapes
-    from .inputs import parse_input_range
+    from .evaluation.bench import bench, parse_engines, plot, rstf_problems, table
+    from .frontend.graph import parse_input_shapes
+    from .evaluation.inputs import parse_input_range
 
     if a.plot and not a.plot.lower().endswith(".png"):
         raise RstfError(f"--plot {a.plot}: the chart is a PNG; name it FILE.png")
@@ -181,7 +181,7 @@ def _bench(a) -> int:
 
 
 def _optimize(a) -> int:
-    from .graph import parse_input_shapes
+    from .frontend.graph import parse_input_shapes
     from .pipeline import optimize
 
     verbosity = 0 if a.quiet else 2 if a.verbose else 1
@@ -211,8 +211,8 @@ def _optimize(a) -> int:
 
 
 def _inspect(a) -> int:
-    from .graph import parse_input_shapes
-    from .inspect_graph import inspect, print_inspection
+    from .frontend.graph import parse_input_shapes
+    from .evaluation.inspect_graph import inspect, print_inspection
 
     r = inspect(a.model, parse_input_shapes(a.input_shape), _outputs(a), _max_ops(a), a.svg,
                 fold_scales=a.fold_scales == "on")
@@ -224,8 +224,8 @@ def _inspect(a) -> int:
 
 
 def _compare(a) -> int:
-    from .compare import compare, format_ratio
-    from .inputs import parse_input_range
+    from .evaluation.compare import compare, format_ratio
+    from .evaluation.inputs import parse_input_range
 
     if a.reps < 1:
         raise RstfError("--reps must be at least 1")
@@ -263,7 +263,7 @@ def _print_inputs(r: dict) -> None:
 
 
 def _compare_per_subgraph(a, input_range) -> int:
-    from .compare import compare_per_subgraph, format_ratio
+    from .evaluation.compare import compare_per_subgraph, format_ratio
 
     r = compare_per_subgraph(a.model, a.outdir, a.inputs, a.rtol, a.seed, input_range)
     if a.json:

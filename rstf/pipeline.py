@@ -16,19 +16,21 @@ import time
 
 import networkx as nx
 
-from . import __version__, batch, outdir
-from .build import CUSTOM_OPS_DIR, RUNTIME_HEADERS, build_library, c_toolchain
-from .cache import cache_dir, private_cache_dir
-from .codegen import SubgraphCode, generate_subgraph
+from . import __version__
+from .build.cache import cache_dir, private_cache_dir
+from .build.compiler import CUSTOM_OPS_DIR, RUNTIME_HEADERS, build_library, c_toolchain
+from .build.splice import custom_node_names, mark_weights, splice
+from .build.wrapper import generate_wrapper, library_digest, op_name
+from .cgen import batch
+from .cgen.codegen import SubgraphCode, generate_subgraph
 from .errors import RstfError
-from .graph import TRIVIAL_OPS, Graph, load_model, split_tensor
+from .frontend.graph import TRIVIAL_OPS, Graph, load_model, split_tensor
 from .opgen import check_node, get_handler
+from .parallel import run_ordered
 from .partition import partition_subgraph, select_subgraphs
 from .poly.prepack import as_fed
-from .parallel import run_ordered
 from .progress import LOGGER, Reporter
-from .splice import custom_node_names, mark_weights, splice
-from .wrapper import generate_wrapper, library_digest, op_name
+from .serving import outdir
 
 DEFAULT_MAX_OPS = 400
 # poly: rstf's polyhedral pass then gcc; none: the textbook C, gcc; graphite / polly: the
@@ -151,7 +153,7 @@ def select_parts(graph: Graph, max_ops: int, log,
 def dynamic_graphs(model, input_shapes, outputs, graph: Graph, log,
                    fold_scales: bool = False) -> tuple:
     """(inputs with a dynamic batch, the graph at batch 1 or None, `keep` for `select`):
-    an input whose dimension 0 alone is unknown keeps a dynamic batch (rstf/batch.py); code
+    an input whose dimension 0 alone is unknown keeps a dynamic batch (rstf/cgen/batch.py); code
     is then generated from the batch-1 graph, for the nodes that are separable per sample."""
     dynamic = batch.dynamic_inputs(graph)
     if not dynamic:
@@ -190,7 +192,7 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     """Optimize `model` into `out_dir`; returns the report (also written as report.json).
 
     An input whose dimension 0 alone is unknown (and not pinned) keeps a dynamic batch: see
-    rstf/batch.py; `occupancy` is the c of the versioned placement's test N >= c*P.
+    rstf/cgen/batch.py; `occupancy` is the c of the versioned placement's test N >= c*P.
     `jobs`: processes for the polyhedral pass and compilers for the build (default: the CPU
     count); the output does not depend on it. `verbosity` 0 prints nothing, 1 the run's
     messages, 2 also logs stage times and per-subgraph results (rstf.progress); `progress`
@@ -198,7 +200,7 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     receives the messages instead of stderr. `winograd` (poly only): stride-1 3x3, 5x5, 1x7
     and 7x1 convs as Winograd (rstf/poly/winograd.py); False keeps every conv bit-identical to
     the textbook C. `fold_scales` (poly only): per-channel multiplies after a conv or matmul
-    (batch norm's scale) go into its weights (rstf/scalefold.py); False keeps them.
+    (batch norm's scale) go into its weights (rstf/frontend/scalefold.py); False keeps them.
     """
     if max_ops < 1:
         raise RstfError("--max-ops must be at least 1")

@@ -36,7 +36,7 @@ def _models(paths: list[str]) -> list[str]:
 
 def digest_model(model: str, targets: list[str], max_ops: int = 400) -> list[str]:
     """The digest lines of one model: `target winograd subgraph source-sha info-sha`."""
-    from rstf.codegen import generate_subgraph
+    from rstf.cgen.codegen import generate_subgraph
     from rstf.pipeline import load_for_codegen, partition, select
     from rstf.poly import optimize_source
 

@@ -4,21 +4,21 @@
     python scripts/fuzz.py [--minutes M] [--examples N] [--jobs J] [--seed S] [--start K]
                            [--optimizers poly,poly-nowinograd,none,graphite,polly]
 
-Example k of a campaign draws its graph from its own seed, SeedSequence([S, k]) (rstf.fuzz:
-image-shaped inputs uniform in [0, 1), Winograd-eligible convolutions among the steps),
+Example k of a campaign draws its graph from its own seed, SeedSequence([S, k])
+(rstf.evaluation.fuzz: image-shaped inputs uniform in [0, 1), Winograd-eligible convolutions among the steps),
 and its max_ops from the same sequence; its optimizer setting cycles through the available
---optimizers (rstf.fuzzcase.CONFIGS; graphite and polly only where their compilers are
+--optimizers (rstf.evaluation.fuzzcase.CONFIGS; graphite and polly only where their compilers are
 installed). So a campaign is a pure function of --seed and the examples it reaches,
 whatever --jobs. J worker processes (default: the CPU count) each optimize one example at
 a time (optimize's own jobs=1) and compare it with stock TensorFlow at --rtol. Every
 failure (outputs differ, a subgraph over max_ops, rstf raising, an example running past
 --timeout) is saved under --save-dir (tests/data/fuzz_regressions/, which the test suite
-replays) as rstf.fuzzcase.save_regression writes it: the graph and a sidecar with the
+replays) as rstf.evaluation.fuzzcase.save_regression writes it: the graph and a sidecar with the
 options and the inputs' seed.
 
-Every --full-every'th example (default 50) is checked end to end (`rstf.fuzzcase.check`:
+Every --full-every'th example (default 50) is checked end to end (`rstf.evaluation.fuzzcase.check`:
 optimize, build the op library, splice, compare with TensorFlow); the others take the quick
-check (`rstf.fuzzcase.check_kernels`: the same stages up to the C, each subgraph's C run
+check (`rstf.evaluation.fuzzcase.check_kernels`: the same stages up to the C, each subgraph's C run
 alone through ctypes on TensorFlow's intermediate tensors), which costs a compiler run
 instead of a TensorFlow op build and so reaches ten times the examples. A failure either
 way is saved the same, and CI replays it end to end.
@@ -45,7 +45,7 @@ import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-from rstf.fuzzcase import CONFIGS, DEFAULT_RTOL  # noqa: E402  (no TensorFlow: quick)
+from rstf.evaluation.fuzzcase import CONFIGS, DEFAULT_RTOL  # noqa: E402  (no TensorFlow: quick)
 
 REGRESSIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests",
                            "data", "fuzz_regressions")
@@ -69,8 +69,9 @@ def _timeout(signum, frame):
 
 def run_example(k: int, graph_seed: int, config: str, max_ops: int, a) -> dict:
     """One example in a worker process: draw, check, save it if it failed."""
-    from rstf.fuzz import random_graph
-    from rstf.fuzzcase import Options, TensorFlowFails, check, check_kernels, save_regression
+    from rstf.evaluation.fuzz import random_graph
+    from rstf.evaluation.fuzzcase import (Options, TensorFlowFails, check, check_kernels,
+                                          save_regression)
 
     t0 = time.perf_counter()
     g = random_graph(graph_seed, a.max_steps)
@@ -163,7 +164,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    from rstf.fuzzcase import available_configs
+    from rstf.evaluation.fuzzcase import available_configs
 
     wanted = a.optimizers.split(",")
     configs = available_configs(wanted)

@@ -10,10 +10,10 @@ import tempfile
 
 import numpy as np
 
-from rstf.codegen import generate_subgraph
-from rstf.graph import Graph, load_model
-from rstf.cexec import run_subgraph_c
-from rstf.tfutil import tf
+from rstf.cgen.codegen import generate_subgraph
+from rstf.frontend.graph import Graph, load_model
+from rstf.build.cexec import run_subgraph_c
+from rstf.frontend.tfutil import tf
 
 
 def make_graph_def(build):

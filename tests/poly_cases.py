@@ -7,11 +7,11 @@ import os
 
 import numpy as np
 from harness import generate_subgraph, load_graph_def, make_graph_def
-from rstf.cexec import run_subgraph_c
+from rstf.build.cexec import run_subgraph_c
 from rstf.poly import optimize_source
 from rstf.poly.prepack import as_fed, pack
 from rstf.poly.target import AVX2, AVX512, detect
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 rng = np.random.RandomState(7)
 

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from harness import make_graph_def, save_graph_def, tf, tiny_cnn
-from rstf import bench as bench_mod
+from rstf.evaluation import bench as bench_mod
 from rstf.cli import main
 from rstf.errors import RstfError
 

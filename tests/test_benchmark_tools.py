@@ -14,7 +14,7 @@ from benchmarks.ab_kernels import ab
 from benchmarks.group_profile import call_flops, profile
 from harness import generate_subgraph, load_graph_def, make_graph_def, save_graph_def
 from rstf.poly import optimize_source
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 rng = np.random.RandomState(3)
 

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from rstf import build
+from rstf.build import compiler as build
 from rstf.errors import RstfError
 
 
@@ -37,7 +37,7 @@ def test_cache_entries_are_verified(tmp_path):
 def test_op_names_follow_the_runtime(tmp_path, monkeypatch):
     """The same generated C with another op-library runtime (here the OpenMP team) gets
     other op names, so both libraries load in one process; the same runtime, the same."""
-    from rstf.wrapper import library_digest
+    from rstf.build.wrapper import library_digest
 
     with open(os.path.join(build.CUSTOM_OPS_DIR, build.TEAM_SOURCE)) as f:
         team = f.read()

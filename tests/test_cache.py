@@ -1,5 +1,5 @@
 """The build cache is the user's alone: a library or client planted there is never loaded or
-run, its lock never follows a link (rstf/cache.py)."""
+run, its lock never follows a link (rstf/build/cache.py)."""
 import os
 import shutil
 import stat
@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from rstf import cache, tfclient
+from rstf.build import cache
 from rstf.errors import RstfError
+from rstf.serving import tfclient
 from test_cli_inputs import assert_one_line_error, tiny_pb  # noqa: F401 (fixture)
 
 # A library that, once loaded, leaves a mark: what an attacker would plant.
@@ -50,7 +51,7 @@ def _plant(tmp_path, built, mode=0o755):
     lib = d / rel
     subprocess.run(["gcc", "-shared", "-fPIC", "-x", "c", "-", "-o", str(lib)],
                    input=PLANTED_C, text=True, check=True)
-    from rstf.build import file_sha256
+    from rstf.build.compiler import file_sha256
 
     (d / (rel + ".sha256")).write_text(file_sha256(str(lib)))
     os.chmod(lib, mode)

@@ -1,4 +1,4 @@
-"""rstf/chelpers.py: the generated C's own vectorisable exp."""
+"""rstf/cgen/chelpers.py: the generated C's own vectorisable exp."""
 from __future__ import annotations
 
 import ctypes
@@ -9,8 +9,8 @@ import tempfile
 import numpy as np
 import pytest
 
-from rstf.build import c_flags
-from rstf.chelpers import EXPF, helpers_for
+from rstf.build.compiler import c_flags
+from rstf.cgen.chelpers import EXPF, helpers_for
 
 # A loop over the helper the way Softmax's exp statement calls it (`omp simd`), and the
 # same loop over libm's expf.
@@ -99,7 +99,7 @@ LOOP(erfcf)
 
 
 def _build_libm_loops(d, flags):
-    from rstf.build import link_libs
+    from rstf.build.compiler import link_libs
 
     src, so = os.path.join(d, "m.c"), os.path.join(d, f"m{len(flags)}.so")
     with open(src, "w") as f:
@@ -117,7 +117,7 @@ def test_libm_loops_vectorise_with_libmvec_and_stay_within_its_bounds(with_libmv
     results are within the bounds chelpers states, against the result in double."""
     from math import erf, erfc, tanh
 
-    from rstf.build import LIBMVEC_FLAG, vector_math
+    from rstf.build.compiler import LIBMVEC_FLAG, vector_math
 
     if with_libmvec and not vector_math("gcc"):
         pytest.skip("this C library has no libmvec (glibc < 2.35 or not x86-64)")
@@ -143,6 +143,6 @@ def test_libm_loops_vectorise_with_libmvec_and_stay_within_its_bounds(with_libmv
 
 
 def test_vector_math_is_false_without_a_compiler():
-    from rstf.build import vector_math
+    from rstf.build.compiler import vector_math
 
     assert vector_math("no-such-compiler-rstf") is False

@@ -8,7 +8,7 @@ import pytest
 
 from harness import make_graph_def, save_graph_def, tf
 from rstf.errors import RstfError
-from rstf.graph import load_model, parse_input_shapes
+from rstf.frontend.graph import load_model, parse_input_shapes
 
 
 def rstf(*args, cwd=None):
@@ -247,7 +247,7 @@ def test_concurrent_optimize_share_the_cache(tmp_path, tiny_pb):
     results = [p.communicate(timeout=600) + (p.returncode,) for p in procs]
     assert all(rc == 0 for _, _, rc in results), results
     assert sum("cached" in out for out, _, _ in results) >= 1
-    from rstf.build import _verified
+    from rstf.build.compiler import _verified
 
     libs = [os.path.join(tmp_path / "cache", d, f) for d in os.listdir(tmp_path / "cache")
             if not d.startswith(".") for f in os.listdir(tmp_path / "cache" / d)

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import rstf
-import rstf.compare as compare_mod
+import rstf.evaluation.compare as compare_mod
 from harness import load_graph_def, make_graph_def, save_graph_def, tf
-from rstf import bench as bench_mod
+from rstf.evaluation import bench as bench_mod
 from rstf.cli import main
 from rstf.errors import RstfError
-from rstf.inputs import draw_inputs, gather_rows, parse_input_range
+from rstf.evaluation.inputs import draw_inputs, gather_rows, parse_input_range
 from test_cli_inputs import assert_one_line_error, rstf as rstf_cli
 
 
@@ -286,7 +286,7 @@ def test_a_crashed_runner_is_reported_by_how_it_ended_not_by_tensorflow_chatter(
     import subprocess
     import sys
 
-    from rstf.compare import runner_failure
+    from rstf.evaluation.compare import runner_failure
 
     script = ("import os, sys\n"
               "print('the converter cannot handle Erfc', file=sys.stderr)\n"

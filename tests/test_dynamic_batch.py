@@ -1,11 +1,11 @@
-"""Dynamic batch (rstf/batch.py): an unknown dimension 0 stays unknown end to end, and the
+"""Dynamic batch (rstf/cgen/batch.py): an unknown dimension 0 stays unknown end to end, and the
 generated code picks its version (batch loop parallel or not) from N and the thread count."""
 import numpy as np
 import pytest
 
-from rstf.batch import dynamic_inputs, separable_nodes
+from rstf.cgen.batch import dynamic_inputs, separable_nodes
 from rstf.pipeline import optimize, supported_nodes
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 from harness import load_graph_def, make_graph_def, run_tf, save_graph_def
 
@@ -38,7 +38,7 @@ def test_separable_rule(dyn_model):
     gd = make_graph_def(dynamic_cnn)
     dyn = load_graph_def(gd)
     assert dynamic_inputs(dyn) == {"x": (1, 9, 9, 3)}
-    from rstf.graph import load_model
+    from rstf.frontend.graph import load_model
     one = load_model(dyn_model, {"x": (1, 9, 9, 3)}, fold=True)
     supported, _ = supported_nodes(one)
     ok, reasons = separable_nodes(dyn, one, supported)

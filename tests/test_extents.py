@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from rstf.build import compile_c_shared, c_toolchain
-from rstf.codegen import generate_subgraph
+from rstf.build.compiler import compile_c_shared, c_toolchain
+from rstf.cgen.codegen import generate_subgraph
 from rstf.errors import RstfError
-from rstf.graph import load_model
+from rstf.frontend.graph import load_model
 from rstf.opgen.base import MAX_ELEMENTS
 from rstf.pipeline import supported_nodes
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 BIG = 3221225472  # 3.2 billion elements: 12.9 GB of float32, never allocated here
 

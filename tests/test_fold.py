@@ -11,8 +11,8 @@ import pytest
 import rstf
 from harness import make_graph_def, run_tf, save_graph_def, tf
 from rstf.errors import RstfError
-from rstf.fold import fold_constants
-from rstf.graph import load_model
+from rstf.frontend.fold import fold_constants
+from rstf.frontend.graph import load_model
 
 
 def bn_like():

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from rstf.build import CUSTOM_OPS_DIR, compile_c_shared, tf_flags
+from rstf.build.compiler import CUSTOM_OPS_DIR, compile_c_shared, tf_flags
 
 CHILDREN = 30
 
@@ -176,7 +176,7 @@ def test_fork_during_a_call_on_omp_master(tmp_path):
     src.write_text(MASTER_LIBRARY)
     cflags, lflags = tf_flags()
     lib_dir = next(f[2:] for f in lflags if f.startswith("-L"))
-    # As rstf/build.py compiles the wrapper of a library without the team (-fopenmp: the
+    # As rstf/build/compiler.py compiles the wrapper of a library without the team (-fopenmp: the
     # loop's libgomp), plus an rpath so that the driver finds TensorFlow's framework library.
     subprocess.run(["g++", "-O2", "-fPIC", "-w", "-shared", "-fopenmp", "-I", CUSTOM_OPS_DIR,
                     *cflags, str(src), "-o", lib, *lflags, f"-Wl,-rpath,{lib_dir}"],

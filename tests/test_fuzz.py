@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from rstf.fuzz import graphs, random_graph
-from rstf.fuzzcase import (Options, available_configs, check, check_kernels, load_regression,
-                           replay)
+from rstf.evaluation.fuzz import graphs, random_graph
+from rstf.evaluation.fuzzcase import (Options, available_configs, check, check_kernels,
+                                      load_regression, replay)
 
 EXAMPLES = int(os.environ.get("RSTF_FUZZ_EXAMPLES", "6"))
 QUICK_EXAMPLES = int(os.environ.get("RSTF_FUZZ_QUICK_EXAMPLES", "30"))  # ~1 s each
@@ -54,7 +54,7 @@ def test_random_graphs_kernels_match_tensorflow(g, max_ops, config):
 
 
 def _conv_relu_graph():
-    from rstf.tfutil import tf
+    from rstf.frontend.tfutil import tf
 
     rng = np.random.RandomState(0)
     g = tf.Graph()
@@ -100,7 +100,7 @@ def test_fuzz_regressions_quick_check(path):
 def _planned_winograd(gd) -> list[str]:
     """The convs rstf's polyhedral pass runs as Winograd (report.json's poly.winograd),
     found without building an op library."""
-    from rstf.codegen import generate_subgraph
+    from rstf.cgen.codegen import generate_subgraph
     from rstf.pipeline import load_for_codegen, partition, select
     from rstf.poly import optimize_source
 
@@ -137,8 +137,8 @@ def test_generator_draws_winograd_convolutions():
 
 def test_rstf_imports_without_hypothesis():
     code = ("import sys; sys.modules['hypothesis'] = None\n"  # import hypothesis now fails
-            "import rstf.fuzz, rstf.fuzzcase\n"
-            "print(rstf.fuzz.random_graph(1).recipe[0])")
+            "import rstf.evaluation.fuzz, rstf.evaluation.fuzzcase\n"
+            "print(rstf.evaluation.fuzz.random_graph(1).recipe[0])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.returncode == 0 and proc.stdout.startswith("input ["), proc.stderr
@@ -200,7 +200,7 @@ def test_a_graph_stock_tensorflow_cannot_run_is_no_rstf_failure(seed, config, ma
     (#6401 of campaign seed 12) has a Sin after it, which leaves the loaded graph's run,
     fetching every subgraph's inputs, failing first: the check used to report that as
     rstf's failure, before it ran the model itself."""
-    from rstf.fuzzcase import TensorFlowFails
+    from rstf.evaluation.fuzzcase import TensorFlowFails
 
     g = random_graph(seed)
     with pytest.raises(TensorFlowFails, match="biases"):

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from harness import make_graph_def, save_graph_def, tf
-from rstf import cli, dot
+from rstf import cli
+from rstf.evaluation import dot
 from rstf.errors import RstfError
-from rstf.graph import load_model
-from rstf.inspect_graph import inspect
+from rstf.frontend.graph import load_model
+from rstf.evaluation.inspect_graph import inspect
 from rstf.pipeline import select_parts, node_flops
 from test_pipeline import small_cnn
 

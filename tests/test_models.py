@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir))
 
 from models.build import build_graph_def  # noqa: E402
-from rstf.compare import compare  # noqa: E402
+from rstf.evaluation.compare import compare  # noqa: E402
 from rstf.pipeline import optimize  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def test_dynamic_batch_model_matches(tmp_path, name, size):
     import numpy as np
 
     import rstf
-    from rstf.tfutil import tf
+    from rstf.frontend.tfutil import tf
 
     gd = build_graph_def(name, input_size=size, batch=None)
     path = tmp_path / f"{name}.pb"

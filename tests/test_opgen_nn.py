@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from harness import check_against_tf, load_graph_def, make_graph_def, tf
-from rstf.codegen import generate_subgraph
+from rstf.cgen.codegen import generate_subgraph
 from rstf.opgen import check_node, get_handler
 from rstf.opgen.nn import c_float_literal
 

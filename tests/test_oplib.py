@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from rstf.pipeline import optimize
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 from harness import make_graph_def, save_graph_def
 

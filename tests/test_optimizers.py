@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from harness import load_graph_def, make_graph_def, run_tf, save_graph_def, tf, tiny_cnn
-from rstf import build
-from rstf.cexec import run_subgraph_c
+from rstf.build import compiler as build
+from rstf.build.cexec import run_subgraph_c
 from rstf.cli import main
-from rstf.codegen import generate_subgraph
-from rstf.compare import compare
+from rstf.cgen.codegen import generate_subgraph
+from rstf.evaluation.compare import compare
 from rstf.errors import RstfError
 from rstf.pipeline import optimize
 

@@ -1,5 +1,5 @@
 """The output folder: `--force` replaces only what rstf wrote, the final step is atomic and
-re-checked, and the folder honours the umask (rstf/outdir.py)."""
+re-checked, and the folder honours the umask (rstf/serving/outdir.py)."""
 import json
 import os
 import stat
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rstf import outdir
+from rstf.serving import outdir
 from rstf.errors import RstfError
 from test_cli_inputs import assert_one_line_error, rstf, tiny_pb  # noqa: F401 (fixture)
 

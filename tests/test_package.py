@@ -23,7 +23,7 @@ def wheel(tmp_path_factory):
 
 def test_wheel_holds_the_runtime_and_templates(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for f in ("rstf/runtime/rstf_kernel.h", "rstf/runtime/rstf_team.c", "rstf/tf_client.c",
+    for f in ("rstf/runtime/rstf_kernel.h", "rstf/runtime/rstf_team.c", "rstf/serving/tf_client.c",
               "rstf/templates/wrapper.cc.j2", "rstf/templates/subgraph.c.j2",
               "rstf/templates/ops/conv2d.c.j2"):
         assert f in names, f

@@ -1,10 +1,10 @@
-"""rstf.passthrough: readers of Identity / IdentityN / StopGradient / Snapshot read what it
+"""rstf.frontend.passthrough: readers of Identity / IdentityN / StopGradient / Snapshot read what it
 forwards; the model's values, outputs and orderings are unchanged."""
 import numpy as np
 import pytest
 
-from rstf.passthrough import bypass
-from rstf.tfutil import tf
+from rstf.frontend.passthrough import bypass
+from rstf.frontend.tfutil import tf
 
 
 def _run(gd, fetches, feeds):
@@ -93,7 +93,7 @@ def test_nodes_that_order_something_are_kept(how):
 def test_swish_runs_in_the_conv_epilogue_without_copies(tmp_path):
     """End to end: the IdentityN of a custom-gradient swish leaves no copy in the C, and the
     optimized graph matches TensorFlow."""
-    from rstf.compare import compare
+    from rstf.evaluation.compare import compare
     from rstf.pipeline import optimize
 
     gd, _ = _swish_graph()

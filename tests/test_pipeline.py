@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from harness import make_graph_def, save_graph_def, tf
-from rstf.codegen import generate_subgraph
-from rstf.compare import compare
-from rstf.graph import load_model
+from rstf.cgen.codegen import generate_subgraph
+from rstf.evaluation.compare import compare
+from rstf.frontend.graph import load_model
 from rstf.pipeline import dataflow_dag, optimize, supported_nodes
-from rstf.splice import custom_node_names, mark_weights, splice
+from rstf.build.splice import custom_node_names, mark_weights, splice
 
 rng = np.random.RandomState(7)
 W1 = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
@@ -197,7 +197,7 @@ def test_cli_json_and_failure_exit(small_model, tmp_path):
 @pytest.mark.tfbuild
 def test_per_subgraph_names_the_first_bad_node(small_model, tmp_path, monkeypatch):
     """A wrong generator (ReLU that forgets to clamp) is caught and localised to its node."""
-    from rstf.compare import compare_per_subgraph
+    from rstf.evaluation.compare import compare_per_subgraph
     from rstf.opgen.elementwise import Relu
 
     good = str(tmp_path / "good")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from poly_cases import rng, _w, _subgraph, _run_both
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 
 def _inverted_residual_tail(x, consumer):

@@ -6,7 +6,7 @@ from poly_cases import NATIVE, _w, _subgraph
 from rstf.poly import raise_subgraph
 from rstf.poly.cparse import is_accumulation
 from rstf.poly.contraction import find_contraction
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 
 def test_contraction_roles():

@@ -4,7 +4,7 @@ import pytest
 
 from poly_cases import NATIVE, _w, _subgraph, _bitwise_case
 from rstf.poly import optimize_source
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 
 @pytest.mark.parametrize("threads", [2, 3])

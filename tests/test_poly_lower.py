@@ -7,7 +7,7 @@ import numpy as np
 
 from poly_cases import NATIVE, rng, V, _w, _subgraph, _run_both
 from rstf.poly import optimize_source
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 
 def test_register_epilogue_clamps_with_max_min_bit_for_bit():

@@ -8,7 +8,7 @@ import pytest
 from poly_cases import rng, V, _w, _subgraph, _run_both
 from rstf.poly.microkernel import choose_tile, fits_registers
 from rstf.poly.target import AVX2, AVX512
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 
 def test_kernels_round_like_the_statement_they_replace():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from harness import load_graph_def, make_graph_def, tf
-from rstf.codegen import generate_subgraph
+from rstf.cgen.codegen import generate_subgraph
 from rstf.poly import (NotRaisable, check_schedule_legal, compute_dependences, raise_subgraph,
                        violated)
 from rstf.poly.cparse import c_text, multiply_add

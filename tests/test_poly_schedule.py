@@ -10,7 +10,7 @@ from rstf.poly.groups import call_dependences
 from rstf.poly.contraction import find_contraction
 from rstf.poly.schedule import schedule_call
 from rstf.poly.target import AVX2, AVX512, AVX512_FULL
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 
 @pytest.mark.parametrize("target", [AVX512, AVX512_FULL, AVX2], ids=lambda t: t.name)

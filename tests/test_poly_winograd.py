@@ -10,7 +10,7 @@ import pytest
 from poly_cases import rng, NATIVE, at_l2, _w, _subgraph, _run_both
 from rstf.poly.prepack import pack, packed_shape
 from rstf.poly.target import AVX2, AVX512
-from rstf.tfutil import tf
+from rstf.frontend.tfutil import tf
 
 
 WINOGRAD = {

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from harness import make_graph_def, save_graph_def, tf
-from rstf.compare import compare, compare_per_subgraph
+from rstf.evaluation.compare import compare, compare_per_subgraph
 from rstf.pipeline import optimize
 from rstf.poly.prepack import pack_panels
 

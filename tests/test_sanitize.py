@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from rstf.build import sanitizer_env
+from rstf.build.compiler import sanitizer_env
 
 ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
 
@@ -26,7 +26,7 @@ def test_sanitizers_are_really_on(tmp_path):
     """An off-by-one in 'generated' code is reported, so a clean run means something."""
     code = textwrap.dedent(f"""
         import ctypes, numpy as np
-        from rstf.build import compile_c_shared
+        from rstf.build.compiler import compile_c_shared
         src = "void rstf_sg_0(const float *in0, float *out0, void *ws) {{ for (int i = 0; i <= 4; ++i) out0[i] = in0[i]; }}"
         compile_c_shared(src, {str(tmp_path / 'oob.so')!r})
         lib = ctypes.CDLL({str(tmp_path / 'oob.so')!r})

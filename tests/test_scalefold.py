@@ -1,11 +1,11 @@
-"""Per-channel scales folded into conv/matmul weights (rstf.scalefold)."""
+"""Per-channel scales folded into conv/matmul weights (rstf.frontend.scalefold)."""
 import numpy as np
 import pytest
 
 from harness import make_graph_def, run_tf, save_graph_def, tf
-from rstf.fold import fold_constants
-from rstf.graph import load_model
-from rstf.scalefold import fold_scales
+from rstf.frontend.fold import fold_constants
+from rstf.frontend.graph import load_model
+from rstf.frontend.scalefold import fold_scales
 
 RNG = np.random.RandomState(0)
 OUTS = ["out", "out_mm", "out_inf"]
@@ -76,7 +76,7 @@ def test_load_model_fold_scales(tmp_path):
 @pytest.mark.parametrize("fold", ["on", "off"])
 def test_optimize_fold_scales(tmp_path, fold):
     """End to end: the option reaches the report, and the optimized graph matches TF."""
-    from rstf.compare import compare
+    from rstf.evaluation.compare import compare
     from rstf.pipeline import optimize
 
     path = save_graph_def(make_graph_def(bn_chains), str(tmp_path))
@@ -96,7 +96,7 @@ def test_inspect_folds_as_optimize_does(tmp_path, fold, capsys):
     """`rstf inspect` loads the model as `optimize` does, so its partitions are the ones
     `optimize` generates: without the folded Muls by default, with them under `off`."""
     from rstf import cli
-    from rstf.inspect_graph import inspect
+    from rstf.evaluation.inspect_graph import inspect
     from rstf.pipeline import select_parts
 
     path = save_graph_def(make_graph_def(bn_chains), str(tmp_path))

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from rstf.build import CUSTOM_OPS_DIR, TEAM_SOURCE
+from rstf.build.compiler import CUSTOM_OPS_DIR, TEAM_SOURCE
 
 PROGRAM = r"""
 #define _DEFAULT_SOURCE  /* usleep, under -std=c11 */

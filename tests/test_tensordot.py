@@ -1,13 +1,13 @@
 """Dense layers over 3-D inputs (Reshape, MatMul, Reshape) merged into one BatchMatMulV2
-(rstf.tensordot)."""
+(rstf.frontend.tensordot)."""
 import numpy as np
 import pytest
 
-from rstf.fuzzcase import Options, check_kernels
-from rstf.graph import infer_shapes, load_model
-from rstf.modelpath import model_path
-from rstf.tensordot import merge_tensordots
-from rstf.tfutil import tf
+from rstf.evaluation.fuzzcase import Options, check_kernels
+from rstf.frontend.graph import infer_shapes, load_model
+from rstf.frontend.modelpath import model_path
+from rstf.frontend.tensordot import merge_tensordots
+from rstf.frontend.tfutil import tf
 
 rng = np.random.RandomState(0)
 

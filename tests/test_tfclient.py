@@ -5,10 +5,10 @@ import os
 import numpy as np
 import pytest
 
-from rstf import runner
+from rstf.evaluation import runner
 from rstf.errors import RstfError
-from rstf.tfclient import run_graph, run_graphs
-from rstf.tfutil import tf
+from rstf.serving.tfclient import run_graph, run_graphs
+from rstf.frontend.tfutil import tf
 
 
 def _graph(path):
@@ -90,7 +90,7 @@ def test_client_errors_are_one_line(tmp_path):
 
 
 def test_runner_clients_agree(tmp_path, capsys):
-    """`python -m rstf.runner` through the C client (the default) and through a Python
+    """`python -m rstf.evaluation.runner` through the C client (the default) and through a Python
     Session save the same outputs; the JSON line says which client timed the calls."""
     pb = str(tmp_path / "g.pb")
     _graph(pb)

@@ -19,7 +19,8 @@ def _engine(status="ok", ms=None, err=0.0, spread=None, reason=""):
 
 
 def _bench_rows(**engines):
-    """rstf.bench engine rows (the fields zoo keeps, plus ones it drops) for engine=row."""
+    """rstf.evaluation.bench engine rows (the fields zoo keeps, plus ones it drops) for
+    engine=row."""
     out = []
     for name, row in engines.items():
         out.append({**row, "engine": name.replace("_", "-"), "times_ms": [1.0, 2.0],

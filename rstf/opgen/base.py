@@ -20,7 +20,7 @@ import os
 import jinja2
 import numpy as np
 
-from ..graph import Graph, Node
+from ..frontend.graph import Graph, Node
 
 # dtype -> (C type, suffix of float literals, suffix of <math.h> functions). A TF bool is
 # one byte holding 0 or 1 (C++ `bool`); the C side reads and writes it as `unsigned char`,
@@ -159,7 +159,7 @@ class OpHandler:
     # leave all of them as textbook C (pipeline.select).
     isolated = False
 
-    # Dynamic batch (rstf/batch.py): does the op compute each sample of dimension 0 from that
+    # Dynamic batch (rstf/cgen/batch.py): does the op compute each sample of dimension 0 from that
     # sample alone? Only handlers that know it say so; the rest stay in TensorFlow there.
     keeps_samples_apart = False
 
@@ -201,12 +201,6 @@ class OpHandler:
     @staticmethod
     def math_suffix(node: Node) -> str:
         return C_TYPES[node.out_dtypes[0]][2]
-
-    @staticmethod
-    def attr_ints(node: Node, key: str, default=None) -> list[int]:
-        if key not in node.attr:
-            return list(default) if default is not None else []
-        return list(node.attr[key].list.i)
 
     @staticmethod
     def attr_str(node: Node, key: str, default: str = "") -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Graph, Node
+from ..frontend.graph import Graph, Node
 from .base import (ALL_DTYPES, C_TYPES, FLOAT, INTEGER, ArrayParam, OpFunction, OpHandler,
                    Unsupported, broadcast_indices, index_names, op_handler, render, subscript)
 
@@ -19,7 +19,7 @@ class _Elementwise(OpHandler):
 
     def expression(self, node: Node, operands: list[str], graph: Graph) -> str:
         m = self.math_suffix(node)
-        # float: rstf's own exp (rstf/chelpers.py, within 1.001 ulp), which an omp simd loop
+        # float: rstf's own exp (rstf/cgen/chelpers.py, within 1.001 ulp), which an omp simd loop
         # (a conv's epilogue, too) vectorises; libm's expf is a scalar call an element.
         return self.expr.format(*operands, f=self.literal_suffix(node), m=m,
                                 exp="rstf_expf" if m == "f" else f"exp{m}")
@@ -80,7 +80,7 @@ class Sigmoid(_Elementwise):
 @op_handler("Tanh")
 class Tanh(_Elementwise):
     """glibc's tanhf: libmvec's vector versions where gcc and glibc have them (within 1.4
-    ulp, rstf/chelpers.py), else one scalar call an element (within 2.2 ulp)."""
+    ulp, rstf/cgen/chelpers.py), else one scalar call an element (within 2.2 ulp)."""
 
     expr = "tanh{m}({0})"
 
@@ -166,7 +166,7 @@ class BiasAdd(_Elementwise):
 @op_handler("Erf")
 class Erf(_Elementwise):
     """glibc's erff: its libmvec vector versions where gcc and glibc have them (within 4
-    ulp, rstf/chelpers.py), else one scalar call an element (within 1 ulp)."""
+    ulp, rstf/cgen/chelpers.py), else one scalar call an element (within 1 ulp)."""
 
     expr = "erf{m}({0})"
 
@@ -174,7 +174,7 @@ class Erf(_Elementwise):
 @op_handler("Erfc")
 class Erfc(_Elementwise):
     """glibc's erfcf: its libmvec vector versions where gcc and glibc have them (within 2
-    ulp, rstf/chelpers.py), else one scalar call an element (within 3.1 ulp)."""
+    ulp, rstf/cgen/chelpers.py), else one scalar call an element (within 3.1 ulp)."""
 
     expr = "erfc{m}({0})"
 

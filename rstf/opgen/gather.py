@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Graph, Node
+from ..frontend.graph import Graph, Node
 from .base import (ALL_DTYPES, INTEGER, ArrayParam, OpFunction, OpHandler, Unsupported,
                    index_names, op_handler, render)
 

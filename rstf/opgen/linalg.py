@@ -1,7 +1,7 @@
 """Conv2D and MatMul: the ops that carry the FLOPs."""
 from __future__ import annotations
 
-from ..graph import Graph, Node
+from ..frontend.graph import Graph, Node
 import math
 
 from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, broadcast_indices,

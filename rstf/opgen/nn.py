@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Graph, Node
+from ..frontend.graph import Graph, Node
 from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, index_names, numel,
                    op_handler, render)
 from .window import check_window_attrs, window

@@ -1,7 +1,7 @@
 """MaxPool and AvgPool (NHWC, SAME / VALID)."""
 from __future__ import annotations
 
-from ..graph import Graph, Node
+from ..frontend.graph import Graph, Node
 from .base import ArrayParam, OpFunction, OpHandler, op_handler, render
 from .window import affine, check_nhwc, nhwc_attrs, pad_before, window_access
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from ..graph import Graph, Node
+from ..frontend.graph import Graph, Node
 from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, index_names, numel,
                    op_handler, render, subscript)
 
@@ -131,7 +131,7 @@ class Softmax(OpHandler):
         R = numel(shape[:-1])
         ct = self.ctype(node)
         ms = self.math_suffix(node)
-        # float: rstf's own exp (rstf/chelpers.py), which an omp simd loop vectorises.
+        # float: rstf's own exp (rstf/cgen/chelpers.py), which an omp simd loop vectorises.
         exp_fn = "rstf_expf" if ms == "f" else f"exp{ms}"
         body = render("ops/softmax.c.j2", R=R, C=C, inp="x", out="y", m="m", s="s",
                       fs=self.literal_suffix(node), exp_fn=exp_fn)

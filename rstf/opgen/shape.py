@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from ..graph import Graph, Node
+from ..frontend.graph import Graph, Node
 from .base import (ALL_DTYPES, ArrayParam, OpFunction, OpHandler, Unsupported, index_names,
                    numel, op_handler, render)
 
@@ -62,9 +62,6 @@ class ConcatV2(OpHandler):
     """Concatenation along a constant axis (the last input), each input into its slice."""
 
     dtypes = ALL_DTYPES  # moves values: any element type
-
-    def _axis_input(self, node: Node) -> int:
-        return len(node.inputs) - 1
 
     def data_inputs(self, node: Node) -> list[str]:
         return node.inputs[:-1]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..graph import Node
+from ..frontend.graph import Node
 from .base import Unsupported
 
 

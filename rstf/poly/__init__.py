@@ -83,7 +83,7 @@ def _optimize(source, entry, tile, fuse, constants, winograd, target) -> PassRes
 
     import islpy as isl
 
-    from ..cformat import format_c
+    from ..cgen.cformat import format_c
     from .lower import lower
     from .plan import make_plan
 

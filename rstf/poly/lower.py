@@ -25,7 +25,7 @@ from __future__ import annotations
 import islpy as isl
 
 from . import regepi
-from .. import chelpers
+from ..cgen import chelpers
 from .cprint import MACROS
 from .deps import Dependences
 from .emit import CallLowering, LoweringStats, window_start

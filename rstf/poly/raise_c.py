@@ -44,7 +44,7 @@ import re
 import islpy as isl
 from pycparser import c_ast
 
-from .. import chelpers
+from ..cgen import chelpers
 from .cparse import (ASSIGN_OPS, PURE_FUNCTIONS, AffineError, affine_of, array_refs, c_text,
                      check_rhs, comment_node, comments_by_end_line, constraint_of, extent_of,
                      fmt_affine, guards_of, line_of, parse_c, shape_key, type_names)

@@ -80,7 +80,7 @@ def replan(scop: Scop, schedules: list[Group],
     per scheduled group (buffers of one group never share bytes). Temporaries contracted
     to scalars or to a row buffer need no workspace at all. `scratch`: {name: bytes} of
     buffers a group's own code needs while it runs (`scratch_name(call)`), beside its arrays."""
-    from ..memplan import Buffer, plan
+    from ..cgen.memplan import Buffer, plan
 
     local = set().union(*map(local_buffers, schedules))
     live: dict[str, list[int]] = {}

@@ -1,4 +1,4 @@
-"""Timing one runtime's calls (`timed`): the measurement `rstf.runner` and the other
+"""Timing one runtime's calls (`timed`): the measurement `rstf.evaluation.runner` and the other
 engines of `rstf bench` share, in a module of its own so that neither imports the other
 for it.
 """

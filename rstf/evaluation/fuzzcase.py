@@ -42,7 +42,7 @@ import os
 
 import numpy as np
 
-from .errors import RstfError
+from ..errors import RstfError
 
 # name -> (optimizer, winograd)
 CONFIGS = {"poly": ("poly", True), "poly-nowinograd": ("poly", False), "none": ("none", False),
@@ -75,7 +75,7 @@ class Verdict:
 
 def available_configs(names=tuple(CONFIGS)) -> list[str]:
     """The configs of `names` whose compiler is installed."""
-    from .build import c_toolchain
+    from ..build.compiler import c_toolchain
 
     out = []
     for name in names:
@@ -92,7 +92,7 @@ def check(graph_def, feeds: dict | None, options: Options, work_dir: str,
     """Optimize into `work_dir` and compare with TensorFlow (module docstring). `jobs`:
     optimize's (a campaign runs one example per process, so 1 there)."""
     from .compare import compare
-    from .pipeline import optimize
+    from ..pipeline import optimize
 
     model = os.path.join(work_dir, "fuzz.pb")
     with open(model, "wb") as f:
@@ -126,14 +126,14 @@ def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> V
     in this process: set TF_ENABLE_ONEDNN_OPTS=0 before TensorFlow is imported for an
     Eigen reference. `toolchain`: `build.c_toolchain(options.optimizer)` (looked up when
     None)."""
-    from .build import c_toolchain
-    from .cexec import run_subgraph_c
-    from .codegen import generate_subgraph
+    from ..build.compiler import c_toolchain
+    from ..build.cexec import run_subgraph_c
+    from ..cgen.codegen import generate_subgraph
     from .compare import output_errors, graph_fetches
-    from .graph import load_model
-    from .modelpath import model_path
-    from .pipeline import apply_poly, select_parts
-    from .splice import mark_weights, weight_value
+    from ..frontend.graph import load_model
+    from ..frontend.modelpath import model_path
+    from ..pipeline import apply_poly, select_parts
+    from ..build.splice import mark_weights, weight_value
 
     toolchain = toolchain or c_toolchain(options.optimizer)
     with model_path(graph_def, "fuzz") as model:
@@ -144,8 +144,8 @@ def check_kernels(graph_def, feeds: dict, options: Options, toolchain=None) -> V
                 for i, p in enumerate(parts) if len(p) > options.max_ops]
     infos = [{} for _ in codes]
     if options.optimizer == "poly":
-        from .poly import optimize
-        from .poly.target import detect
+        from ..poly import optimize
+        from ..poly.target import detect
 
         vec = detect("native", toolchain.cc).name
         infos = [apply_poly(sg, optimize(
@@ -189,7 +189,7 @@ class TensorFlowFails(Exception):
 
 
 def _tf_run(graph_def, feeds: dict, fetches: list[str], reference: bool = False) -> dict:
-    from .tfutil import tf
+    from ..frontend.tfutil import tf
 
     g = tf.Graph()
     with g.as_default():
@@ -237,7 +237,7 @@ def load_regression(path: str) -> tuple[object, dict | None, Options]:
     from google.protobuf import text_format
 
     from .fuzz import image_feeds
-    from .tfutil import tf
+    from ..frontend.tfutil import tf
 
     with open(path) as f:
         gd = text_format.Parse(f.read(), tf.compat.v1.GraphDef())

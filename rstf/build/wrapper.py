@@ -11,10 +11,11 @@ import os
 
 import numpy as np
 
-from . import __version__, chelpers
-from .cescape import c_comment, c_string
-from .codegen import Slot, SubgraphCode
-from .opgen.base import render
+from .. import __version__
+from ..cgen import chelpers
+from ..cgen.cescape import c_comment, c_string
+from ..cgen.codegen import Slot, SubgraphCode
+from ..opgen.base import render
 
 # dtype -> (REGISTER_OP type, DataType enum, C++ element type: the C side's `unsigned char`
 # for a bool is C++ `bool`, the one TensorFlow's Tensor::flat<> accepts; same layout).
@@ -30,9 +31,10 @@ def runtime_digest() -> str:
     libraries of the same generated C from two versions of that code are different
     libraries: loaded in one process, the same op names would clash ("Multiple OpKernel
     registrations match")."""
-    from .build import runtime_sources
+    from .compiler import runtime_sources
 
-    with open(os.path.join(os.path.dirname(__file__), "templates", "wrapper.cc.j2")) as f:
+    templates = os.path.join(os.path.dirname(os.path.dirname(__file__)), "templates")
+    with open(os.path.join(templates, "wrapper.cc.j2")) as f:
         texts = [f.read(), *runtime_sources().values()]
     h = hashlib.sha256()
     for text in texts:

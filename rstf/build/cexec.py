@@ -11,8 +11,8 @@ import tempfile
 
 import numpy as np
 
-from .build import CToolchain, compile_c_shared
-from .codegen import SubgraphCode
+from .compiler import CToolchain, compile_c_shared
+from ..cgen.codegen import SubgraphCode
 
 
 # What outputs hold before the call, so that an element the code forgets shows: NaN for

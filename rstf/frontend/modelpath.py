@@ -8,7 +8,7 @@ import contextlib
 import os
 import tempfile
 
-from .errors import RstfError
+from ..errors import RstfError
 
 
 def is_graph_def(model) -> bool:

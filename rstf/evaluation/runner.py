@@ -1,13 +1,13 @@
-"""Run a frozen graph and time it, in its own process: `python -m rstf.runner ...`.
+"""Run a frozen graph and time it, in its own process: `python -m rstf.evaluation.runner ...`.
 
 `rstf compare` starts one runner per configuration because TensorFlow reads
 TF_ENABLE_ONEDNN_OPTS once, at import: stock TF with Eigen kernels and stock TF with oneDNN
 cannot share a process. The runner loads optional op libraries, feeds the inputs from an
 .npz file, fetches the requested tensors, saves them to an .npz file and prints one JSON line
 with the latencies. TensorFlow graphs are called through TensorFlow's C API by default
-(rstf.tfclient: no Python interpreter work inside the timed calls), or from a Python Session
+(rstf.serving.tfclient: no Python interpreter work inside the timed calls), or from a Python Session
 with `--client python`. `--engine` picks another runtime for the same frozen graph (`rstf bench`:
-XLA, ONNX Runtime, OpenVINO; see rstf/bench.py).
+XLA, ONNX Runtime, OpenVINO; see rstf/evaluation/bench.py).
 """
 from __future__ import annotations
 
@@ -22,14 +22,14 @@ from .timing import timed
 def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
         reps: int, save: str | None, client: str = "c", rewrites: bool = True) -> dict:
     """The frozen graph through TensorFlow: with `client="c"` through its C API
-    (rstf.tfclient, the way a C++ server calls Session::Run), with `client="python"` through
+    (rstf.serving.tfclient, the way a C++ server calls Session::Run), with `client="python"` through
     a Python Session, whose per-call interpreter work is then counted in every latency.
     Without gcc to build the C client, the Python Session it is, and the result says so.
     `rewrites=False`: a Python Session with Grappler off, every node run as it is in the
     graph (no fused kernels): `compare` measures TF's own spread with it."""
     import numpy as np
 
-    from .tfclient import ClientUnavailable, run_graph
+    from ..serving.tfclient import ClientUnavailable, run_graph
 
     feeds = dict(np.load(inputs_path))
     label = "Python Session"
@@ -44,8 +44,8 @@ def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
             return {"latency_ms": statistics.median(times) if times else None,
                     "times_ms": times, "client": "TF C API"}
 
-    from .serving import load_library
-    from .tfutil import tf
+    from ..serving import load_library
+    from ..frontend.tfutil import tf
 
     for lib in libs:
         load_library(lib)
@@ -66,14 +66,15 @@ def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rstf.runner")
+    p = argparse.ArgumentParser(prog="python -m rstf.evaluation.runner")
     p.add_argument("--graph", required=True)
     p.add_argument("--lib", action="append", default=[])
     p.add_argument("--inputs", required=True)
     p.add_argument("--fetch", action="append", default=[])
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--save")
-    p.add_argument("--engine", default="tf", help="tf, or one of rstf.bench's other runtimes")
+    p.add_argument("--engine", default="tf",
+                   help="tf, or one of rstf.evaluation.bench's other runtimes")
     p.add_argument("--client", choices=["c", "python"], default="c",
                    help="with --engine tf: call the Session through TensorFlow's C API (the "
                    "default) or from Python")

@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from . import __version__, chelpers, memplan
+from .. import __version__
+from . import chelpers, memplan
 from .cescape import c_comment
 from .cformat import format_c
-from .graph import Graph, split_tensor
-from .opgen import get_handler
-from .opgen.base import C_TYPES, ArrayParam, numel, render
-from .padfold import absorb_pads
+from ..frontend.graph import Graph, split_tensor
+from ..opgen import get_handler
+from ..opgen.base import C_TYPES, ArrayParam, numel, render
+from ..frontend.padfold import absorb_pads
 
 
 @dataclasses.dataclass
@@ -64,7 +65,7 @@ class SubgraphCode:
     temp_bytes_unshared: int  # what the temporaries would take without reuse
     flops: int
     op_functions: int  # distinct op functions after deduplication
-    dynamic_batch: bool = False  # entry takes (long N, long P, ...): see rstf/batch.py
+    dynamic_batch: bool = False  # entry takes (long N, long P, ...): see rstf/cgen/batch.py
     # constant inputs the C reads in panel layout: cname -> panel width (poly/prepack.py)
     prepacked: dict = dataclasses.field(default_factory=dict)
 
@@ -98,7 +99,7 @@ def generate_subgraph(graph: Graph, nodes: list[str], index: int,
     members = set(nodes)
     step_of = {n: s for s, n in enumerate(nodes)}
     # Zero Pads read only by this subgraph's convolutions become the convolutions' own
-    # (guarded) padding: no padded copy (rstf/padfold.py).
+    # (guarded) padding: no padded copy (rstf/frontend/padfold.py).
     absorbed, rewritten = absorb_pads(graph, nodes)
     emitted = []
     for name in nodes:

@@ -16,9 +16,9 @@ weight twice.
 """
 from __future__ import annotations
 
-from .codegen import SubgraphCode
-from .graph import Graph, split_tensor
-from .tfutil import tf
+from ..cgen.codegen import SubgraphCode
+from ..frontend.graph import Graph, split_tensor
+from ..frontend.tfutil import tf
 
 
 def mark_weights(graph: Graph, subgraphs: list[SubgraphCode]) -> None:
@@ -99,7 +99,7 @@ def weight_value(graph: Graph, slot, spec=None):
     value = graph.const_value(slot.tensor)
     if spec is None:
         return value
-    from .poly.prepack import pack
+    from ..poly.prepack import pack
 
     return pack(value, spec)
 

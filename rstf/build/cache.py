@@ -24,7 +24,7 @@ import fcntl
 import os
 import stat
 
-from .errors import RstfError
+from ..errors import RstfError
 
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 

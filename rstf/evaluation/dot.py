@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 
-from .errors import RstfError
+from ..errors import RstfError
 
 # Partition fill colours: ColorBrewer Set3 (light, black text stays readable), then
 # golden-ratio hues for graphs with more partitions than that.

@@ -1,7 +1,7 @@
 """Per-channel scales folded into the weights of the contraction before them.
 
 A frozen Keras model computes batch norm after a convolution as `conv(x, W) * s + t`, with
-`s` and `t` constant vectors over the output channels (rstf.fold has already evaluated
+`s` and `t` constant vectors over the output channels (rstf.frontend.fold has already evaluated
 `gamma * rsqrt(var + eps)`). The multiply costs one vector operation per output vector in
 every kernel epilogue, on the same pipes as the contraction's multiply-adds. Since
 `conv(x, W) * s == conv(x, W * s)` exactly in real arithmetic, the multiply can go into the

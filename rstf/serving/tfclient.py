@@ -1,4 +1,4 @@
-"""Run and time a frozen graph through TensorFlow's C API: rstf/tf_client.c.
+"""Run and time a frozen graph through TensorFlow's C API: rstf/serving/tf_client.c.
 
 This is how `rstf compare` and the TensorFlow engines of `rstf bench` time a graph. Python's
 `Session.run` costs 0.4-0.7 ms of interpreter work a call on a 2-core machine, against about
@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from .errors import RstfError
+from ..errors import RstfError
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_client.c")
 
@@ -58,8 +58,8 @@ def _tf_libs(tfd: str) -> list[str]:
 def client_path() -> str:
     """The compiled client, built on first use (an atomic rename into the build cache).
     Raises ClientUnavailable when it is not built yet and there is no gcc to build it."""
-    from .build import run_tool
-    from .cache import check_trusted, locked, private_cache_dir
+    from ..build.compiler import run_tool
+    from ..build.cache import check_trusted, locked, private_cache_dir
 
     tfd = tf_dir()
     libs = _tf_libs(tfd)
@@ -97,7 +97,7 @@ def client_path() -> str:
 def _unique_by_content(libs: list[str]) -> list[str]:
     """Each library once per content: the same library under two paths would register its
     kernels twice, and TensorFlow refuses to run them (see serving.load_library)."""
-    from .build import file_sha256
+    from ..build.compiler import file_sha256
 
     seen, out = set(), []
     for lib in libs:

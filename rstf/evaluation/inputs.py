@@ -32,7 +32,7 @@ import zipfile
 
 import numpy as np
 
-from .errors import RstfError
+from ..errors import RstfError
 
 # Ops whose output holds some of the values of these inputs (moved, or converted as Cast
 # converts): an id that flows through them is still an id. ConcatV2 and Pack: see below.

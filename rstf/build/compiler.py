@@ -23,11 +23,12 @@ import subprocess
 import tempfile
 
 from .cache import check_trusted, locked, private_cache_dir
-from .errors import RstfError
+from ..errors import RstfError
 
 # The runtime the op libraries compile in: package data, so that an installed rstf (not
 # only a checkout) has it.
-CUSTOM_OPS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime")
+CUSTOM_OPS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                              "runtime")
 RUNTIME_HEADERS = ["rstf_kernel.h"]
 # The library's own OpenMP team (the libgomp entry points gcc's code for the generated C
 # calls), compiled into the op libraries of `poly` and `none`.
@@ -190,7 +191,7 @@ def sanitizer_env() -> dict[str, str]:
 
 
 def tf_flags() -> tuple[list[str], list[str]]:
-    from .tfutil import tf
+    from ..frontend.tfutil import tf
 
     return tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
 
@@ -240,7 +241,7 @@ def build_library(c_sources: dict[str, str], cc_source: str, march: str = "nativ
     `jobs` compilers (default: the CPU count); `on_done()`, if given, is called once per
     finished unit (each C source, then the wrapper and the link as one): len(c_sources) + 1
     calls in all, or none on a cache hit."""
-    from .tfutil import tf
+    from ..frontend.tfutil import tf
 
     toolchain = toolchain or c_toolchain("poly", march)
     tf_cflags, tf_lflags = tf_flags()

@@ -102,7 +102,7 @@ def image_feeds(graph_def, seed: int) -> dict:
 
 def build_graph(ch, max_steps: int = 7) -> RandomGraph:
     """One random graph, every decision taken by the chooser `ch` (module docstring)."""
-    from .tfutil import tf
+    from ..frontend.tfutil import tf
 
     seed = ch.integer(0, 2**31 - 1)
     rng = np.random.RandomState(seed)

@@ -25,10 +25,10 @@ from __future__ import annotations
 import islpy as isl
 
 from .codegen import SubgraphCode, entry_params
-from .graph import Graph
-from .opgen import get_handler
-from .opgen.base import Unsupported, numel
-from .poly import versioning
+from ..frontend.graph import Graph
+from ..opgen import get_handler
+from ..opgen.base import Unsupported, numel
+from ..poly import versioning
 
 
 def dynamic_inputs(graph: Graph) -> dict[str, tuple]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import RstfError
+from ..errors import RstfError
 from .names import input_node
 from .tfutil import tf
 

@@ -14,7 +14,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .errors import RstfError
+from ..errors import RstfError
 from .names import FORWARDING_OPS, input_node, split_tensor, tensor_name  # noqa: F401
 from .tfutil import tf
 
@@ -63,10 +63,12 @@ class Graph:
             for c in n.control_inputs:
                 self.consumers[c].append(n.name)
         self._const_cache: dict[str, np.ndarray] = {}
-        self.folded: list[str] = []  # nodes evaluated at load time (rstf.fold)
-        self.bypassed: list[str] = []  # pass-through nodes removed at load time (rstf.passthrough)
-        self.scales_folded: list[str] = []  # Muls folded into weights (rstf.scalefold)
-        self.tensordots_merged: list[str] = []  # MatMuls now BatchMatMulV2s (rstf.tensordot)
+        self.folded: list[str] = []  # nodes evaluated at load time (rstf.frontend.fold)
+        # pass-through nodes removed at load time (rstf.frontend.passthrough)
+        self.bypassed: list[str] = []
+        self.scales_folded: list[str] = []  # Muls folded into weights (rstf.frontend.scalefold)
+        # MatMuls now BatchMatMulV2s (rstf.frontend.tensordot)
+        self.tensordots_merged: list[str] = []
         # {"inputs": {key: tensor}, "outputs": {key: tensor}}: the names users call it by
         self.signature: dict = {}
 
@@ -280,12 +282,12 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
                fold_scales: bool = False) -> Graph:
     """Load a model file or directory into a `Graph` with static shapes where TF knows them.
 
-    With `fold`, pass-through nodes are bypassed first (rstf.passthrough; the Graph's
+    With `fold`, pass-through nodes are bypassed first (rstf.frontend.passthrough; the Graph's
     `bypassed` lists those removed), then nodes computable from constants alone are
-    evaluated (rstf.fold); the Graph's `folded` lists them; then each Dense over a 3-D input
-    (Reshape, MatMul, Reshape) becomes one BatchMatMulV2 (rstf.tensordot; the Graph's
+    evaluated (rstf.frontend.fold); the Graph's `folded` lists them; then each Dense over a
+    3-D input (Reshape, MatMul, Reshape) becomes one BatchMatMulV2 (rstf.frontend.tensordot; the Graph's
     `tensordots_merged` lists the MatMuls). With `fold_scales` too, per-channel multiplies after a
-    contraction go into its weights (rstf.scalefold); the Graph's `scales_folded` lists the
+    contraction go into its weights (rstf.frontend.scalefold); the Graph's `scales_folded` lists the
     Muls removed.
     """
     gd, signature = read_graph_def(path)

@@ -25,7 +25,7 @@ import os
 import shutil
 import tempfile
 
-from .errors import RstfError
+from ..errors import RstfError
 
 # renameat2(2) flags (linux/fs.h).
 RENAME_NOREPLACE = 1

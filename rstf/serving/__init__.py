@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 
-from .errors import RstfError
+from ..errors import RstfError
 
 BUILD_TEMPLATE = "serving_BUILD.j2"
 _LOADED: dict[str, object] = {}  # library content hash -> the module tf.load_op_library gave
@@ -26,7 +26,7 @@ def load_library(path: str):
     """
     import hashlib
 
-    from .tfutil import tf
+    from ..frontend.tfutil import tf
 
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
@@ -38,7 +38,7 @@ def load_library(path: str):
 def write_saved_model(export_dir: str, graph_def, signature: dict, lib_path: str | None) -> None:
     """A TF1-style SavedModel of `graph_def` (no variables: weights are Consts) whose
     `serving_default` signature keeps the original keys, shapes and dtypes."""
-    from .tfutil import tf
+    from ..frontend.tfutil import tf
 
     if lib_path:
         load_library(lib_path)
@@ -65,8 +65,8 @@ def write_serving_ops(pkg_dir: str, c_sources: dict[str, str], wrapper: str,
     `-march=<march>` (none when empty; `build.c_toolchain` has checked it is a plain name),
     and with glibc's libmvec where this machine's gcc has it (`build.vector_math`: the
     serving machine needs glibc 2.35 or later then)."""
-    from .build import INDEX_RANGE_ERRORS, LIBMVEC_FLAG, vector_math
-    from .opgen.base import render
+    from ..build.compiler import INDEX_RANGE_ERRORS, LIBMVEC_FLAG, vector_math
+    from ..opgen.base import render
 
     os.makedirs(pkg_dir)
     for name, text in [*c_sources.items(), ("rstf_ops.cc", wrapper), *headers.items()]:
@@ -86,7 +86,7 @@ class RstfModel:
     """
 
     def __init__(self, out_dir: str):
-        from .tfutil import tf
+        from ..frontend.tfutil import tf
 
         path = os.path.join(out_dir, "report.json")
         if not os.path.isfile(path):
@@ -115,7 +115,7 @@ class RstfModel:
         extra = set(inputs) - set(self.input_names)
         if missing or extra:
             raise TypeError(f"expected inputs {self.input_names}, got {sorted(inputs)}")
-        from .tfutil import tf
+        from ..frontend.tfutil import tf
 
         outs = self._fn(*[tf.convert_to_tensor(inputs[k], dtype)
                           for k, dtype in zip(self.input_names, self._dtypes)])

@@ -1,7 +1,7 @@
 """`rstf bench`: one model, the same seeded random inputs, every engine; latency and error.
 
-The inputs are rstf.inputs' (`--seed`, `--input-range`); errors are rstf.compare's measure
-against TF Eigen, and `tf-onednn`'s error is the model's TF spread, which every engine's
+The inputs are rstf.evaluation.inputs' (`--seed`, `--input-range`); errors are
+rstf.compare's measure against TF Eigen, and `tf-onednn`'s error is the model's TF spread, which every engine's
 error is also given relative to (`spread_ratio`).
 
 Engines:
@@ -12,7 +12,7 @@ Engines:
 - `tf-eigen`, `tf-onednn`: stock TensorFlow with TF_ENABLE_ONEDNN_OPTS=0 / 1 (a Session on the
   frozen graph, as `rstf compare` runs it); `tf-eigen` is the reference of every ratio and
   error, and always runs. These and the rstf engines are called through TensorFlow's C API
-  (rstf.tfclient), as a C++ server calls them;
+  (rstf.serving.tfclient), as a C++ server calls them;
 - `tf-xla`: the frozen graph as a `tf.function(jit_compile=True)`: XLA must compile the whole
   graph (or the engine fails), and the runner reports the size of the HLO module it ran;
 - `onnxruntime`: the graph converted by tf2onnx, on ONNX Runtime's CPU provider;
@@ -22,7 +22,7 @@ Engines:
 The other three are called from their Python APIs: ONNX Runtime's and OpenVINO's are thin
 bindings; `tf-xla`'s `tf.function` call costs more Python per call than the others.
 
-Every engine runs in its own process (`python -m rstf.runner --engine ...`): one warm-up
+Every engine runs in its own process (`python -m rstf.evaluation.runner --engine ...`): one warm-up
 call, then `reps` timed calls; the result keeps every time, the median, min/max and
 quartiles. An engine whose Python package is missing is reported "not installed"; one that
 fails (a compile error, a conversion error) is reported "failed" with a one-line reason, and
@@ -40,7 +40,7 @@ import tempfile
 
 import numpy as np
 
-from .errors import RstfError
+from ..errors import RstfError
 
 RSTF_OPTIMIZERS = ("none", "poly", "graphite", "polly")
 ENGINES = (*(f"rstf-{o}" for o in RSTF_OPTIMIZERS), "tf-eigen", "tf-onednn", "tf-xla",
@@ -83,7 +83,7 @@ def cpu_name() -> str:
 
 
 def machine() -> dict:
-    from .tfutil import tf
+    from ..frontend.tfutil import tf
 
     return {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "tensorflow": tf.__version__}
@@ -93,7 +93,7 @@ def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=No
           march: str = "native", threads: int = 0, rtol: float = 1e-4, log=None,
           input_range: tuple[float, float] | None = None,
           optimized: dict[str, str] | None = None) -> dict:
-    """Run every engine on every model (module docstring), on rstf.inputs' random inputs
+    """Run every engine on every model (module docstring), on rstf.evaluation.inputs' random inputs
     (`input_range`: every float input uniform in [LO, HI)). `optimized` ({engine: DIR}, one
     model only): an rstf engine whose model is already in DIR, written by
     rstf.pipeline.optimize with that engine's optimizer, `march` and `threads`, runs from
@@ -141,7 +141,7 @@ def rstf_problems(result: dict) -> list[str]:
 def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol, log,
                  input_range, optimized) -> dict:
     from .compare import output_errors, graph_fetches, spread_ratio, write_run_files
-    from .graph import load_model
+    from ..frontend.graph import load_model
     from .inputs import draw_inputs
 
     graph = load_model(model, input_shapes)
@@ -237,8 +237,8 @@ class _NotInstalled(Exception):
 
 
 def _optimize(engine, model, tmp, input_shapes, outputs, march, threads, log):
-    from .build import c_toolchain
-    from .pipeline import optimize
+    from ..build.compiler import c_toolchain
+    from ..pipeline import optimize
 
     optimizer = engine.removeprefix("rstf-")
     try:
@@ -270,7 +270,7 @@ def _output_files(out: str, report: dict):
 
 
 # --------------------------------------------------------------------------- the runtimes
-# Each runs in the engine's own process (rstf.runner --engine NAME) and returns
+# Each runs in the engine's own process (rstf.evaluation.runner --engine NAME) and returns
 # timing.timed's dict, with what shows that the runtime really ran the graph.
 
 
@@ -280,7 +280,7 @@ def _feeds(inputs_path: str) -> dict[str, np.ndarray]:
 
 
 def _read_graph_def(graph_path: str):
-    from .tfutil import tf
+    from ..frontend.tfutil import tf
 
     gd = tf.compat.v1.GraphDef()
     with open(graph_path, "rb") as f:
@@ -291,7 +291,7 @@ def _read_graph_def(graph_path: str):
 def run_xla(graph_path, inputs_path, fetches, reps, save) -> dict:
     """The frozen graph as one `tf.function(jit_compile=True)`: XLA compiles all of it."""
     from .timing import timed
-    from .tfutil import tf
+    from ..frontend.tfutil import tf
 
     gd = _read_graph_def(graph_path)
     feeds = _feeds(inputs_path)

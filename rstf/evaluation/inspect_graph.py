@@ -2,7 +2,8 @@
 
 `inspect(model, ...)` loads the model as `optimize --optimizer poly` does (constants folded,
 and with `fold_scales`, `--fold-scales on`, batch norm's per-channel scales folded into
-the weights: rstf/scalefold.py), so its node counts and partitions are those `optimize` cuts.
+the weights: rstf/frontend/scalefold.py), so its node counts and partitions are those
+`optimize` cuts.
 It returns a dict (what `rstf inspect --json` prints):
 
 * `ops`: per op type, its node count, how many rstf supports and how many stay in
@@ -13,7 +14,7 @@ It returns a dict (what `rstf inspect --json` prints):
   are the custom ops `rstf optimize` generates, `subgraph_<index>`, in the same order;
 * `skipped`: clusters of supported nodes that only move data and stay in TensorFlow.
 
-With `svg`, the graph is drawn by graphviz (rstf/dot.py): one colour per partition, each
+With `svg`, the graph is drawn by graphviz (rstf/evaluation/dot.py): one colour per partition, each
 partition boxed as a cluster, unsupported nodes grey, with a legend.
 """
 from __future__ import annotations
@@ -21,15 +22,15 @@ from __future__ import annotations
 import collections
 import os
 
-from .errors import RstfError
+from ..errors import RstfError
 
 
 def inspect(model: str, input_shapes=None, outputs=None, max_ops: int | None = None,
             svg: str | None = None, fold_scales: bool = False) -> dict:
     """Inspect `model` (module docstring); draw it into `svg` when given."""
     from . import dot
-    from .graph import split_tensor
-    from .pipeline import DEFAULT_MAX_OPS, load_for_codegen, node_flops, partition, select
+    from ..frontend.graph import split_tensor
+    from ..pipeline import DEFAULT_MAX_OPS, load_for_codegen, node_flops, partition, select
 
     max_ops = DEFAULT_MAX_OPS if max_ops is None else max_ops
     if max_ops < 1:
