@@ -366,13 +366,18 @@ def table(result: dict) -> str:
                   f"  {'engine':<14} {'median ms':>10} {'min-max ms':>17} {'time/Eigen':>10} "
                   f"{'max_rel_err':>11} {'err/TF spread':>13}  status"]
         for r in mod["engines"]:
-            spread = "-" if r["min_ms"] is None else f"{r['min_ms']:.2f}-{r['max_ms']:.2f}"
-            ratio = "-" if r["ratio_vs_eigen"] is None else f"{r['ratio_vs_eigen']:.2f}x"
-            status = r["status"] + (f": {r['reason']}" if r["reason"] else "")
+            spread, ratio, status = _row_cells(r)
             lines.append(f"  {r['label']:<14} {_fmt(r['median_ms'], '.2f'):>10} {spread:>17} "
                          f"{ratio:>10} {_fmt(r['max_rel_err'], '.2g'):>11} "
                          f"{_spread_ratio_text(r):>13}  {status}")
     return "\n".join(lines)
+
+
+def _row_cells(r: dict) -> tuple[str, str, str]:
+    """An engine row's min-max, time / TF Eigen and status cells, as both tables show them."""
+    spread = "-" if r["min_ms"] is None else f"{r['min_ms']:.2f}-{r['max_ms']:.2f}"
+    ratio = "-" if r["ratio_vs_eigen"] is None else f"{r['ratio_vs_eigen']:.2f}x"
+    return spread, ratio, r["status"] + (f": {r['reason']}" if r["reason"] else "")
 
 
 def _inputs_text(mod: dict) -> str:
@@ -395,9 +400,7 @@ def markdown_table(result: dict) -> str:
            "err / TF spread | status |", "|---|---|---|---|---|---|---|---|"]
     for mod in result["models"]:
         for r in mod["engines"]:
-            spread = "-" if r["min_ms"] is None else f"{r['min_ms']:.2f}-{r['max_ms']:.2f}"
-            ratio = "-" if r["ratio_vs_eigen"] is None else f"{r['ratio_vs_eigen']:.2f}x"
-            status = r["status"] + (f": {r['reason']}" if r["reason"] else "")
+            spread, ratio, status = _row_cells(r)
             out.append(f"| {mod['name']} | {r['label']} | {_fmt(r['median_ms'], '.2f')} | "
                        f"{spread} | {ratio} | {_fmt(r['max_rel_err'], '.2g')} | "
                        f"{_spread_ratio_text(r)} | {status.replace('|', '/')} |")
