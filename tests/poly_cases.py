@@ -30,6 +30,11 @@ def at_l2(target):
     return dataclasses.replace(target, l2=NATIVE.l2)
 
 
+def tuned(target=NATIVE, **fields):
+    """`target` with some `Tuning` fields changed (a test that needs a threshold moved)."""
+    return dataclasses.replace(target, tuning=dataclasses.replace(target.tuning, **fields))
+
+
 def V(name: str, target=NATIVE) -> str:
     """`name` with the target's vector width: V("rstf_fma") -> rstf_fma16."""
     return f"{name}{target.vlen}"
@@ -174,7 +179,7 @@ CASES = {
                                          padding="VALID") + _w(32))),
     "depthwise_row_5x5_in_registers": ((1, 7, 12, 16), lambda x: tf.raw_ops.DepthwiseConv2dNative(
         input=x, filter=_w(5, 5, 16, 1), strides=[1, 1, 1, 1], padding="SAME") * _w(16)),
-    # 17 outputs a row: the chunks of DW_MAX_RB rows, as for the wide maps.
+    # 17 outputs a row: the chunks of Tuning.dw_max_rb rows, as for the wide maps.
     "depthwise_row17_chunks": ((1, 4, 17, 16), lambda x: tf.raw_ops.DepthwiseConv2dNative(
         input=x, filter=_w(3, 3, 16, 1), strides=[1, 1, 1, 1], padding="SAME")),
     "depthwise_pool_mean": ((1, 14, 14, 32), lambda x: tf.reduce_mean(tf.nn.max_pool2d(

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from poly_cases import rng, _w, _subgraph, _run_both
+from poly_cases import rng, tuned, _w, _subgraph, _run_both
 from rstf.frontend.tfutil import tf
 
 
@@ -85,19 +85,15 @@ HALO_CASES = {  # (halo bands, the window's first row at band row h minus 2h, bu
 
 
 @pytest.mark.parametrize("budget, rows", [(0, 3), (18 << 10, 3 + 2 * 2), (None, 3 + 2 * 7)])
-def test_halo_band_carries_rows_in_a_sequential_row_loop(budget, rows, monkeypatch):
+def test_halo_band_carries_rows_in_a_sequential_row_loop(budget, rows):
     """A halo band whose row loop does not go parallel (too little work for a region)
     still carries the shared window row, in a plain block: every band row after the
     first computes two expanded rows, bit-identical to the textbook C. The window slides
     down a buffer of as many rows as the byte budget holds (13 x 48 floats a row: 3 in
     no budget, 7 in 18 KB, 17 at most) and the shared row moves up when it reaches the
     end: 19 band rows cover every case, a move at each row down to none at all."""
-    from rstf.poly import band, emit
-
-    monkeypatch.setattr(band, "HALO_MIN_BYTES", 0)
-    monkeypatch.setattr(emit, "MIN_WORK", 10 ** 12)
-    if budget is not None:
-        monkeypatch.setattr(emit, "WINDOW_BUFFER_BYTES", budget)
+    target = tuned(halo_min_bytes=0, min_work=10 ** 12,
+                   **({} if budget is None else {"window_buffer_bytes": budget}))
     shape = (1, 37, 13, 16)
 
     def build():
@@ -106,7 +102,7 @@ def test_halo_band_carries_rows_in_a_sequential_row_loop(budget, rows, monkeypat
 
     g, sg = _subgraph(build)
     x = rng.rand(*shape).astype(np.float32)
-    ref, got, info, new = _run_both(g, sg, {"x:0": x}, threads=2)
+    ref, got, info, new = _run_both(g, sg, {"x:0": x}, threads=2, target=target)
     np.testing.assert_array_equal(got["out:0"], ref["out:0"])
     assert info["parallel_loops"] == 0 and "#pragma omp parallel" not in new
     (win,) = [b["recomputed_window"] for b in info["bands"] if b["recomputed_window"]]
@@ -119,16 +115,14 @@ def test_halo_band_carries_rows_in_a_sequential_row_loop(budget, rows, monkeypat
 
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("case", sorted(HALO_CASES))
-def test_halo_band_recomputes_the_window(case, threads, monkeypatch):
+def test_halo_band_recomputes_the_window(case, threads):
     """A 1x1 expansion fused into the band of the stride-2 depthwise conv that reads it
     (band.fuse_halo): each band row computes the 3 expanded rows it reads into its
     thread's window buffer, so the row loop stays parallel, and the row it shares with
     the band row the thread ran before is moved up instead of recomputed. Bit-identical
     to the textbook C on 2 and 3 threads, refused at stride 1 and with fan-out. The size
     floor is lowered so that a small graph qualifies."""
-    from rstf.poly import band
-
-    monkeypatch.setattr(band, "HALO_MIN_BYTES", 0)
+    target = tuned(halo_min_bytes=0)
     want, first, build_y = HALO_CASES[case]
     shape = (1, 37, 13, 16)
 
@@ -138,14 +132,15 @@ def test_halo_band_recomputes_the_window(case, threads, monkeypatch):
 
     g, sg = _subgraph(build)
     x = rng.rand(*shape).astype(np.float32)
-    ref, got, info, new = _run_both(g, sg, {"x:0": x}, threads=threads)
+    ref, got, info, new = _run_both(g, sg, {"x:0": x}, threads=threads, target=target)
     for k in ref:
         np.testing.assert_array_equal(got[k], ref[k])
     halos = [b for b in info["bands"] if b["recomputed_window"]]
     assert len(halos) == want, info["bands"]
     if want:
         # On the team, a thread that steals band rows starts its own window there.
-        _, got, _, _ = _run_both(g, sg, {"x:0": x}, threads=threads, team=True)
+        _, got, _, _ = _run_both(g, sg, {"x:0": x}, threads=threads, team=True,
+                                 target=target)
         for k in ref:
             np.testing.assert_array_equal(got[k], ref[k])
         band_info = halos[0]

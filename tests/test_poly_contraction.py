@@ -27,7 +27,7 @@ def test_contraction_roles():
     (32, "SAME", "kw"),  # a 32-step call: kw joins it although the border cuts kw
     (80, "VALID", "kw"),  # no border: kw joins the 80 input channels
     (64, "SAME", None),  # border chunks would cost more than 64-step calls
-    (128, "VALID", None),  # 384 steps: beyond KIN_DEPTH_LONG
+    (128, "VALID", None),  # 384 steps: beyond Tuning.kin_depth_long
 ])
 def test_which_reductions_a_conv_kernel_runs(ic, padding, inside):
     """Which of a 3x3 conv's reduction loops one kernel call runs beside ic, and which

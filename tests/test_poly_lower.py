@@ -50,7 +50,7 @@ def test_register_epilogue_clamps_with_max_min_bit_for_bit():
 
 def test_lowered_c_is_readable_and_marked():
     # 40 input channels: the 40-step calls leave kh and kw outside, summing into a row
-    # buffer that the Relu reads (contraction.SHORT_CALL)
+    # buffer that the Relu reads (Tuning.short_call)
     def build():
         x = tf.compat.v1.placeholder(tf.float32, [1, 17, 17, 40], name="x")
         y = tf.nn.relu(tf.nn.conv2d(x, _w(3, 3, 40, 64), 1, "SAME"))
@@ -62,7 +62,7 @@ def test_lowered_c_is_readable_and_marked():
     assert "rstf_mk" in new and "#pragma omp parallel for" in new and "#pragma omp simd" in new
     assert info["parallel_loops"] >= 1 and info["simd_loops"] >= 1
     # Every parallel loop in chunks the team's threads can steal (parallel.dynamic_schedule),
-    # at least cprint.MIN_CHUNKS of them where the loop has that many iterations.
+    # at least Tuning.min_chunks of them where the loop has that many iterations.
     lines = new.splitlines()
     marked = [i for i, ln in enumerate(lines) if "#pragma omp parallel for" in ln]
     assert len(marked) == info["parallel_loops"]

@@ -56,13 +56,13 @@ def test_tile_choice_fits_registers(target):
 
 def test_single_vector_tile_only_for_short_reductions_of_enough_rows():
     """`single_vector_tile`: RB x 16 tiles (one vector, RB up to 14) for a reduction of
-    at most SINGLE_MAX_DEPTH steps over at least SINGLE_MIN_ROWS rows; None otherwise (a
+    at most `Tuning.single_max_depth` steps over at least `single_min_rows` rows; None otherwise (a
     GEMV's one row would run one accumulator chain; a long reduction's rows leave L1)."""
-    from rstf.poly.microkernel import SINGLE_MAX_DEPTH, single_vector_tile
+    from rstf.poly.microkernel import single_vector_tile
 
     assert single_vector_tile(112, 96, 16, AVX512)[:2] == (14, 1)
     assert single_vector_tile(7, 960, 32, AVX512)[:2] == (7, 1)
-    assert single_vector_tile(112, 96, SINGLE_MAX_DEPTH + 1, AVX512) is None
+    assert single_vector_tile(112, 96, AVX512.tuning.single_max_depth + 1, AVX512) is None
     assert single_vector_tile(1, 1000, 16, AVX512) is None
     assert single_vector_tile(56, 8, 16, AVX512) is None  # narrower than a vector
 

@@ -121,7 +121,7 @@ _SLIDING = ("depthwise_bn_relu6", "depthwise_row16_accumulates",
 
 def _check_depthwise_tiles(case, shape, info, target):
     """One vector wide (a remainder of half a vector: a half-vector kernel); at most
-    DW_MAX_RB rows, or a sliding row: stride 1, a row of at most 16 outputs, and its
+    Tuning.dw_max_rb rows, or a sliding row: stride 1, a row of at most 16 outputs, and its
     accumulators, taps and input vector in the target's registers."""
     width = shape[2] - (0 if "valid" not in case else 2)
     taps = 5 if "5x5" in case else 3

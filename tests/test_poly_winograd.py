@@ -65,7 +65,7 @@ def test_winograd_conv_agrees_with_textbook(case, tiles, monkeypatch):
     shape, body, algo = WINOGRAD[case]
     mh, mw, kh, kw = map(int, re.fullmatch(r"F\((\d+)x(\d+),(\d+)x(\d+)\)", algo).groups())
     if tiles == "smallest":
-        monkeypatch.setattr(winograd, "choose", lambda kh, kw, oh, ow:
+        monkeypatch.setattr(winograd, "choose", lambda kh, kw, oh, ow, tuning:
                             winograd.ALGORITHMS[kh, kw][0])
         mh, mw = winograd.ALGORITHMS[kh, kw][0]
         algo = f"F({mh}x{mw},{kh}x{kw})"
@@ -180,9 +180,11 @@ def test_winograd_transforms_compute_the_correlation():
         d, g = rng.randn(t.alpha), rng.randn(r)
         want = [sum(g[k] * d[i + k] for k in range(r)) for i in range(m)]
         np.testing.assert_allclose(AT @ ((G @ g) * (BT @ d)), want, rtol=1e-12, atol=1e-12)
-    assert winograd.choose(3, 3, 14, 14) == (2, 2)
-    assert winograd.choose(3, 3, 28, 28) == winograd.choose(3, 3, 147, 147) == (4, 4)
-    assert winograd.choose(1, 7, 17, 17) == (1, 4) and winograd.choose(7, 1, 17, 17) == (4, 1)
+    tn = NATIVE.tuning
+    assert winograd.choose(3, 3, 14, 14, tn) == (2, 2)
+    assert winograd.choose(3, 3, 28, 28, tn) == winograd.choose(3, 3, 147, 147, tn) == (4, 4)
+    assert (winograd.choose(1, 7, 17, 17, tn) == (1, 4)
+            and winograd.choose(7, 1, 17, 17, tn) == (4, 1))
     with pytest.raises(ValueError, match="no Winograd algorithm"):
         winograd.transform_weights(_w(3, 3, 16, 16), 4, 2)
 
@@ -219,7 +221,8 @@ def test_winograd_random_convolutions():
 
         with pytest.MonkeyPatch.context() as mp:
             if smallest:
-                mp.setattr(winograd, "choose", lambda a, b, oh, ow: winograd.ALGORITHMS[a, b][0])
+                mp.setattr(winograd, "choose",
+                           lambda a, b, oh, ow, tuning: winograd.ALGORITHMS[a, b][0])
             ref, got, info, _ = _run_on_x((1, h, w, c), body, winograd=True)
         (wg,) = info["winograd"]
         assert wg["output"] == list(ref["out:0"].shape[1:3]) and wg["channels"] == [c, k]

@@ -25,6 +25,8 @@ import dataclasses
 
 import numpy as np
 
+from ..poly.tuning import Tuning
+
 # Kinds of step, repeated to weigh the draw; image-shaped graphs add WINOGRAD_STEPS.
 STEPS = ("conv", "conv", "pool", "relu", "bias", "binary", "binary", "concat", "opaque", "mean",
          "reshape")
@@ -33,7 +35,7 @@ WINOGRAD_STEPS = ("winograd",) * 5
 # the widest vector, 16 floats, so every target's VLEN divides them).
 WINOGRAD_KERNELS = ((3, 3), (5, 5), (1, 7), (7, 1))
 WINOGRAD_CHANNELS = (16, 32)
-MIN_WINOGRAD_PIXELS = 196  # winograd.MIN_PIXELS: outputs per image below which it declines
+MIN_WINOGRAD_PIXELS = Tuning().winograd_min_pixels  # below it, Winograd declines
 
 
 @dataclasses.dataclass

@@ -134,7 +134,7 @@ def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target) -> 
             prev = schedules[-1] if schedules else None
             if prev is not None and prev.call == c - 1:
                 group = (fuse_epilogue if prev.kernels else fuse_reduction_epilogue)(
-                    scop, deps, prev, ch, depth)
+                    scop, deps, prev, ch, depth, target.tuning)
                 if group is not None:
                     schedules[-1] = group
                     continue
@@ -147,7 +147,8 @@ def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target) -> 
         if stmts:
             schedules.append(schedule_call(scop, c, stmts, deps, depth, target, tile=tile))
     if fuse:
-        schedules = fuse_halos(scop, deps, fuse_bands(scop, deps, schedules))
+        schedules = fuse_halos(scop, deps, fuse_bands(scop, deps, schedules, target.tuning),
+                               target.tuning)
     return [Group.of(g) for g in schedules]
 
 

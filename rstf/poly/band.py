@@ -16,7 +16,7 @@ A pair (A, B) of consecutive groups fuses when, for the largest m >= 1 that work
   iteration of the m outer time dimensions writes and reads its own rows of Y only;
 - the new times, A at (posA, t1..tm, 0, rest) and B at (posA, t1..tm, 1, rest), keep every
   dependence between the two groups' statements (checked against the exact dependences);
-- the band's row loop (time dimension m, Y's dimension m-1) has at least MIN_ROWS
+- the band's row loop (time dimension m, Y's dimension m-1) has at least `Tuning.min_band_rows`
   iterations and one row of Y fits the budget of a stack buffer.
 A 3x3 convolution after the pair's producer reads rows h-1..h+1, so the check refuses it.
 
@@ -39,7 +39,7 @@ generator executes once per point. It is legal when
 - every read of Y by X's first group at band row h falls in the window, and every write by
   A is to the row of its own time.
 It is worth it only for a stride of 2 or more with kh <= s + 1 (at most one row moved per
-band row) and a Y of HALO_MIN_BYTES or more: a smaller one stays in L2 anyway. Measured on
+band row) and a Y of `Tuning.halo_min_bytes` or more: a smaller one stays in L2 anyway. Measured on
 mobilenet_v2 (Zen 4, 1 MB L2) with stride-1 windows (two rows moved) and a 256 KB floor,
 every such band was slower than its two groups apart: Conv1 + expanded_conv 0.268 against
 0.245 ms, block 2 0.304 against 0.276, block 3 (stride 2, 1.8 MB) 0.170 against 0.162,
@@ -54,13 +54,12 @@ import math
 import islpy as isl
 
 from .deps import Dependences
-from .fuse import ROW_BYTES, array_users
+from .fuse import array_users
 from .scop import Scop
-from .groups import (MIN_ROWS, CallSchedule, Group, call_dependences, eq_prefix,
+from .tuning import Tuning
+from .groups import (CallSchedule, Group, call_dependences, eq_prefix,
                      union_maps, violations)
 
-HALO_MIN_BYTES = 2 << 20  # smaller: Y stays in a core's L2 (1-2 MB on current x86 cores)
-MAX_STRIDE = 4  # the largest band stride a halo window is looked for at
 
 
 def _shift(m: isl.Map, pos: int, at: int, j: int) -> isl.Map:
@@ -85,7 +84,7 @@ def _rows_match(rel: isl.Map, time: isl.Map, m: int) -> bool:
 
 
 def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule, b: CallSchedule,
-              users: dict[str, set[str]]) -> Group | None:
+              users: dict[str, set[str]], tuning: Tuning) -> Group | None:
     """The band fusion of groups a and b (a runs first), or None (see the module doc).
     `users`: `fuse.array_users(scop)`."""
     if a.chain is None and not a.kernels:
@@ -111,13 +110,13 @@ def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule, b: CallSchedule,
     pos = int(a.time[a.statements[0].name].range().dim_min_val(0).to_python())
     for m in range(len(buf.shape) - 1, 0, -1):
         row = math.prod(buf.shape[m:]) * 4
-        if row > ROW_BYTES:
+        if row > tuning.row_bytes:
             break
         if not all(_rows_match(acc.relation, p.time[s.name], m)
                    for p in (a, b) for s in p.statements for acc in s.accesses
                    if acc.array == y):
             continue
-        if buf.shape[m - 1] < MIN_ROWS:  # the band's row loop: time dimension m = Y's m-1
+        if buf.shape[m - 1] < tuning.min_band_rows:  # the band's row loop: time dimension m = Y's m-1
             return None
         time = {}
         for j, p in enumerate((a, b)):
@@ -131,11 +130,11 @@ def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule, b: CallSchedule,
     return None
 
 
-def fuse_bands(scop: Scop, deps: Dependences, schedules: list) -> list:
+def fuse_bands(scop: Scop, deps: Dependences, schedules: list, tuning: Tuning) -> list:
     """The schedules with each fusable consecutive pair replaced by its Group (a group
     joins one band at most)."""
     users = array_users(scop)
-    return _fuse_consecutive(schedules, lambda a, b: fuse_pair(scop, deps, a, b, users)
+    return _fuse_consecutive(schedules, lambda a, b: fuse_pair(scop, deps, a, b, users, tuning)
                              if isinstance(b, CallSchedule) else None)
 
 
@@ -181,7 +180,8 @@ def _reshape(m: isl.Map, text) -> isl.Map:
     return m.apply_range(isl.Map(text(t).replace("T", f"[{', '.join(t)}]")))
 
 
-def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
+def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]],
+              tuning: Tuning):
     """A's group run inside X's band with the tensor between them contracted to a
     recomputed window of rows (see the module doc), or None. `a` is a CallSchedule, `x`
     a CallSchedule or a Group without a halo."""
@@ -202,7 +202,7 @@ def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
         return None
     y = written.pop()
     buf = scop.buffers[y]
-    if (buf.role != "temp" or buf.size is None or buf.size * 4 < HALO_MIN_BYTES
+    if (buf.role != "temp" or buf.size is None or buf.size * 4 < tuning.halo_min_bytes
             or not all(isinstance(d, int) for d in buf.shape) or len(buf.shape) < 3
             or not users[y] <= an | bn or not users[y] & bn):
         return None
@@ -223,7 +223,7 @@ def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
         # The band's stride: the one whose windows are narrowest (on a finite domain any
         # stride gives bounded ones, a wrong stride wide ones).
         best = None
-        for st in range(2, MAX_STRIDE + 1):
+        for st in range(2, tuning.max_stride + 1):
             win = [_window(rel, t, m, st) for rel, t in reads]
             if all(win):
                 lo, hi = min(w[0] for w in win), max(w[1] for w in win)
@@ -235,8 +235,8 @@ def fuse_halo(scop: Scop, deps: Dependences, a, x, users: dict[str, set[str]]):
         kh = hi - lo + 1
         h0 = min(int(x.time[s.name].range().dim_min_val(m).to_python()) for s in xs)
         h1 = max(int(x.time[s.name].range().dim_max_val(m).to_python()) for s in xs)
-        if (kh > st + 1 or h1 - h0 + 1 < MIN_ROWS
-                or kh * math.prod(buf.shape[m:]) * 4 > ROW_BYTES):
+        if (kh > st + 1 or h1 - h0 + 1 < tuning.min_band_rows
+                or kh * math.prod(buf.shape[m:]) * 4 > tuning.row_bytes):
             return None
         if not _halo_legal(scop, deps, a, xs, m):
             return None
@@ -280,7 +280,8 @@ def _halo_legal(scop: Scop, deps: Dependences, a: CallSchedule, xs: list, m: int
     return pairs.is_subset(isl.UnionMap.from_map(eq_prefix(n, m + 1)))
 
 
-def fuse_halos(scop: Scop, deps: Dependences, schedules: list) -> list:
+def fuse_halos(scop: Scop, deps: Dependences, schedules: list, tuning: Tuning) -> list:
     """The schedules with each group fused, by `fuse_halo`, into the band of the next."""
     users = array_users(scop)
-    return _fuse_consecutive(schedules, lambda a, x: fuse_halo(scop, deps, a, x, users))
+    return _fuse_consecutive(
+        schedules, lambda a, x: fuse_halo(scop, deps, a, x, users, tuning))

@@ -17,7 +17,7 @@ import islpy as isl
 from pycparser import c_ast
 
 from .cparse import multiply_add
-from .groups import MIN_ROWS, Kernel, extents, flat_addr, kernel_roles
+from .groups import Kernel, extents, flat_addr, kernel_roles
 from .microkernel import choose_tile, thread_balance
 from .scop import Scop, Statement, isl_name
 from .target import Target
@@ -62,7 +62,7 @@ def find_contraction(s: Statement, scop: Scop, t: Target) -> Kernel | None:
         r = rows[-1] if rows else None
         (v_lo, v_hi), (k_lo, k_hi) = box[v], box[k]
         r_lo, r_hi = box[r] if r else (0, 0)
-        tile = (choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1, t, (1,), DW_MAX_RB) if vec_a
+        tile = (choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1, t, (1,), t.tuning.dw_max_rb) if vec_a
                 else choose_tile(r_hi - r_lo + 1, v_hi - v_lo + 1, t))
         if tile is None:
             continue
@@ -87,17 +87,15 @@ def find_contraction(s: Statement, scop: Scop, t: Target) -> Kernel | None:
         outer = reds[:-2] if kern.k2 else reds[:-1]
         kin = outer[-1] if outer else None
         steps = kern.depth * (box[kin][1] - box[kin][0] + 1) if kin else 0
-        if kin and (steps <= KIN_DEPTH or steps <= KIN_DEPTH_LONG and (
-                kern.depth <= SHORT_CALL or not _cut(s, iv.index(kin), box[kin]))):
+        tn = t.tuning
+        if kin and (steps <= tn.kin_depth or steps <= tn.kin_depth_long and (
+                kern.depth <= tn.short_call or not _cut(s, iv.index(kin), box[kin]))):
             kern.kin = c_of[kin]
             kern.kin_lo, kern.kin_hi = box[kin]
         if kern.kin or vec_a:
             kern.ranged = [x for x in (kern.kin, kern.k2 or kern.k) if x]
         return merge_rows(s, kern, scop, tile[2], t) or kern
     return None
-
-
-MERGE_GAIN = 0.99  # merged rows must cut choose_tile's cost per output by 1% at least
 
 
 def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float,
@@ -113,7 +111,7 @@ def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float,
     rows). Measured on the AVX2 Zen 3 (one thread, the 7x7x960 -> 320 projection,
     interleaved, hand-written C): 360-444 us as generated, 324-374 merged in 6x16 chunks,
     the same in 5x16. Exact when r runs 0..n-1 whole, o's range is cut by nothing, the strides line
-    up in A and Y and B does not depend on o. Only for o of fewer than `band.MIN_ROWS`
+    up in A and Y and B does not depend on o. Only for o of fewer than `Tuning.min_band_rows`
     rows: a row band, which fuses groups over o, cannot take those anyway. On the targets
     that say so (`Target.merge_rows`: AVX2 and AVX512_FULL, where it was measured)."""
     if not t.merge_rows or kern.vec_a or kern.kin or kern.ranged or kern.slide \
@@ -127,7 +125,7 @@ def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float,
     box = dict(zip(iv, extents(s)))
     (o_lo, o_hi), (r_lo, r_hi) = box[o], box[r]
     n = r_hi + 1
-    if r_lo != 0 or o_hi == o_lo or o_hi - o_lo + 1 >= MIN_ROWS:
+    if r_lo != 0 or o_hi == o_lo or o_hi - o_lo + 1 >= t.tuning.min_band_rows:
         return None
     if _cut(s, iv.index(o), box[o]) or _cut(s, iv.index(r), box[r]):
         return None
@@ -145,7 +143,7 @@ def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float,
     par = tiles * (1 if n_o * n % tile[0] else n_o * n // tile[0])
     busy = (thread_balance(par, t.threads)
             / thread_balance(n_o * -(-cols // kern.vb), t.threads))
-    if tile[2] / busy >= cost * MERGE_GAIN:
+    if tile[2] / busy >= cost * t.tuning.merge_gain:
         return None
     o_c = dict(zip(iv, s.iterators))[o]
     return dataclasses.replace(kern, rb=tile[0], nv=tile[1], merged=o_c, merged_n=n)
@@ -173,7 +171,7 @@ def slide_column(kern: Kernel) -> tuple[int, dict] | None:
 
 def sliding_row(s: Statement, kern: Kernel, scop: Scop, t: Target) -> Kernel | None:
     """A depthwise kernel as a sliding row (`Kernel.slide`) where that applies: stride 1
-    and dilation 1 along the rows, kh run inside (kin), and at most DW_ROW_MAX outputs a
+    and dilation 1 along the rows, kh run inside (kin), and at most `Tuning.dw_row_max` outputs a
     row. One call then computes a whole output row of 16 channels, loading each input
     column once for the up to KW outputs that read it; the kw taps a padding border cuts
     are skipped inside the kernel, so a row is one call instead of a chunk of RB rows plus
@@ -184,7 +182,7 @@ def sliding_row(s: Statement, kern: Kernel, scop: Scop, t: Target) -> Kernel | N
     Measured on MobileNet v2's nine 14x14 and 7x7 stride-1 depthwise groups (hand-patched
     C, Zen 4, `ab_kernels.py`, 300 pairs each order): 0.108 -> 0.078 ms, the model's
     kernels 0.991x and 1/1.011x; as generated here, 0.995x and 1/1.010x (twice). Rows of
-    28 (its 28x28 blocks, DW_ROW_MAX = 28: 28 accumulators spill) gained nothing: 0.997x to
+    28 (its 28x28 blocks, dw_row_max = 28: 28 accumulators spill) gained nothing: 0.997x to
     1.003x.
     """
     if not kern.vec_a or not kern.kin or kern.k2 or kern.r is None:
@@ -196,7 +194,7 @@ def sliding_row(s: Statement, kern: Kernel, scop: Scop, t: Target) -> Kernel | N
     box = dict(zip([isl_name(x) for x in s.iterators], extents(s)))
     (r_lo, r_hi), (k_lo, k_hi) = box[isl_name(kern.r)], box[isl_name(kern.k)]
     rows, taps = r_hi - r_lo + 1, k_hi - k_lo + 1
-    if not 1 < rows <= DW_ROW_MAX or rows + taps + 1 > t.max_registers + 1:
+    if not 1 < rows <= t.tuning.dw_row_max or rows + taps + 1 > t.max_registers + 1:
         return None  # (registers: the accumulators, the taps' weights and the input vector)
     first = r_lo + k_lo + idx.get(1, 0)  # the input column of the row's first tap
     off = max(0, -first)  # the kernel's pointer is at column first + off, the first valid
@@ -205,28 +203,6 @@ def sliding_row(s: Statement, kern: Kernel, scop: Scop, t: Target) -> Kernel | N
     if off >= taps or cols < 1:
         return None
     return dataclasses.replace(kern, rb=rows, slide=(taps, cols, off), ranged=[kern.kin])
-
-
-DW_MAX_RB = 8  # rows of a depthwise kernel's tile (one vector wide; see the docstring)
-
-
-DW_ROW_MAX = 16  # the widest output row a sliding-row depthwise kernel covers in one call
-
-
-KIN_DEPTH = 64  # reduction steps up to which a kernel call runs kh too (see the docstring)
-
-
-# Longer ones, up to KIN_DEPTH_LONG steps (a 3x3 conv's kw x ic), run that loop inside
-# too when a call of the kernel's own depth is short, at most SHORT_CALL steps: each call
-# loads and stores its accumulators, which costs a 32-step call (ic = 32) a quarter of its
-# time or so. Or when no padding border cuts the loop (a VALID conv): a cut splits each row
-# into border chunks with fewer taps, and their one-row kernels, loads rather than FMAs,
-# cost more than the accumulators save (measured on Inception v3: its 147x147x32 3x3 convs
-# 10-20% faster with kw inside, its 35x35 SAME ones with 48 to 96 channels 10-15% slower).
-KIN_DEPTH_LONG = 300
-
-
-SHORT_CALL = 32
 
 
 def _cut(s: Statement, d: int, lo_hi: tuple[int, int]) -> bool:

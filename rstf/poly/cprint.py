@@ -15,24 +15,7 @@ from pycparser import c_generator
 
 from .groups import extents
 from .scop import Statement
-
-
-# Statement instances in one chunk of a parallel loop (a few microseconds of kernel time),
-# and at least MIN_CHUNKS chunks in the loop where it has that many iterations (4 a thread
-# on 2). A thread takes its next chunk with a compare-and-swap, and one whose share is done
-# steals the back half of another's (rstf/runtime/rstf_team.c): the chunks must be small
-# enough for the threads to even out, and large enough that a stolen chunk, whose input the
-# other core made and whose output the other core reads next, is rare. Measured on
-# MobileNet v2 (Zen 4, 2 threads, `ab_kernels.py`, B/A against 65536 instances in at least
-# 16 chunks): 262144 in 8, 0.992 and 1/1.010 (400 pairs, quiet host), 0.972 and 1/1.020
-# (262144 in 4, loaded host); 131072 in 8 and 524288 in 8 about 0.4% slower than 262144,
-# 1M in 4 5%, 1M in 2 (a static loop) 6%; Inception v3 and ResNet-50 0.998-1.002. Its
-# 14x14 depthwise convs gain most: block 12's, called 50 times in a row, took 13.3 us a
-# call in 21 chunks (the old sizes), 10.5 in 4, 11.0 in 14 (whole rows), 12.6-19.5 in 28.
-CHUNK_WORK = 262144
-
-
-MIN_CHUNKS = 8
+from .tuning import Tuning
 
 
 def dynamic_schedule(chunk: int) -> str:
@@ -127,9 +110,10 @@ def loop_trips(node: isl.AstNode) -> int | None:
     return max(0, -(-(hi - lo) // step))
 
 
-def chunk_size(work: float, node: isl.AstNode, inner: isl.AstNode | None) -> int:
+def chunk_size(work: float, node: isl.AstNode, inner: isl.AstNode | None,
+               tuning: Tuning) -> int:
     """Iterations per chunk of a parallel loop (with `inner`, the collapsed pair) that runs
-    `work` statement instances: CHUNK_WORK of them, in at least MIN_CHUNKS chunks (an
+    `work` statement instances: `tuning.chunk_work` of them, in at least `min_chunks` chunks (an
     instance may be a vector FMA's lane or a whole pointwise op), 1 where the trip count is
     not known."""
     trips = loop_trips(node)
@@ -138,7 +122,8 @@ def chunk_size(work: float, node: isl.AstNode, inner: isl.AstNode | None) -> int
         trips = trips * t2 if t2 is not None else None
     if not trips:
         return 1
-    return max(1, min(int(CHUNK_WORK * trips // max(work, 1)), trips // MIN_CHUNKS))
+    return max(1, min(int(tuning.chunk_work * trips // max(work, 1)),
+                      trips // tuning.min_chunks))
 
 
 def step_c(it: str, node: isl.AstNode) -> str:

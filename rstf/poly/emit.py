@@ -6,7 +6,7 @@ and prints it. A statement instance is re-emitted from the original assignment (
 AST) with every array reference rewritten from its affine access relation and the isl
 AST's iterator expressions substituted; a kernel instance becomes a microkernel call on
 the tile's first elements, with its prefetch, packing and register-epilogue arguments.
-The outermost loop that carries no dependence and encloses at least `MIN_WORK` instances
+The outermost loop that carries no dependence and encloses at least `Tuning.min_work` instances
 is `omp parallel for` in chunks (`cprint.chunk_size`) that rstf's OpenMP team balances
 (`cprint.dynamic_schedule`); an innermost loop that carries none is `omp simd`. A halo
 band's carried window slides down a buffer of `window_buffer_rows` rows. What it did is
@@ -29,12 +29,7 @@ from .groups import (CallSchedule, Kernel, call_dependences, extents, flat_addr,
 from .microkernel import Shape, dispatch_name
 from .prepack import PACK_DIM, Panels, operand_row, packing_of, plus_c
 from .scop import Scop, Statement, isl_name
-
-
-MIN_WORK = 16384  # statement instances under a loop before a parallel region pays off
-
-
-MIN_PARALLEL_ROWS = 16  # outer rows enough to share among the threads without a collapse
+from .tuning import Tuning
 
 
 @dataclasses.dataclass
@@ -56,8 +51,8 @@ class CallLowering:
                  ast_time: dict[str, isl.Map], band_rows: dict[str, int],
                  deps: Dependences, stats: LoweringStats, band_m: int = 0,
                  halo: dict[str, tuple[int, int, int]] | None = None,
-                 panels: dict[str, Panels] | None = None):
-        self.scop, self.stats = scop, stats
+                 panels: dict[str, Panels] | None = None, *, tuning: Tuning):
+        self.scop, self.stats, self.tuning = scop, stats, tuning
         self.panels = panels or {}  # constant column operands read in panel layout
         self.time, self.ast_time = time, ast_time
         stmts = [s for p in parts for s in p.statements]
@@ -154,7 +149,7 @@ class CallLowering:
         originals = self._originals(names)
         innermost = not has_for(body)
         work = None if in_parallel else self._work_per_entry(names, originals, p)
-        want_par = work is not None and work >= MIN_WORK
+        want_par = work is not None and work >= self.tuning.min_work
         want_simd = innermost and not (names & set(self.kernels))
         parallel = not bare and (want_par or want_simd) and self._is_parallel(originals, p)
         pragma = []
@@ -175,7 +170,7 @@ class CallLowering:
             pragma.append("simd")
             self.stats.simd_loops += 1
         if par:
-            pragma.append(dynamic_schedule(chunk_size(work, node, inner)))
+            pragma.append(dynamic_schedule(chunk_size(work, node, inner, self.tuning)))
         carry = self._carry_start(p, par, inner is not None, packing)
         if carry and par:  # the region's threads each keep their window across rows
             pragma[0] = "for"
@@ -210,7 +205,7 @@ class CallLowering:
             return False
         self.lines.extend(["#pragma omp parallel", "{"] if par else ["{"])
         row_bytes = 4 * math.prod(self.scop.buffers[name].shape[self.rows[name] + 1:])
-        self.window_rows[name] = window_buffer_rows(st, kh, row_bytes)
+        self.window_rows[name] = window_buffer_rows(st, kh, row_bytes, self.tuning)
         self._row_decls(p, only=self.halo)
         self.lines.append("int rstf_held = 0, rstf_has = 0;  /* the band row it holds */")
         self.lines.append("int rstf_base = 0;  /* the buffer row its window starts at */")
@@ -276,7 +271,7 @@ class CallLowering:
         # (a libmvec call, a long chain), so the outer loop alone is shared when it has
         # rows enough for the threads.
         if (not has_for(body.for_get_body()) and not (names & set(self.kernels))
-                and (loop_trips(node) or 0) >= MIN_PARALLEL_ROWS):
+                and (loop_trips(node) or 0) >= self.tuning.min_parallel_rows):
             return None
         return body if self._is_parallel(self._originals(names), inner) else None
 
@@ -491,18 +486,12 @@ class CallLowering:
                 self.lines.append(f"{b.ctype} {name}_row{dims} __attribute__((aligned(64)));")
 
 
-# A carried window's buffer: its window slides down it for as many band rows as fit in
-# WINDOW_BUFFER_BYTES (at most WINDOW_SLIDES), so its shared rows move once in that many.
-WINDOW_BUFFER_BYTES = 320 * 1024
-
-
-WINDOW_SLIDES = 8
-
-
-def window_buffer_rows(s: int, kh: int, row_bytes: int) -> int:
+def window_buffer_rows(s: int, kh: int, row_bytes: int, tuning: Tuning) -> int:
     """Rows of a carried window's buffer: kh + s * (n - 1) for the largest n (band rows
-    per move) within the byte budget, at least the window's own kh rows."""
-    n = max(1, min(WINDOW_SLIDES, (WINDOW_BUFFER_BYTES // max(1, row_bytes) - kh) // s + 1))
+    per move, at most `tuning.window_slides`) within `tuning.window_buffer_bytes`, at least
+    the window's own kh rows."""
+    n = max(1, min(tuning.window_slides,
+                   (tuning.window_buffer_bytes // max(1, row_bytes) - kh) // s + 1))
     return kh + s * (n - 1)
 
 

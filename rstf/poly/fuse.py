@@ -34,6 +34,7 @@ from .scop import Scop, Statement, isl_name
 from .groups import (CallSchedule, extents, is_pointwise, kernel_roles, pad_time,
                      row_major_access, violations)
 from .schedule import tile_order
+from .tuning import Tuning
 
 
 @dataclasses.dataclass
@@ -123,11 +124,10 @@ def legal(chain: Chain, deps: Dependences) -> bool:
 
 # Far after every column tile of a row: the epilogue runs once a row is complete.
 _AFTER_ROW = 1 << 20
-ROW_BYTES = 256 * 1024  # largest contracted row (a stack buffer per iteration)
 
 
 def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
-                  depth: int) -> CallSchedule | None:
+                  depth: int, tuning: Tuning) -> CallSchedule | None:
     """Fuse a tiled contraction with the pointwise chain that consumes its output, row by
     row (PolyScientist-style epilogue fusion), or None when the pieces do not fit.
 
@@ -172,11 +172,11 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
         return pad_time(isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(t)}] }}")
                     .intersect_domain(s.domain), depth)
 
-    return _row_group(scop, deps, cs, chain, init, upd, y, m, row_time, {})
+    return _row_group(scop, deps, cs, chain, init, upd, y, m, row_time, {}, tuning)
 
 
 def fuse_reduction_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
-                            depth: int) -> CallSchedule | None:
+                            depth: int, tuning: Tuning) -> CallSchedule | None:
     """The same row-by-row epilogue fusion for an untiled reduction (a depthwise
     convolution, a pooling sum): `Y = 0` then `Y[o][..] += ...` whose m leading loops `o`
     (batch, output row and column) index Y's leading dimensions and enclose every
@@ -213,11 +213,12 @@ def fuse_reduction_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, cha
                     .intersect_domain(s.domain), depth)
 
     return _row_group(scop, deps, cs, chain, init, upd, y.array, m, time_of,
-                      {upd.name: time_of(upd, 0, 0)})
+                      {upd.name: time_of(upd, 0, 0)}, tuning)
 
 
 def _row_group(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
-               init: Statement, upd: Statement, y: str, m: int, time_of, own: dict):
+               init: Statement, upd: Statement, y: str, m: int, time_of, own: dict,
+               tuning: Tuning):
     """The fused group of both epilogue fusions: `init` at `time_of(init, -1, 0)`, the
     chain's j-th statement at `time_of(s, AFTER, j)`, the reduction's own new times `own`;
     Y contracted to its trailing dimensions after the m leading ones when only the group
@@ -238,7 +239,7 @@ def _row_group(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     # A row is a stack buffer, unless the register epilogue keeps it in the kernel's
     # registers: a large one (merged rows: a whole 14x14x576 map) stays in the workspace.
     group.epilogue = regepi.plan(scop, group)
-    if rows and 4 * math.prod(scop.buffers[y].shape[m:]) > ROW_BYTES \
+    if rows and 4 * math.prod(scop.buffers[y].shape[m:]) > tuning.row_bytes \
             and group.epilogue is None:
         group.rows = {}
     return group

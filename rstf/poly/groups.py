@@ -295,8 +295,3 @@ def is_pointwise(s: Statement, scop: Scop) -> bool:
                   + " and ".join(f"0 <= {v} <= {hi}" for v, (_, hi) in zip(iv, extents(s)))
                   + " }")
     return s.domain.is_equal(box) and row_major_access(s, scop, s.accesses[-1])
-
-
-# Fewer band rows: the groups' own finer parallel loops balance better. 14 (MobileNet v2's
-# 14x14 depthwise + projection pairs fused too) measured 1.004x on its kernels (Zen 4).
-MIN_ROWS = 16

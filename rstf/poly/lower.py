@@ -119,7 +119,7 @@ def lower(scop: Scop, deps: Dependences, plan: LoweringPlan, header: str,
             epis.append(epi)
             ast_time.update(at)
         low = CallLowering(scop, parts, epis, cs.time, ast_time, cs.rows, deps, stats,
-                           cs.m, cs.halo, panels)
+                           cs.m, cs.halo, panels, tuning=target.tuning)
         umap = None
         for m in ast_time.values():
             u = isl.UnionMap.from_map(m)

@@ -312,25 +312,16 @@ static void {dispatch_name(sh)}({abi.store_dispatcher(sh).signature("y", 26)})
     return "\n".join(out) + "\n"
 
 
-# The cost of streaming the column operand: a kernel call reads its B panel (K x VB) once
-# for RB rows, 64/RB bytes per FMA, mostly from L2 (a layer's whole weight cycles through
-# it per output row), so fewer rows a call cost more than their loads alone say. Measured
-# on Zen 4 (`ab_kernels.py`, B/A of the model's kernels, each order): with 0.3, 14-row
-# 1x1 convs take 7x48 tiles instead of 5x64 (5+5+4 rows, 12.8-16 B/FMA against 9.1) and
-# 7-row ones 7x48 or 7x32 instead of 4x64: MobileNet v2 0.989 and 1/1.010, 0.993 and
-# 1/1.012 (300 pairs); ResNet-50 0.981 and 1/1.017, Inception v3 0.999 and 1/1.003 (100
-# pairs). Its 14-row convs alone ran 4.3-4.5% faster (`group_profile.py`).
-B_STREAM = 0.3
 
 
 def _efficiency(rb: int, nv: int, t: Target) -> float:
     """Rough fraction of the FMA peak a kernel of rb x nv accumulators reaches: RB*NV FMAs
     a step for RB + NV loads (each costing the target's `load_cost` of an FMA), enough
     independent accumulators (`fma_chains`) to hide the FMA latency on two pipes, and the
-    column operand streamed once per RB rows (B_STREAM)."""
+    column operand streamed once per RB rows (`Tuning.b_stream`)."""
     acc = rb * nv
     return (min(1.0, acc / t.fma_chains) * acc / (acc + (rb + nv) * t.load_cost)
-            / (1 + B_STREAM / rb))
+            / (1 + t.tuning.b_stream / rb))
 
 
 def choose_tile(rows: int, cols: int, t: Target, nvs=(4, 3, 2, 1),
@@ -367,25 +358,14 @@ def choose_tile(rows: int, cols: int, t: Target, nvs=(4, 3, 2, 1),
     return best
 
 
-# Single-vector tiles (`Target.single_vector_tiles`). MobileNet v2's block 1 expansion
-# (K=16, 112 rows) as a band's only part, one thread, Zen 4: 9x48 (the model's) 0.406 ms,
-# 8x48 0.381, 7x48 0.382, 7x32 0.397, 4x48 0.461, 14x16 0.352, 16x16 0.358, 28x16 0.574.
-# Whole-reduction 1x1 convs in RB x 16 tiles, rows outermost, 2 threads (`group_profile.py`,
-# per group, against the model's tiles): K <= 32 (MobileNet v2's expansions of blocks 1-6)
-# 7-10% faster; K = 64..192 1-8% faster (MobileNet v2's later expansions, Inception v3's
-# 1x1s at 73x73 and 35x35), but 1-7% slower where the epilogue adds a residual (ResNet-50's
-# 1x1s to 256 and 512 channels: `schedule._residual_after` keeps those); K >= 256 3-15%
-# slower (the rows of A no longer stay in L1 beside the weight panel).
-SINGLE_MAX_DEPTH = 192
-SINGLE_MIN_ROWS = 7  # fewer accumulators do not hide the FMA latency (a GEMV's one row)
 
 
 def single_vector_tile(rows: int, cols: int, depth: int,
                        t: Target) -> tuple[int, int, float] | None:
     """(RB, 1, cost) for a contraction over rows x cols outputs whose kernel call runs
-    `depth` reduction steps, where single-vector tiles pay (at most SINGLE_MAX_DEPTH steps,
-    at least SINGLE_MIN_ROWS rows), else None."""
-    if rows < SINGLE_MIN_ROWS or cols < t.vlen or depth > SINGLE_MAX_DEPTH:
+    `depth` reduction steps, where single-vector tiles pay (at most `Tuning.single_max_depth`
+    steps, at least `single_min_rows` rows), else None."""
+    if rows < t.tuning.single_min_rows or cols < t.vlen or depth > t.tuning.single_max_depth:
         return None
     return choose_tile(rows, cols, t, (1,))
 

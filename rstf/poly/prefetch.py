@@ -14,13 +14,7 @@ import math
 
 from .groups import Group
 from .scop import Scop
-
-
-# Prefetching a GEMV's weight while the group before it computes (`plan_prefetch`).
-PREFETCH_MIN_BYTES = 1 << 20  # a weight smaller than this is in L2 or soon read anyway
-
-
-PREFETCH_MIN_DEPTH = 64       # reduction steps of the computing kernel's call
+from .tuning import Tuning
 
 
 PREFETCH_C = """\
@@ -52,10 +46,10 @@ static const char *rstf_pf_take(const char *base, long total, long bytes)
 
 
 def plan_prefetch(scop: Scop, schedules: list[Group], skip: set[int],
-                  constants: frozenset[str]) -> tuple[dict[int, str],
-                                                      dict[str, tuple[int, str]]]:
+                  constants: frozenset[str],
+                  tuning: Tuning) -> tuple[dict[int, str], dict[str, tuple[int, str]]]:
     """Batch-1 matrix-vector products (kernels of one row) over a frozen weight of at least
-    PREFETCH_MIN_BYTES read that weight from L3 or DRAM on every call: MobileNet v2's
+    `tuning.prefetch_min_bytes` read that weight from L3 or DRAM on every call: MobileNet v2's
     classifier, 5 MB, took 42-57 us of the kernels' 2.9 ms on a quiet host and up to 130
     under load. The group just before it (with
     only kernel-free groups between, such as the Mean) is compute-bound, so its kernel calls
@@ -77,7 +71,7 @@ def plan_prefetch(scop: Scop, schedules: list[Group], skip: set[int],
         if not all(isinstance(x, int) for x in shape):
             continue
         total = math.prod(shape) * 4
-        if total < PREFETCH_MIN_BYTES:
+        if total < tuning.prefetch_min_bytes:
             continue
         # The computing group: the nearest one before with kernels, none but kernel-free
         # groups between.
@@ -87,7 +81,7 @@ def plan_prefetch(scop: Scop, schedules: list[Group], skip: set[int],
             continue
         p, = q.parts
         k = p.kernels[0]
-        if (k.rb == 1 or k.vec_a or k.slide or k.cols or k.depth < PREFETCH_MIN_DEPTH
+        if (k.rb == 1 or k.vec_a or k.slide or k.cols or k.depth < tuning.prefetch_min_depth
                 or k.ranged or k.name not in p.ast_time):
             continue
         calls = p.ast_time[k.name].domain().count_val().to_python()
@@ -113,8 +107,8 @@ static inline int rstf_pp_lines(long bytes, long g0, long g1, long n)
 """
 
 
-def plan_panel_prefetch(schedules: list[Group], panels: dict,
-                        skip: set[int]) -> set[str]:
+def plan_panel_prefetch(schedules: list[Group], panels: dict, skip: set[int],
+                        tuning: Tuning) -> set[str]:
     """Column-tile-outermost contractions (`choose_order`: the weight is too big for L2, so
     each tile's panel is reused by every row while the rows stream) read each panel from
     L3 or DRAM on its first row: ResNet-50's and Inception v3's weights (about 100 MB) never
@@ -127,8 +121,8 @@ def plan_panel_prefetch(schedules: list[Group], panels: dict,
     weights stay in L3) 0.995 and 1/1.006. On Zen 4 (MobileNet v2's Conv_1 and block 16
     projection alone, by hand) it was 1.008 and 1/0.990.
     For kernels over a frozen weight in panel layout (`prepack`) of at least
-    PREFETCH_MIN_BYTES, whole tiles (the last, partial one has no next panel), no K2 level
-    (its k restarts) and at least PREFETCH_MIN_DEPTH steps. A call inside an outer
+    `tuning.prefetch_min_bytes`, whole tiles (the last, partial one has no next panel), no
+    K2 level (its k restarts) and at least `prefetch_min_depth` steps. A call inside an outer
     reduction loop (a 3x3 conv's taps) takes its share of the tile's calls too. Returns
     the kernels whose `panel_prefetch` to set. `skip`: calls lowered otherwise (Winograd)."""
     out = set()
@@ -138,8 +132,8 @@ def plan_panel_prefetch(schedules: list[Group], panels: dict,
         for k in cs.kernels:
             pn = panels.get(k.b.array)
             if (pn is None or not k.tile_outer or k.cols or k.vec_a or k.slide or k.kin
-                    or not k.r or k.ranged or k.depth < PREFETCH_MIN_DEPTH
-                    or pn.cols <= pn.vb or 4 * pn.rows * pn.cols < PREFETCH_MIN_BYTES):
+                    or not k.r or k.ranged or k.depth < tuning.prefetch_min_depth
+                    or pn.cols <= pn.vb or 4 * pn.rows * pn.cols < tuning.prefetch_min_bytes):
                 continue
             out.add(k.name)
     return out

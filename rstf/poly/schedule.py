@@ -28,7 +28,7 @@ convolution's kw around 3 input channels) is merged into the kernel's reduction.
 
 A *depthwise* contraction `Y[.., c] += A[.., c] * B[.., c]` (the column loop at unit stride
 in both operands) gets the same tiling around a kernel that loads A as vectors
-(`Kernel.vec_a`), one vector (16 channels with AVX-512) wide and at most DW_MAX_RB rows:
+(`Kernel.vec_a`), one vector (16 channels with AVX-512) wide and at most `Tuning.dw_max_rb` rows:
 inlined with its constant strides, gcc loads each input vector once for the taps that
 share it (a sliding window) and keeps it in a register, so a tile needs registers for its
 accumulators, a row of taps' weights *and* its input window. At 3 vectors wide (8x48) they
@@ -36,13 +36,13 @@ spill to the stack; 16 wide they fit. Measured on MobileNet v2 (Zen 4, `ab_kerne
 300 pairs): every depthwise kernel 16 wide with up to 8 rows runs the model's kernels in
 0.987x the time of the GEMM-model tiles (5x64, 7x48, 8x48); 14 rows 0.986-0.988x, 10 rows
 1.006x and 6 rows 1.037x the 8-row time, 32 wide with up to 5 rows 1.045x. A stride-1
-row of at most DW_ROW_MAX outputs is one *sliding-row* call instead (`sliding_row`).
+row of at most `dw_row_max` outputs is one *sliding-row* call instead (`sliding_row`).
 
-A short reduction (at most KIN_DEPTH steps in all: the first conv's 3x3x3, a depthwise
+A short reduction (at most `kin_depth` steps in all: the first conv's 3x3x3, a depthwise
 conv's 3x3 taps) also runs its next outer reduction loop inside the kernel (`Kernel.kin`:
 kh, as the kernel's second reduction level), so one call computes an output's whole
 reduction and the fused epilogue can run in registers (`regepi`). So does a longer one,
-up to KIN_DEPTH_LONG steps, whose own calls would be short (SHORT_CALL: a 3x3 conv over 32
+up to `kin_depth_long` steps, whose own calls would be short (`short_call`: a 3x3 conv over 32
 channels runs kw x ic, not ic alone) or whose next loop no padding border cuts. Such a
 kernel's reduction ranges are *per chunk* (`Kernel.ranged`): at a padding border the taps that fall outside
 the input are cut, so the rows are grouped by the ranges they have (isl's lexmin/lexmax of
@@ -51,7 +51,7 @@ the textbook loops. Grouping by ranges is checked, not assumed: every instance o
 chunked kernel must cover points of the domain only, each once.
 
 Recognising a contraction and choosing its kernel (roles, tile, merged rows, sliding rows,
-the K2 level: DW_MAX_RB, DW_ROW_MAX, KIN_DEPTH, KIN_DEPTH_LONG, SHORT_CALL) is
+the K2 level, with thresholds from `tuning.Tuning`) is
 `contraction.py`'s; this module tiles the kernels in time (chunks, the order of the
 column tiles and the rows, residual loops) and checks the result (`schedule_call`).
 """

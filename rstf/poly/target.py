@@ -27,6 +27,8 @@ import shutil
 import subprocess
 import tempfile
 
+from .tuning import Tuning
+
 
 @dataclasses.dataclass(frozen=True)
 class Target:
@@ -59,6 +61,8 @@ class Target:
     # the cores this process may use: TensorFlow gives an op as many by default).
     l2: int = 0
     cores: int = 0
+    # The pass's thresholds and cost-model weights (`tuning.Tuning`).
+    tuning: Tuning = Tuning()
 
     @property
     def l2_bytes(self) -> int:
@@ -97,7 +101,7 @@ AVX512 = Target("avx512", 16, 32, single_vector_tiles=True)
 # expansions 18% faster); ResNet-50 0.988 and 1/1.000, Inception v3 1.005 and 1/0.999
 # (60 pairs). With an FMA a cycle to spare, a tile's loads weigh more: the wider tiles
 # load fewer operands per FMA. Other model constants measured neutral there (fma_chains 16,
-# load_cost 0.3 or 0.8, B_STREAM 0.15 or 0.6, chunks of 128K or 512K: 0.995-1.007).
+# load_cost 0.3 or 0.8, Tuning.b_stream 0.15 or 0.6, chunks of 128K or 512K: 0.995-1.007).
 AVX512_FULL = Target("avx512-full", 16, 32, merge_rows=True)
 AVX2 = Target("avx2", 8, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True,
               merge_rows=True)

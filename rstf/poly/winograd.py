@@ -28,7 +28,7 @@ kernels for a user who wants that.
 Which tile (`choose`, per layer): a larger tile does fewer multiply-adds per output but has
 a larger U (E C K floats, streamed from memory once per call in a whole model) and wastes the
 part of its last tile past the image's edge, and a row's last register tile is short. The
-cost model counts the contractions' register tiles and U's bytes (TILE_OVERHEAD, U_TILES).
+cost model counts the contractions' register tiles and U's bytes (`Tuning.winograd_tile_overhead`, `winograd_u_tiles`).
 It takes the 4-output tiles but on 14x14 images, where F(2x2,3x3)'s U (16/9 the weight) wins
 over F(4x4,3x3)'s (4x the weight). Measured on whole models (`benchmarks/ab_kernels.py`,
 interleaved, Zen 4, 2 cores): Inception v3's kernels with the 5x5 and 1x7/7x1 convs added
@@ -39,7 +39,7 @@ in 2-output tiles, 0.931x (first subgraph) and 0.886x (second) of the 3x3-only t
 Measured with `benchmarks/winograd_probe.c` (F(2x2,3x3), U precomputed and hot): the
 contractions run at the direct kernel's rate; 7x7 and 8x8 images gain only 1.1-1.3x, and
 with U fed from memory lose (Inception v3's 8x8x448->384 layers: 1.055x slower). So the
-pass takes layers of at least MIN_PIXELS (14x14) outputs. Where the weight is a frozen
+pass takes layers of at least `Tuning.winograd_min_pixels` (14x14) outputs. Where the weight is a frozen
 constant read by this conv alone (every model's case), U is computed once at optimize time
 (`transform_weights`) and the op is fed it instead of the weight (`prepack`, the spec
 "winograd F(4x4,3x3)"); else it is computed in each call into the workspace.
@@ -70,12 +70,10 @@ from . import regepi
 from .microkernel import fits_registers
 from .scop import Scop, Statement, isl_name
 from .target import Target
+from .tuning import Tuning
 from .groups import CallSchedule, extents, flat_addr
 
 RB = 6  # tiles of one register tile
-MIN_PIXELS = 196  # outputs per image below which Winograd does not pay (docstring)
-WHOLE_V_BYTES = 4 << 20  # V up to this size is transformed whole first (probe: 56x56x64
-# 1.71x that way against 1.52x row by row; 147x147x32 0.85x against 1.37-1.50x)
 
 # filter (KH, KW) -> the outputs of one tile (mh, mw) it may use, F(mh x mw, KH x KW);
 # `choose` picks one per layer.
@@ -84,13 +82,6 @@ ALGORITHMS = {(3, 3): ((2, 2), (4, 4)), (5, 5): ((2, 2), (4, 4)),
 # Cook-Toom interpolation points, the first alpha - 1 of them (and infinity): the small ones
 # first, so the transforms' constants stay small (their size is the error's, docstring).
 POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2), Fraction(3, 2), Fraction(-3, 2))
-# The cost model of `choose`, in tile rows of one register tile's contraction: a register
-# tile of r tiles costs r + TILE_OVERHEAD (its U loads and broadcasts, the accumulators'
-# zeroing and stores, the output transform), and streaming U from memory once costs
-# U_TILES per element of the transformed tile (U's 4 bytes per multiply-add of a tile at
-# about 200 GFLOP/s against about 20 GB/s from DRAM, 2 cores).
-TILE_OVERHEAD = 2
-U_TILES = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +143,7 @@ def _check(t: Transform) -> Transform:
     return t
 
 
-def choose(kh: int, kw: int, oh: int, ow: int) -> tuple[int, int]:
+def choose(kh: int, kw: int, oh: int, ow: int, tuning: Tuning) -> tuple[int, int]:
     """The tile (mh, mw) of `ALGORITHMS[kh, kw]` with the least modelled cost for an oh x ow
     output: E (alpha_h * alpha_w) contractions over the tile rows' register tiles, plus U's
     bytes. Larger tiles do fewer multiply-adds per output but have a larger U and waste the
@@ -162,8 +153,9 @@ def choose(kh: int, kw: int, oh: int, ow: int) -> tuple[int, int]:
         th, tw = transform(mh, kh), transform(mw, kw)
         e = th.alpha * tw.alpha
         rows, cols = -(-oh // mh), -(-ow // mw)
-        per_row = sum(min(RB, cols - t) + TILE_OVERHEAD for t in range(0, cols, RB))
-        return e * (rows * per_row + U_TILES), e
+        per_row = sum(min(RB, cols - t) + tuning.winograd_tile_overhead
+                      for t in range(0, cols, RB))
+        return e * (rows * per_row + tuning.winograd_u_tiles), e
     return min(ALGORITHMS[kh, kw], key=lambda m: cost(*m))
 
 
@@ -232,6 +224,7 @@ class Plan:
     # (`transform_weights`, the prepack spec `spec`) instead of computing it in every call.
     u_given: bool = False
     panel: int = 64  # output channels of one panel (`panel_width`)
+    whole_v_bytes: int = 0  # V up to this size is transformed whole first
 
     @property
     def rows(self) -> Transform:
@@ -288,14 +281,14 @@ class Plan:
 
     @property
     def whole_v(self) -> bool:
-        return 4 * self.v_floats <= WHOLE_V_BYTES
+        return 4 * self.v_floats <= self.whole_v_bytes
 
 
 def plan(scop: Scop, cs: CallSchedule, t: Target,
          constants: frozenset[str] = frozenset()) -> Plan | None:
     """The Winograd plan of a scheduled group, or None when the group is not a batch-1
     stride-1 convolution with a filter of `ALGORITHMS`, C and K multiples of VLEN and at
-    least MIN_PIXELS outputs, zeroed first, then accumulated, maybe followed by a pointwise
+    least `Tuning.winograd_min_pixels` outputs, zeroed first, then accumulated, maybe followed by a pointwise
     chain `regepi` can translate, reading the output at the same element. When its weight
     is one of `constants` (the op's frozen inputs) and nothing else reads it, the op is fed
     U."""
@@ -337,7 +330,7 @@ def plan(scop: Scop, cs: CallSchedule, t: Target,
         return None
     u_given = wa.array in constants and all(
         s is upd for s in scop.statements for a in s.accesses if a.array == wa.array)
-    if ws_[2] != c or c % t.vlen or k % t.vlen or oh * ow < MIN_PIXELS:
+    if ws_[2] != c or c % t.vlen or k % t.vlen or oh * ow < t.tuning.winograd_min_pixels:
         return None
     # The domain: the whole box, less the taps that fall in the zero padding, which the
     # input transform reads as zeros.
@@ -385,8 +378,8 @@ def plan(scop: Scop, cs: CallSchedule, t: Target,
         except regepi.Refused:
             return None
     return Plan(cs.call, upd.node, xa.array, wa.array, ya.array, ih, iwid, oh, ow, c, k,
-                ph, pw, fh, fw, *choose(fh, fw, oh, ow), chain, epi, operands, t.vlen, u_given,
-                panel_width(t))
+                ph, pw, fh, fw, *choose(fh, fw, oh, ow, t.tuning), chain, epi, operands, t.vlen,
+                u_given, panel_width(t), t.tuning.winograd_whole_v_bytes)
 
 
 def transform_weights(w: np.ndarray, mh: int, mw: int, panel: int = 64) -> np.ndarray:
