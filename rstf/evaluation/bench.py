@@ -366,18 +366,20 @@ def table(result: dict) -> str:
                   f"  {'engine':<14} {'median ms':>10} {'min-max ms':>17} {'time/Eigen':>10} "
                   f"{'max_rel_err':>11} {'err/TF spread':>13}  status"]
         for r in mod["engines"]:
-            spread, ratio, status = _row_cells(r)
-            lines.append(f"  {r['label']:<14} {_fmt(r['median_ms'], '.2f'):>10} {spread:>17} "
-                         f"{ratio:>10} {_fmt(r['max_rel_err'], '.2g'):>11} "
-                         f"{_spread_ratio_text(r):>13}  {status}")
+            label, *numbers, status = _row_cells(r)
+            lines.append(f"  {label:<14} " + " ".join(
+                f"{c:>{w}}" for c, w in zip(numbers, (10, 17, 10, 11, 13))) + f"  {status}")
     return "\n".join(lines)
 
 
-def _row_cells(r: dict) -> tuple[str, str, str]:
-    """An engine row's min-max, time / TF Eigen and status cells, as both tables show them."""
+def _row_cells(r: dict) -> list[str]:
+    """An engine row's cells, as both tables show them: engine, median ms, min-max ms,
+    time / TF Eigen, max_rel_err, err / TF spread, status."""
     spread = "-" if r["min_ms"] is None else f"{r['min_ms']:.2f}-{r['max_ms']:.2f}"
     ratio = "-" if r["ratio_vs_eigen"] is None else f"{r['ratio_vs_eigen']:.2f}x"
-    return spread, ratio, r["status"] + (f": {r['reason']}" if r["reason"] else "")
+    return [r["label"], _fmt(r["median_ms"], ".2f"), spread, ratio,
+            _fmt(r["max_rel_err"], ".2g"), _spread_ratio_text(r),
+            r["status"] + (f": {r['reason']}" if r["reason"] else "")]
 
 
 def _inputs_text(mod: dict) -> str:
@@ -400,10 +402,9 @@ def markdown_table(result: dict) -> str:
            "err / TF spread | status |", "|---|---|---|---|---|---|---|---|"]
     for mod in result["models"]:
         for r in mod["engines"]:
-            spread, ratio, status = _row_cells(r)
-            out.append(f"| {mod['name']} | {r['label']} | {_fmt(r['median_ms'], '.2f')} | "
-                       f"{spread} | {ratio} | {_fmt(r['max_rel_err'], '.2g')} | "
-                       f"{_spread_ratio_text(r)} | {status.replace('|', '/')} |")
+            *cells, status = _row_cells(r)
+            out.append(f"| {mod['name']} | " + " | ".join(cells)
+                       + f" | {status.replace('|', '/')} |")
     return "\n".join(out)
 
 
