@@ -154,7 +154,7 @@ CASES = {
         tf.raw_ops.DepthwiseConv2dNative(input=x, filter=_w(3, 3, 48, 1), strides=[1, 1, 1, 1],
                                          padding="SAME") * _w(48) + _w(48))),
     # MobileNet v2's downsampling: ZeroPadding2D, then a VALID stride-2 depthwise conv. The
-    # Pad is absorbed (rstf/padfold.py): the guarded taps run in the fused per-pixel group.
+    # Pad is absorbed (rstf/frontend/padfold.py): the guarded taps run in the fused per-pixel group.
     "pad_depthwise_s2_bn_relu6": ((1, 14, 14, 32), lambda x: tf.nn.relu6(
         tf.raw_ops.DepthwiseConv2dNative(
             input=tf.pad(x, [[0, 0], [0, 1], [0, 1], [0, 0]]), filter=_w(3, 3, 32, 1),

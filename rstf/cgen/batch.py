@@ -118,7 +118,7 @@ def wrap(sg: SubgraphCode, occupancy=1) -> list[dict]:
         return ", ".join(a + [ws_expr])
 
     lines = [source.rstrip(), "",
-             "/* Dynamic batch (rstf/batch.py): the function above computes one sample; the",
+             "/* Dynamic batch (rstf/cgen/batch.py): the function above computes one sample; the",
              "   entry below runs N of them with versioned placement (rstf/poly/versioning.py).",
              f"   The workspace holds one slice of {ws} bytes per thread. */",
              "int omp_get_thread_num(void);", ""]

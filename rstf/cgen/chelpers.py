@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 EXPF = """\
-/* exp(x) in float, vectorisable (rstf/chelpers.py: Cody-Waite reduction, Cephes' polynomial,
+/* exp(x) in float, vectorisable (rstf/cgen/chelpers.py: Cody-Waite reduction, Cephes' polynomial,
    2^n in two factors; within 1.001 ulp of exp). */
 static inline float rstf_expf(float x)
 {
@@ -57,7 +57,7 @@ static inline float rstf_expf(float x)
 # (templates/wrapper.cc.j2). Weak, so that every subgraph's C defines it and one .so holds
 # one; thread-local, so that two ops running at once on two threads keep their own.
 INDEX_ERROR = """\
-/* Index errors, reported by the op wrapper after the call (rstf/chelpers.py). */
+/* Index errors, reported by the op wrapper after the call (rstf/cgen/chelpers.py). */
 __attribute__((weak)) __thread long long rstf_index_error_state[3];
 static void rstf_index_error(long long value, long long limit)
 {
@@ -80,7 +80,7 @@ INDEX_ERROR_SYMBOL = "rstf_index_error_state"
 # the compiler and C library have it (RSTF_LIBMVEC, and -lmvec at the link); without it,
 # the scalar calls stay.
 LIBMVEC_FUNCTIONS = ("tanhf", "erff", "erfcf")
-LIBMVEC = ("/* libm functions gcc may vectorise with glibc's libmvec (rstf/chelpers.py). */\n"
+LIBMVEC = ("/* libm functions gcc may vectorise with glibc's libmvec (rstf/cgen/chelpers.py). */\n"
            "#if defined(RSTF_LIBMVEC) && defined(__GNUC__) && !defined(__clang__)\n"
            + "".join(f'__attribute__((__simd__("notinbranch"))) float {f}(float);\n'
                      for f in LIBMVEC_FUNCTIONS)
