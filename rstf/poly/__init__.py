@@ -15,8 +15,6 @@
 of a later stage, leaves the subgraph's C as it was, with the diagnostic: never
 mis-compiled.
 """
-import dataclasses
-
 from .deps import Dependences, Violation, check_schedule_legal, compute_dependences, violated
 from .raise_c import raise_subgraph
 from .result import PassResult
@@ -32,8 +30,9 @@ def optimize(source: str, entry: str, tile: bool = True, fuse: bool = True,
              winograd: bool = True, target=None) -> PassResult:
     """Run the polyhedral pass on one subgraph's C. Returns a `PassResult`.
 
-    `target` (a `target.Target`, its name, or None: this machine's, `target.detect()`) is the vector ISA the C is shaped for: its vector width and register count
-    pick the tiles and the types.
+    `target` (a `target.Target`, its name, or None: this machine's, `target.detect()`) is
+    the vector ISA the C is shaped for: its vector width and register count pick the tiles
+    and the types; its `tuning` holds the pass's thresholds.
 
     `constants` names the entry's input arrays whose values are fixed when the op is built
     (frozen weights). The new C may read some of them in the microkernels' panel layout:
@@ -42,8 +41,8 @@ def optimize(source: str, entry: str, tile: bool = True, fuse: bool = True,
     another shape), and the op must then be fed `prepack.pack(value, spec)` instead of the
     value (the splice does).
 
-    The result's report (`PassResult.report()`): `optimizer` ('poly', or 'none' with a `diagnostic`), `target` (the
-    vector ISA's name), `statements`,
+    The result's report (`PassResult.report()`): `optimizer` ('poly', or 'none' with a
+    `diagnostic`), `target` (the vector ISA's name), `statements`,
     `calls`, `tiled` (contractions tiled around microkernels, with their tile sizes, the
     reduction loops one kernel call runs, whether it is a depthwise kernel and whether
     border rows run in kernels with fewer taps),
@@ -65,9 +64,7 @@ def optimize(source: str, entry: str, tile: bool = True, fuse: bool = True,
     """
     from .target import resolve
 
-    t = resolve(target)
-    result = _optimize(source, entry, tile, fuse, constants, winograd, t)
-    return dataclasses.replace(result, target=t.name) if result.optimized else result
+    return _optimize(source, entry, tile, fuse, constants, winograd, resolve(target))
 
 
 def optimize_source(source: str, entry: str, tile: bool = True, fuse: bool = True,
@@ -105,7 +102,8 @@ def _optimize(source, entry, tile, fuse, constants, winograd, target) -> PassRes
         # A scheduling or lowering failure must never cost the user the subgraph: keep the
         # textbook C, which is correct, and say why.
         return declined(f"polyhedral pass failed ({type(e).__name__}: {e})")
-    return _result(scop, plan, stats, format_c(new), round(time.perf_counter() - t0, 3))
+    return _result(scop, plan, stats, format_c(new), round(time.perf_counter() - t0, 3),
+                   target.name)
 
 
 def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target) -> list:
@@ -152,14 +150,14 @@ def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target) -> 
     return [Group.of(g) for g in schedules]
 
 
-def _result(scop: Scop, plan, stats, source: str, seconds: float) -> PassResult:
+def _result(scop: Scop, plan, stats, source: str, seconds: float, target: str) -> PassResult:
     """The pass's result for the lowered program: what was tiled, fused and planned."""
     schedules = plan.groups
     kernels = [k for cs in schedules for k in cs.kernels]
     bands = [g for g in schedules if g.is_band]
     groups = [p for cs in schedules for p in cs.parts]
     return PassResult(
-        source, "poly", seconds, workspace_bytes=plan.workspace_bytes,
+        source, "poly", seconds, target=target, workspace_bytes=plan.workspace_bytes,
         prepacked=plan.prepacked, statements=len(scop.statements), calls=len(scop.calls),
         tiled=tuple({"statement": k.statement, "node": scop.statement(k.statement).node,
                      "tile": [k.rb, k.width], "loops": [k.rows_text, k.v],

@@ -116,7 +116,8 @@ def fuse_pair(scop: Scop, deps: Dependences, a: CallSchedule, b: CallSchedule,
                    for p in (a, b) for s in p.statements for acc in s.accesses
                    if acc.array == y):
             continue
-        if buf.shape[m - 1] < tuning.min_band_rows:  # the band's row loop: time dimension m = Y's m-1
+        # the band's row loop: time dimension m = Y's m-1
+        if buf.shape[m - 1] < tuning.min_band_rows:
             return None
         time = {}
         for j, p in enumerate((a, b)):

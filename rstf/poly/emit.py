@@ -46,8 +46,7 @@ class CallLowering:
     """One scheduled function: the AST of one group, or of a band of groups
     (a band `groups.Group`), each part with its own chain and register epilogue."""
 
-    def __init__(self, scop: Scop, parts: list[CallSchedule],
-                 epis: list[regepi.RegisterEpilogue | None], time: dict[str, isl.Map],
+    def __init__(self, scop: Scop, parts: list[CallSchedule], time: dict[str, isl.Map],
                  ast_time: dict[str, isl.Map], band_rows: dict[str, int],
                  deps: Dependences, stats: LoweringStats, band_m: int = 0,
                  halo: dict[str, tuple[int, int, int]] | None = None,
@@ -62,14 +61,14 @@ class CallLowering:
         self.kernels = {k.name: k for p in parts for k in p.kernels}
         # a fused chain's head stands for the chain in the AST
         self.chains = {p.chain.statements[0].name: p.chain for p in parts if p.chain}
-        self.epi_of = {k.name: e for p, e in zip(parts, epis) if e for k in p.kernels}
+        self.epi_of = {k.name: p.epilogue for p in parts if p.epilogue for k in p.kernels}
         self.contracted = {c for p in parts if p.chain for c in p.chain.contracted}
         # buffer -> leading dimensions dropped (one row kept); none for a register
         # epilogue. A group's row spans its m rows and the column tile around them
         # (declared in the deepest of time dimensions 1..m+1), a band's its m rows only.
         self.rows, self.row_span = {}, {}
-        for p, e in zip(parts, epis):
-            if not e:
+        for p in parts:
+            if not p.epilogue:
                 for name, m in p.rows.items():
                     self.rows[name], self.row_span[name] = m, m + 1
         for name, m in band_rows.items():

@@ -57,7 +57,7 @@ def _cast(scop: Scop, name: str, written: bool) -> str:
     return f"({q}{b.ctype} (*){''.join(f'[{d}]' for d in dims[1:])}){name}"
 
 
-def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
+def _describe(scop: Scop, cs: CallSchedule) -> list[str]:
     """What the scheduled function does for one group, for its leading comment."""
     what = [f"{k.name}: {k.rb}x{k.width} tiles of {k.statement} over ({k.rows_text}, {k.v}), "
             f"reduction {' x '.join(x for x in (k.kin, k.k2, k.k) if x)} in one "
@@ -73,8 +73,9 @@ def _describe(scop: Scop, cs: CallSchedule, epi) -> list[str]:
                     + (f" as the epilogue of each {merged.rows_text + ' ' if merged else ''}row"
                        if cs.kernels else "")
                     + f"; contracted to scalars: {', '.join(cs.chain.contracted) or 'none'}"
-                    + (f"; to registers (the epilogue runs in the kernel): {epi.y}" if epi
-                       else f"; to one row: {', '.join(cs.rows)}" if cs.rows else ""))
+                    + (f"; to registers (the epilogue runs in the kernel): {cs.epilogue.y}"
+                       if cs.epilogue else
+                       f"; to one row: {', '.join(cs.rows)}" if cs.rows else ""))
         return what
     return [scop.calls[cs.call].function, *(what or ["original order"])]
 
@@ -107,18 +108,15 @@ def lower(scop: Scop, deps: Dependences, plan: LoweringPlan, header: str,
                                    _cast(scop, b, b in written) for b in buffers] \
                 + list(scop.params)
             continue
-        parts = cs.parts
-        epis, ast_time = [], {}
-        for p in parts:
-            epi = p.epilogue
+        ast_time = {}
+        for p in cs.parts:
             at = dict(cs.ast_time[p.call])
-            if epi:  # the kernels zero their accumulators and run the chain
+            if epi := p.epilogue:  # the kernels zero their accumulators and run the chain
                 del at[epi.init], at[epi.head]
                 epi_kernels.append(regepi.kernel_sources(epi, p.kernels))
                 stats.register_epilogues.append(p.call)
-            epis.append(epi)
             ast_time.update(at)
-        low = CallLowering(scop, parts, epis, cs.time, ast_time, cs.rows, deps, stats,
+        low = CallLowering(scop, cs.parts, cs.time, ast_time, cs.rows, deps, stats,
                            cs.m, cs.halo, panels, tuning=target.tuning)
         umap = None
         for m in ast_time.values():
@@ -136,8 +134,8 @@ def lower(scop: Scop, deps: Dependences, plan: LoweringPlan, header: str,
         fname = f"sched_{cs.call}"
         decls = [_param_decl(scop, b, b in written) for b in buffers] + params
         what, attr = [], ""
-        for p, epi in zip(parts, epis):
-            what += _describe(scop, p, epi)
+        for p in cs.parts:
+            what += _describe(scop, p)
             if p.chain:
                 # No FMA across the fused statements: each keeps the rounding of its op.
                 attr = '__attribute__((optimize("fp-contract=off")))\n'

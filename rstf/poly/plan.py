@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from . import prepack
-from .groups import CallSchedule, Group, Kernel
+from .groups import Group, Kernel
 from .prefetch import plan_panel_prefetch, plan_prefetch
 from .scop import Scop
 from .target import Target
@@ -82,13 +82,5 @@ def _marked(group: Group, marks: dict[str, tuple[int, str]],
         return dataclasses.replace(k, prefetch=lines, prefetch_of=weight,
                                    panel_prefetch=k.name in panel_marked)
 
-    def part(cs: CallSchedule) -> CallSchedule:
-        kernels = [kernel(k) for k in cs.kernels]
-        if all(a is b for a, b in zip(kernels, cs.kernels)):
-            return cs
-        return dataclasses.replace(cs, kernels=kernels)
-
-    parts = [part(p) for p in group.parts]
-    if all(a is b for a, b in zip(parts, group.parts)):
-        return group
-    return dataclasses.replace(group, parts=parts)
+    return dataclasses.replace(group, parts=[
+        dataclasses.replace(p, kernels=[kernel(k) for k in p.kernels]) for p in group.parts])

@@ -373,5 +373,6 @@ def _kernel(epi: RegisterEpilogue, k: Kernel, rb: int) -> str:
         epi.name(k, rb), k.shape.rows(rb), abi.epilogue_kernel(k.shape, epi.operands),
         epi.lines[k.name],
         f"{rb} rows of {k.width} columns: the whole reduction from zero, in "
-        f"{rb}x{len(vectors(k.width, k.vl))} registers,\n   then the chain ({fns}) on them; only its "
-        f"results are stored.", zero=True, attr='__attribute__((optimize("fp-contract=off")))\n')
+        f"{rb}x{len(vectors(k.width, k.vl))} registers,\n   then the chain ({fns}) on them; "
+        f"only its results are stored.", zero=True,
+        attr='__attribute__((optimize("fp-contract=off")))\n')

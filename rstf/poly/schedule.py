@@ -42,13 +42,14 @@ A short reduction (at most `kin_depth` steps in all: the first conv's 3x3x3, a d
 conv's 3x3 taps) also runs its next outer reduction loop inside the kernel (`Kernel.kin`:
 kh, as the kernel's second reduction level), so one call computes an output's whole
 reduction and the fused epilogue can run in registers (`regepi`). So does a longer one,
-up to `kin_depth_long` steps, whose own calls would be short (`short_call`: a 3x3 conv over 32
-channels runs kw x ic, not ic alone) or whose next loop no padding border cuts. Such a
-kernel's reduction ranges are *per chunk* (`Kernel.ranged`): at a padding border the taps that fall outside
-the input are cut, so the rows are grouped by the ranges they have (isl's lexmin/lexmax of
-each reduction loop, per row) and a border row runs in a kernel with fewer taps instead of
-the textbook loops. Grouping by ranges is checked, not assumed: every instance of the
-chunked kernel must cover points of the domain only, each once.
+up to `kin_depth_long` steps, whose own calls would be short (`short_call`: a 3x3 conv
+over 32 channels runs kw x ic, not ic alone) or whose next loop no padding border cuts.
+Such a kernel's reduction ranges are *per chunk* (`Kernel.ranged`): at a padding border
+the taps that fall outside the input are cut, so the rows are grouped by the ranges they
+have (isl's lexmin/lexmax of each reduction loop, per row) and a border row runs in a
+kernel with fewer taps instead of the textbook loops. Grouping by ranges is checked, not
+assumed: every instance of the chunked kernel must cover points of the domain only, each
+once.
 
 Recognising a contraction and choosing its kernel (roles, tile, merged rows, sliding rows,
 the K2 level, with thresholds from `tuning.Tuning`) is

@@ -28,7 +28,8 @@ kernels for a user who wants that.
 Which tile (`choose`, per layer): a larger tile does fewer multiply-adds per output but has
 a larger U (E C K floats, streamed from memory once per call in a whole model) and wastes the
 part of its last tile past the image's edge, and a row's last register tile is short. The
-cost model counts the contractions' register tiles and U's bytes (`Tuning.winograd_tile_overhead`, `winograd_u_tiles`).
+cost model counts the contractions' register tiles and U's bytes
+(`Tuning.winograd_tile_overhead`, `winograd_u_tiles`).
 It takes the 4-output tiles but on 14x14 images, where F(2x2,3x3)'s U (16/9 the weight) wins
 over F(4x4,3x3)'s (4x the weight). Measured on whole models (`benchmarks/ab_kernels.py`,
 interleaved, Zen 4, 2 cores): Inception v3's kernels with the 5x5 and 1x7/7x1 convs added
@@ -39,10 +40,10 @@ in 2-output tiles, 0.931x (first subgraph) and 0.886x (second) of the 3x3-only t
 Measured with `benchmarks/winograd_probe.c` (F(2x2,3x3), U precomputed and hot): the
 contractions run at the direct kernel's rate; 7x7 and 8x8 images gain only 1.1-1.3x, and
 with U fed from memory lose (Inception v3's 8x8x448->384 layers: 1.055x slower). So the
-pass takes layers of at least `Tuning.winograd_min_pixels` (14x14) outputs. Where the weight is a frozen
-constant read by this conv alone (every model's case), U is computed once at optimize time
-(`transform_weights`) and the op is fed it instead of the weight (`prepack`, the spec
-"winograd F(4x4,3x3)"); else it is computed in each call into the workspace.
+pass takes layers of at least `Tuning.winograd_min_pixels` (14x14) outputs. Where the
+weight is a frozen constant read by this conv alone (every model's case), U is computed
+once at optimize time (`transform_weights`) and the op is fed it instead of the weight
+(`prepack`, the spec "winograd F(4x4,3x3)"); else it is computed in each call into the workspace.
 
 Lowering (`winograd_c.source`): the group's function replaces the whole scheduled group (conv, its
 zeroing and its fused pointwise chain): the weight transform into U unless U is fed, then
@@ -288,10 +289,10 @@ def plan(scop: Scop, cs: CallSchedule, t: Target,
          constants: frozenset[str] = frozenset()) -> Plan | None:
     """The Winograd plan of a scheduled group, or None when the group is not a batch-1
     stride-1 convolution with a filter of `ALGORITHMS`, C and K multiples of VLEN and at
-    least `Tuning.winograd_min_pixels` outputs, zeroed first, then accumulated, maybe followed by a pointwise
-    chain `regepi` can translate, reading the output at the same element. When its weight
-    is one of `constants` (the op's frozen inputs) and nothing else reads it, the op is fed
-    U."""
+    least `Tuning.winograd_min_pixels` outputs, zeroed first, then accumulated, maybe
+    followed by a pointwise chain `regepi` can translate, reading the output at the same
+    element. When its weight is one of `constants` (the op's frozen inputs) and nothing
+    else reads it, the op is fed U."""
     if not cs.kernels:
         return None
     upd = scop.statement(cs.kernels[0].statement)
