@@ -117,6 +117,10 @@ CASES = {
     # last tile, which reads the weights unpacked in the residual loops.
     "conv_deep_weights_packed": ((1, 5, 5, 256), lambda x: tf.nn.relu(
         tf.nn.conv2d(x, _w(3, 3, 256, 176), 1, "SAME") * _w(176) + _w(176))),
+    # A 1x1 conv on a 3x3 map (Xception's last block): its 9 pixels merged into one row of
+    # calls, the tiles outermost, each 2.4 MB weight panel read by a single call.
+    "conv_1x1_3x3_merged_rows_deep_weights": ((1, 3, 3, 1280), lambda x: tf.nn.relu(
+        tf.nn.conv2d(x, _w(1, 1, 1280, 480), 1, "SAME") * _w(480) + _w(480))),
     # A 1x1 conv's whole reduction is one kernel call: the kernels start from zero and run
     # the BN/ReLU6 chain in their registers (rstf/poly/regepi.py); no row buffer.
     "conv_1x1_bn_relu6_in_registers": ((1, 10, 23, 16), lambda x: tf.nn.relu6(

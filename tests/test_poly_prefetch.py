@@ -1,10 +1,11 @@
 """Software prefetch of large frozen weights (rstf/poly/prefetch.py): the next weight
 panel during each column tile, and a GEMV's weight during the kernels before it."""
+import dataclasses
 import os
 
 import pytest
 
-from poly_cases import _bitwise_case
+from poly_cases import NATIVE, _bitwise_case
 
 
 @pytest.mark.parametrize("threads", [2, 3])
@@ -22,6 +23,24 @@ def test_the_next_weight_panel_is_prefetched_during_each_column_tile(threads):
     # A weight under 1 MB (a 1x1 conv's 16 KB) is left to the kernels' own reads.
     info, _, new = _bitwise_case("conv_1x1_bias_relu", run=False)
     assert info["panel_prefetched"] == [] and "rstf_pp_at" not in new
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_merged_rows_prefetch_the_next_panel_spread_over_the_call(threads):
+    """Rows outermost but only one output row (a 3x3 map's 9 pixels merged): the column
+    tile is still the calls' outermost loop (prefetch.tile_first), so each call prefetches
+    the next panel; a call's share beyond K / 2 lines (here the whole 1280 x 48 panel, 3840
+    lines, in one call of K = 1280) is spread over its steps, ceil(share / K) lines a step.
+    Bit-identical on the team, 2 and 3 threads."""
+    merging = dataclasses.replace(NATIVE, merge_rows=True)  # (as AVX2 and AVX512_FULL do)
+    info, _, new = _bitwise_case("conv_1x1_3x3_merged_rows_deep_weights", threads=threads,
+                                 team=True, target=merging)
+    assert info["tiled"][0]["loops"][0] == "oh x ow", info["tiled"][0]
+    assert info["tiled"][0]["order"] == "rows outermost"
+    assert info["panel_prefetched"] == ["Conv2D"], info["panel_prefetched"]
+    assert "const int pps = 2 * npp <= K ? 0 : (npp + K - 1) / K;" in new
+    assert "__builtin_prefetch(pp + 64L * q, 0, 2);" in new
+    assert new.count("rstf_pp_at((const float *)in1 + ") >= 1
 
 
 def test_panel_prefetch_shares_cover_the_next_panel():

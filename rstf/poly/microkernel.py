@@ -207,12 +207,23 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
               "        }\n") if shape.pf else ""
         # One line of the next panel every second step: a line a step (a burst) ran a
         # 7x48 kernel streaming its panels from DRAM at 167 GFLOP/s, one every second
-        # step at 262, none at 223 (one Zen 5 core, K = 512).
+        # step at 262, none at 223 (one Zen 5 core, K = 512). A call whose share of the
+        # panel is more lines than that covers (a panel that few calls read: one 9-row
+        # call for a 3x3 map's 9 pixels) spreads its share evenly, `pps` lines a step:
+        # capped at K / 2 lines, Xception's 3x3-map 1x1 convs took 0.30 and 0.63 ms
+        # (`group_profile.py`), spread 0.21-0.24 and 0.50-0.52.
+        pre = ""
         if shape.pp:
-            pf += ("        if (!(k & 1) && (k >> 1) < npp)\n"
-                   "            __builtin_prefetch(pp + 64L * (k >> 1), 0, 2);\n")
+            pre = "    const int pps = 2 * npp <= K ? 0 : (npp + K - 1) / K;\n"
+            pf += ("        if (!pps) {\n"
+                   "            if (!(k & 1) && (k >> 1) < npp)\n"
+                   "                __builtin_prefetch(pp + 64L * (k >> 1), 0, 2);\n"
+                   "        } else {\n"
+                   "            for (int q = k * pps; q < (k + 1) * pps && q < npp; ++q)\n"
+                   "                __builtin_prefetch(pp + 64L * q, 0, 2);\n"
+                   "        }\n")
         loop = f"""\
-{roll}    for (int k = 0; k < K; ++k) {{
+{pre}{roll}    for (int k = 0; k < K; ++k) {{
 {pf}{bload}
         for (int r = 0; r < {rb}; ++r) {{
 {aload}{fmas}
