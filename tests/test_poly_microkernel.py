@@ -1,5 +1,6 @@
 """The register-blocked microkernels (rstf/poly/microkernel.py): their rounding, the tile
 choice against the target's registers, and the tile order that balances the threads."""
+import dataclasses
 import re
 
 import numpy as np
@@ -99,3 +100,19 @@ def test_row_order_balances_the_threads_when_a_partial_tile_breaks_the_collapse(
     assert (two.rb, two.nv, two.tile_outer) == (7, 2, False)
     assert choose_order(**args, cols=160, n_threads=1).nv == 3
     assert choose_order(**args, cols=96, n_threads=2).nv == 3
+
+
+def test_each_thread_streaming_a_large_weight_counts_in_the_order():
+    """ResNet-50's 1x1 convs on its 6x6 map at 96x96 (1024 -> 256, a 1 MB weight): rows
+    outermost, each of 2 threads streams the whole weight for its own rows, so the column
+    tiles go outermost (each thread its own panels); on 1 thread, or with a weight under
+    `Tuning.thread_copy_min_bytes`, the two orders cost the same and rows stay outermost."""
+    from rstf.poly.microkernel import choose_order
+
+    args = dict(rb=6, nv=4, rows=6, cols=256, outer=6, depth_total=1024,
+                a_bytes=4 * 6 * 6 * 1024, t=AVX512, cache=2 << 20)
+    assert choose_order(**args, n_threads=2).tile_outer
+    assert not choose_order(**args, n_threads=1).tile_outer
+    big = dataclasses.replace(AVX512, tuning=dataclasses.replace(
+        AVX512.tuning, thread_copy_min_bytes=2 << 20))
+    assert not choose_order(**{**args, "t": big}, n_threads=2).tile_outer

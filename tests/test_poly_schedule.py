@@ -39,7 +39,8 @@ def test_poly_equals_textbook_bitwise(case, target):
     # small map whose rows follow each other runs its pixels as one row where the tile
     # model says it pays (contraction.merge_rows): not the 7x7 map's 7x32 tiles of K=160.
     merged = {"conv_1x1_7x7_merged_rows_broadcast_epilogue", "conv_1x1_bn_relu6_in_registers",
-              "conv_1x1_bn_residual_in_registers", "conv_mean_matmul_head"}
+              "conv_1x1_bn_residual_in_registers", "conv_mean_matmul_head",
+              "conv_1x1_3x3_merged_rows_deep_weights"}
     assert all((t["loops"][0] == "oh x ow") == (target is AVX512_FULL and case in merged)
                for t in info["tiled"] if t["loops"][0] in ("ow", "oh x ow")), info["tiled"]
     # Single-vector tiles (target.single_vector_tiles, AVX512 only): a 1x1 conv of K=16

@@ -427,10 +427,17 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
     b_bytes = 4 * depth_total * cols
     base = choose_tile(rows, cols, t, (nv,))[2]
 
+    def copies(units: int) -> int:
+        # Where the weight is big enough to come from L3 or DRAM on every call, each
+        # thread's own pass over an operand counts: rows outermost, every thread reads all
+        # of B; tiles outermost, every thread reads all of A.
+        return min(n_threads, units) if b_bytes >= t.tuning.thread_copy_min_bytes else 1
+
     def rows_outer(rb_: int, nv_: int, cost: float) -> Order:
         vb = t.vlen * nv_
         par = outer * -(-cols // vb) if cols % vb == 0 or outer <= 1 else outer
-        return Order(rb_, nv_, False, (a_bytes + b_bytes * (outer if b_bytes > cache else 1))
+        return Order(rb_, nv_, False, (a_bytes + b_bytes * (outer if b_bytes > cache else
+                                                            copies(outer)))
                      * cost / base / thread_balance(par, n_threads))
 
     best = rows_outer(rb, nv, base)
@@ -449,10 +456,11 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
         vb = t.vlen * nv_
         panel = 4 * depth_total * vb + a_bytes // outer
         n_u = -(-cols // vb)
-        traffic = (a_bytes * (n_u if a_bytes > cache else 1)
+        traffic = (a_bytes * (n_u if a_bytes > cache else copies(n_u))
                    + b_bytes * (outer if panel > cache else 1))
-        # A narrower tile computes less well: charge its cost ratio on the traffic.
-        traffic *= tile[2] / base / thread_balance(n_u, n_threads)
+        # A narrower tile computes less well: charge its cost ratio on the traffic; and
+        # the threads' balance in columns (a partial last tile is a smaller share).
+        traffic *= tile[2] / base / (cols / (n_threads * min(cols, vb * -(-n_u // n_threads))))
         if outer_best is None or traffic < outer_best.traffic:
             outer_best = Order(tile[0], nv_, True, traffic)
     if outer_best is not None and outer_best.traffic < best.traffic * 0.8:

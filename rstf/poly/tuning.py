@@ -38,6 +38,14 @@ class Tuning:
     single_max_depth: int = 192
     single_min_rows: int = 7  # fewer accumulators do not hide the FMA latency (a GEMV's row)
 
+    # The weight size from which the tile-order model (`microkernel.choose_order`) counts
+    # each thread's own pass over an operand: rows outermost, every thread streams the
+    # whole weight, which then comes from L3 or DRAM once per thread. ResNet-50 at 96x96
+    # (2 threads, Intel Xeon with AVX-512, `group_profile.py`): its 6x6 1x1 convs (1 MB
+    # weights) took column tiles outermost, the kernels 8.37 -> 7.81 ms. MobileNet v2's
+    # 7x7 projections to 160 channels (0.4-0.6 MB), which stay in L3, ran 5-10% slower so.
+    thread_copy_min_bytes: int = 1 << 20
+
     # ---- contractions (contraction.py)
     merge_gain: float = 0.99  # merged rows must cut choose_tile's cost per output by 1%
     dw_max_rb: int = 8  # rows of a depthwise kernel's tile (one vector wide)
