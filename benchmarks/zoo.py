@@ -67,28 +67,29 @@ if ROOT not in sys.path:
 
 from models.build import MODELS, min_input_size  # noqa: E402  (does not import TF)
 
-# Every image classifier in keras.applications (keras 3.15) plus Inception v4, cheapest
+# Every image classifier in keras.applications (keras 3.15) plus Inception v4 and RegNetX
+# (models/regnet.py: keras.applications has no grouped-convolution model), cheapest
 # first (roughly by build + optimize cost at 96x96), so the big ones run last.
 ALL = [
     "MobileNetV3Small", "MobileNet", "MobileNetV2", "MobileNetV3Large", "EfficientNetB0",
-    "EfficientNetV2B0", "NASNetMobile", "DenseNet121", "EfficientNetB1", "EfficientNetV2B1",
-    "ResNet50", "ResNet50V2", "EfficientNetB2", "EfficientNetV2B2", "Xception",
-    "InceptionV3", "DenseNet169", "EfficientNetB3", "EfficientNetV2B3", "ConvNeXtTiny",
-    "VGG16", "VGG19", "DenseNet201", "ResNet101", "ResNet101V2", "EfficientNetB4",
-    "inception_v4", "ConvNeXtSmall", "InceptionResNetV2", "ResNet152", "ResNet152V2",
-    "EfficientNetV2S", "EfficientNetB5", "ConvNeXtBase", "EfficientNetB6", "EfficientNetV2M",
-    "EfficientNetB7", "ConvNeXtLarge", "NASNetLarge", "EfficientNetV2L", "ConvNeXtXLarge",
+    "EfficientNetV2B0", "regnetx_002", "NASNetMobile", "DenseNet121", "regnetx_004",
+    "EfficientNetB1", "EfficientNetV2B1", "regnetx_008", "ResNet50", "ResNet50V2",
+    "regnetx_016", "EfficientNetB2", "EfficientNetV2B2", "Xception", "InceptionV3",
+    "regnetx_032", "DenseNet169", "EfficientNetB3", "EfficientNetV2B3", "ConvNeXtTiny", "VGG16",
+    "VGG19", "DenseNet201", "ResNet101", "ResNet101V2", "EfficientNetB4", "inception_v4",
+    "ConvNeXtSmall", "InceptionResNetV2", "ResNet152", "ResNet152V2", "EfficientNetV2S",
+    "EfficientNetB5", "ConvNeXtBase", "EfficientNetB6", "EfficientNetV2M", "EfficientNetB7",
+    "ConvNeXtLarge", "NASNetLarge", "EfficientNetV2L", "ConvNeXtXLarge",
 ]
 # A representative subset for the speed sweep, cheapest first: depthwise + squeeze-and-excite
 # (MobileNets, EfficientNets: the issue-43 bar names B0, B3, V2B0 and MobileNetV3Large),
 # plain and dense residual nets, separable convs (Xception), inception blocks, ConvNeXt's
-# 7x7 depthwise + layer norm + GELU. keras.applications (3.15) has no grouped-conv model (no
-# RegNet, no ResNeXt). Sized for ~25-30 minutes with every engine on two cores: estimated
-# (EfficientNetB0 took 45 s cold with every engine at --reps 10), not yet timed in full.
+# 7x7 depthwise + layer norm + GELU, and RegNetX's grouped convolutions (models/regnet.py,
+# which keras.applications 3.15 lacks). About 45 s a model with every engine on two cores.
 QUICK = [
     "MobileNetV3Small", "MobileNetV2", "MobileNetV3Large", "EfficientNetB0",
     "EfficientNetV2B0", "DenseNet121", "ResNet50", "Xception", "InceptionV3",
-    "EfficientNetB3", "ConvNeXtTiny",
+    "EfficientNetB3", "ConvNeXtTiny", "regnetx_002", "regnetx_016",
 ]
 DEFAULT_SIZE = 96
 DEFAULT_ENGINES = "rstf-poly,tf-eigen,tf-onednn,onnxruntime,openvino"
