@@ -21,6 +21,7 @@ from rstf.pipeline import optimize  # noqa: E402
     ("inception_v4", 75),
     ("resnet50", 64),
     ("mobilenet_v2", 64),
+    ("regnetx_002", 64),  # grouped convolutions
 ])
 def test_model_optimizes_and_matches(tmp_path, name, size):
     path = tmp_path / f"{name}.pb"

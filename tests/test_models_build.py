@@ -165,6 +165,30 @@ def test_inception_v4_shapes_and_params():
         inception_v4(input_shape=(74, 74, 3))
 
 
+def test_regnetx_architecture():
+    """models/regnet.py's RegNetX002: a stem, 1 + 1 + 4 + 7 X blocks whose 3x3 convolutions
+    are grouped in groups of 8 channels (24 -> 3 groups ... 368 -> 46), a 1x1 shortcut
+    where each stage's first block changes the shape, and a softmax over 1000 classes."""
+    import keras
+
+    sys.path.insert(0, os.path.join(REPO, "models"))
+    from regnet import REGNETX, regnet_x
+
+    keras.backend.clear_session()
+    model = regnet_x("RegNetX002", input_shape=(64, 64, 3))
+    convs = [l for l in model.layers if isinstance(l, keras.layers.Conv2D)]
+    depths, widths, group_width = REGNETX["RegNetX002"]
+    grouped = [l for l in convs if l.groups > 1]
+    assert len(convs) == 1 + 3 * sum(depths) + len(depths)
+    assert [l.groups for l in grouped] == [w // group_width for d, w in zip(depths, widths)
+                                           for _ in range(d)]
+    assert all(l.kernel_size == (3, 3) and l.filters // l.groups == 8 for l in grouped)
+    assert not any(l.use_bias for l in convs)
+    assert tuple(model.output.shape) == (None, 1000)
+    with pytest.raises(ValueError, match=">= 32"):
+        build_graph_def("regnetx_002", input_size=31)
+
+
 def test_keras_names_checked():
     # Minimum sizes of keras:CTOR names are ValueErrors (not KeyErrors), found before
     # any model is built; unknown constructors are ValueErrors too.
