@@ -124,6 +124,10 @@ def plan_panel_prefetch(scop: Scop, schedules: list[Group], panels: dict, skip: 
     a small map's merged rows (Xception's 728-channel 1x1 convs on 6x6 at 96x96, 2.1 MB
     of weights each, four 9-row calls a panel) went from 0.21-0.23 to 0.15-0.16 ms a
     group (`group_profile.py`, 2 threads, Intel Xeon with AVX-512).
+    Not for a matrix-vector product's one-row kernels (a batch-1 classifier): each panel is
+    read by one call, so the next one would be prefetched a whole panel (megabytes) ahead,
+    beyond L2, doubling the reads in flight: Xception's 8 MB classifier ran 0.144-0.155 ms
+    without, 0.172-0.178 with (`group_profile.py`); `plan_prefetch` covers those.
     For kernels over a frozen weight in panel layout (`prepack`) of at least
     `tuning.prefetch_min_bytes`, whole tiles (the last, partial one has no next panel), no
     K2 level (its k restarts) and at least `prefetch_min_depth` steps. A call inside an outer
@@ -136,7 +140,7 @@ def plan_panel_prefetch(scop: Scop, schedules: list[Group], panels: dict, skip: 
         for k in cs.kernels:
             pn = panels.get(k.b.array)
             if (pn is None or not tile_first(scop, k) or k.cols or k.vec_a or k.slide or k.kin
-                    or not k.r or k.ranged or k.depth < tuning.prefetch_min_depth
+                    or not k.r or k.rb == 1 or k.ranged or k.depth < tuning.prefetch_min_depth
                     or pn.cols <= pn.vb or 4 * pn.rows * pn.cols < tuning.prefetch_min_bytes):
                 continue
             out.add(k.name)
