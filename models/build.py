@@ -8,8 +8,8 @@ Usage::
 NAME is one of ``inception_v3`` (default input 299), ``inception_v4`` (299; built by
 ``models/inception_v4.py``, not in keras.applications), ``resnet50`` (224) or
 ``mobilenet_v2`` (224), or ``regnetx_002`` ... ``regnetx_032`` (224; RegNetX, grouped
-convolutions, built by ``models/regnet.py``).  ``--input-size H`` builds a smaller (or larger) square
-variant, e.g. ``inception_v3`` at 75 or ``mobilenet_v2`` at 96, for fast tests.
+convolutions, built by ``models/regnet.py``).  ``--input-size H`` builds a smaller (or
+larger) square variant, e.g. ``inception_v3`` at 75 or ``mobilenet_v2`` at 96, for fast tests.
 
 NAME may also be ``keras:CTOR`` for any image classifier constructor in
 ``keras.applications`` (``keras:DenseNet121``, ``keras:EfficientNetB0``, ...; used by
@@ -58,9 +58,11 @@ from typing import TYPE_CHECKING
 try:  # imported as models.build, or run as a script from models/
     from .bert import BERT_MODELS, DEFAULT_SEQ_LEN, build_bert_graph_def
     from .freeze import OUTPUT_NAME, _inline_calls, _prune_to_outputs, write_graph_def
+    from .regnet import REGNETX, regnet_x
 except ImportError:
     from bert import BERT_MODELS, DEFAULT_SEQ_LEN, build_bert_graph_def
     from freeze import OUTPUT_NAME, _inline_calls, _prune_to_outputs, write_graph_def
+    from regnet import REGNETX, regnet_x
 
 if TYPE_CHECKING:  # Only for annotations: importing TF is slow and noisy.
     import tensorflow as tf
@@ -71,20 +73,17 @@ MODELS: dict[str, tuple[str, int]] = {
     "resnet50": ("ResNet50", 224),
     "mobilenet_v2": ("MobileNetV2", 224),
     "inception_v4": ("inception_v4", 299),  # models/inception_v4.py, not keras.applications
-    # models/regnet.py (grouped convolutions; keras.applications has no RegNet)
-    "regnetx_002": ("RegNetX002", 224),
-    "regnetx_004": ("RegNetX004", 224),
-    "regnetx_008": ("RegNetX008", 224),
-    "regnetx_016": ("RegNetX016", 224),
-    "regnetx_032": ("RegNetX032", 224),
+    # models/regnet.py (grouped convolutions; keras.applications has no RegNet):
+    # regnetx_002 ... regnetx_032
+    **{f"regnetx_{v[len('RegNetX'):]}": (v, 224) for v in REGNETX},
 }
 
 # Smallest square input keras.applications accepts for each architecture.
 # inception_v4 at 75: stem 37, 35, 35, 17, 15, 7x7x384; Reduction-A 3x3; Reduction-B 1x1
 # (at 74 Reduction-B's VALID stride-2 3x3 convolutions get a 2x2 input: no output).
 MIN_INPUT_SIZE: dict[str, int] = {"inception_v3": 75, "resnet50": 32, "mobilenet_v2": 32,
-                                  "inception_v4": 75, **{f"regnetx_{n}": 32 for n in
-                                                         ("002", "004", "008", "016", "032")}}
+                                  "inception_v4": 75,
+                                  **{n: 32 for n, (v, _) in MODELS.items() if v in REGNETX}}
 
 # "keras:CTOR" names: standard input sizes other than 224, and minimum sizes other than
 # 32 (keras.applications' own checks).
@@ -341,10 +340,7 @@ def build_graph_def(
         from inception_v4 import inception_v4
 
         model = inception_v4(input_shape=(size, size, 3), classes=1000)
-    elif ctor_name.startswith("RegNetX"):
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from regnet import regnet_x
-
+    elif ctor_name in REGNETX:
         model = regnet_x(ctor_name, input_shape=(size, size, 3), classes=1000)
     else:
         if not ctor_name[:1].isupper() or not hasattr(keras.applications, ctor_name):

@@ -396,6 +396,14 @@ def thread_balance(units: int, n_threads: int) -> float:
     return units / (n_threads * -(-units // n_threads))
 
 
+def column_balance(cols: int, vb: int, n_threads: int) -> float:
+    """`thread_balance` of `cols` columns dealt out as tiles of `vb` columns, counting a
+    partial last tile as the smaller share it is: 160 columns in tiles of 48 keep 2 threads
+    160/192 busy (48 + 48 against 48 + 16)."""
+    tiles = -(-cols // vb)
+    return cols / (n_threads * min(cols, vb * -(-tiles // n_threads)))
+
+
 def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total: int,
                  a_bytes: int, t: Target, cache: int | None = None,
                  n_threads: int | None = None) -> Order:
@@ -460,7 +468,7 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
                    + b_bytes * (outer if panel > cache else 1))
         # A narrower tile computes less well: charge its cost ratio on the traffic; and
         # the threads' balance in columns (a partial last tile is a smaller share).
-        traffic *= tile[2] / base / (cols / (n_threads * min(cols, vb * -(-n_u // n_threads))))
+        traffic *= tile[2] / base / column_balance(cols, vb, n_threads)
         if outer_best is None or traffic < outer_best.traffic:
             outer_best = Order(tile[0], nv_, True, traffic)
     if outer_best is not None and outer_best.traffic < best.traffic * 0.8:
