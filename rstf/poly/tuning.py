@@ -97,7 +97,13 @@ class Tuning:
     window_slides: int = 8
 
     # ---- prefetch (prefetch.py)
-    prefetch_min_bytes: int = 1 << 20  # a smaller weight is in L2 or soon read anyway
+    # A weight from this size is prefetched ahead of its reads. The floor is not "fits in
+    # L2": a model's weights together are many times a core's L2, so every layer's weight
+    # comes from L3 or DRAM at each inference, however small it is alone. RegNetX032 at
+    # 96x96 (2 threads, Intel Xeon with AVX-512): its 29 6x6 1x1 convs over 0.75 MB weights
+    # ran 1.88 -> 1.54 ms with the floor lowered from 1 MB (`group_profile.py`). Below it a
+    # panel is a few lines a call, not worth the prefetch's instructions.
+    prefetch_min_bytes: int = 1 << 16
     prefetch_min_depth: int = 64  # reduction steps of the computing kernel's call
 
     # ---- Winograd (winograd.py)
