@@ -15,7 +15,9 @@ statistics (``models/build.py``: ``keras:NAME`` for a keras.applications constru
 one of build.py's own names such as ``inception_v4``) and ``rstf.pipeline.optimize`` it
 (the coverage columns). Then, with ``--engines LIST`` (default
 ``rstf-poly,tf-eigen,tf-onednn,onnxruntime,openvino``; rstf-poly and tf-eigen are always
-added), ``rstf.evaluation.bench.bench`` times every engine on the same inputs (uniform in [0, 1);
+added), ``rstf.evaluation.bench.bench`` times every engine on the same inputs (uniform in [0, 1), or in
+[0, 255) for a model that rescales raw pixels itself, ``models.build.native_input_range``:
+the range its batch norms were calibrated on, in the row's ``input_range`` and the table;
 ``--reps`` timed calls after a warm-up; rstf-poly runs the model optimized above) and
 measures each one's error against TF Eigen and TF's own oneDNN-vs-Eigen spread; a model
 passes when bench's rstf-poly status is ok (error within ``--rtol``). ``--engines none``
@@ -153,9 +155,12 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
         import numpy as np
 
         import rstf.frontend.tfutil  # noqa: F401  (quiet TF start-up)
-        from models.build import build_graph_def, write_graph_def
+        from models.build import build_reference, write_graph_def
 
-        graph_def = build_graph_def(build_name(name), input_size=size)
+        # Fed what the model was calibrated on: [0, 1), or raw pixels for a model that
+        # rescales them itself (models.build.native_input_range).
+        graph_def, input_range = build_reference(build_name(name), input_size=size)
+        row["input_range"] = list(input_range)
         write_graph_def(graph_def, pb)
         row["build_seconds"] = round(time.perf_counter() - t0, 1)
         row["graph_nodes"] = len(graph_def.node)
@@ -184,6 +189,7 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
 
             # rstf-poly runs the model optimized above: the pass is not run twice.
             res = bench([pb], engines, reps=reps, rtol=rtol, optimized={RSTF: rstf_dir},
+                        input_range=input_range,
                         log=lambda m: print(f"zoo: {name}: {m}", file=sys.stderr, flush=True))
             row.update(engine_fields(res["models"][0]["engines"], res["models"][0]["tf_spread"],
                                      row["gflop"]))
@@ -191,7 +197,8 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
             stage("compare")
             from rstf.evaluation.compare import compare
 
-            res = compare(pb, rstf_dir, rtol=rtol, reps=1, latency=latency)
+            res = compare(pb, rstf_dir, rtol=rtol, reps=1, latency=latency,
+                          input_range=input_range)
             row["max_rel_err"] = max(o["max_rel_err"] for o in res["outputs"])
             row["max_abs_err"] = max(o["max_abs_err"] for o in res["outputs"])
             row["passed"] = res["passed"]
@@ -390,6 +397,12 @@ def _engine_cell(e: dict | None) -> str:
     return ms if e["status"] == "ok" else f"{ms} ({e['status']})"
 
 
+def _input_cell(r: dict) -> str:
+    """The table's input cell: the size, and the input range where it is not [0, 1)."""
+    lo, hi = r.get("input_range") or (0.0, 1.0)
+    return str(r["input_size"]) + ("" if (lo, hi) == (0.0, 1.0) else f", [{lo:g}, {hi:g})")
+
+
 def table(rows: list[dict]) -> str:
     """The markdown table, rows in the order given. Without engine results (--engines
     none): model, input and the coverage columns. With them, after the input: GFLOP, one
@@ -402,7 +415,7 @@ def table(rows: list[dict]) -> str:
     if not engines:
         head = ["model", "input", *COVERAGE_HEAD]
         out = [_md_row(head), _md_row(["---"] * len(head))]
-        return "\n".join([*out, *(_md_row([r["model"], str(r["input_size"]),
+        return "\n".join([*out, *(_md_row([r["model"], _input_cell(r),
                                             *_coverage_cells(r)]) for r in rows)])
     head = ["model", "input", "GFLOP", *(f"{LABELS[e]} ms" for e in engines), "rstf / best",
             "best engine", "rstf GFLOP/s", "rstf err / TF spread", *COVERAGE_HEAD]
@@ -414,7 +427,7 @@ def table(rows: list[dict]) -> str:
         spread = (format_ratio(r.get("spread_ratio")) if r.get("max_rel_err") is not None
                   else "")
         out.append(_md_row([
-            r["model"], str(r["input_size"]), _fmt(r.get("gflop"), ".3g"),
+            r["model"], _input_cell(r), _fmt(r.get("gflop"), ".3g"),
             *(_engine_cell(eng.get(e)) for e in engines),
             _fmt(ratio, ".2f"),
             LABELS[best["engine"]] if best else "-", _fmt(r.get("rstf_gflops"), ".1f"),
@@ -531,7 +544,8 @@ def docs_markdown(md: str, summary_line: str, png_name: str, command: str, date:
     from rstf.evaluation.bench import cpu_name
 
     measure = (f"engines {', '.join(engines)}; median of {reps} timed calls after a warm-up, "
-               "inputs uniform in [0, 1); errors vs TF Eigen" if engines
+               "inputs uniform in [0, 1) (in [0, 255) where the input column says so: "
+               "a model that rescales raw pixels itself); errors vs TF Eigen" if engines
                else "rstf compared with TF (no engines timed)")
     lines = ["# keras.applications zoo: rstf against every engine", "",
              f"- machine: {cpu_name()}, {os.cpu_count()} cores",

@@ -22,7 +22,11 @@ Every model's batch-norm statistics are calibrated on images uniform in [0, 1)
 (``_calibrate_batch_norms``), so that activations stay O(1) through the whole depth as
 in a trained network fed the inputs it was trained on, and the classifier is rescaled by
 a power of two so the logits' std is about 1 on such images (``_calibrate_classifier``).
-Feed these models images in [0, 1): `rstf compare` does by default.
+Feed these models images in [0, 1): `rstf compare` does by default. The exception is a
+keras.applications model that rescales raw pixels itself (MobileNetV3, EfficientNet,
+EfficientNetV2, ConvNeXt: ``native_input_range``), calibrated on and fed [0, 255)
+(`rstf compare --input-range 0,255`); ``build_reference`` returns the range with the graph,
+and the script prints it.
 
 ``bert_small`` (4 layers, hidden 512, 8 heads) and ``bert_base`` (BERT-base) are keras-hub
 BERT encoders, ``[batch, seq-len]`` int32 inputs, built by ``models/bert.py`` (whose
@@ -303,11 +307,45 @@ def _short(w) -> str:
     return w.name.split("/")[-1].split(":")[0]
 
 
+# The pixels a model that rescales its own input takes (keras.applications' MobileNetV3,
+# EfficientNet, EfficientNetV2 and ConvNeXt: "input pixel values in [0, 255]").
+PIXEL_RANGE = (0.0, 255.0)
+UNIT_RANGE = (0.0, 1.0)
+
+
+def native_input_range(model) -> tuple[float, float]:
+    """The images a keras model takes: ``PIXEL_RANGE`` where a ``Rescaling`` or
+    ``Normalization`` layer comes before its first layer with weights (the model rescales
+    raw pixels itself), else ``UNIT_RANGE``.
+
+    Why it matters: such a model fed [0, 1) sees an almost constant image after its own
+    rescaling (MobileNetV3's ``x / 127.5 - 1`` maps [0, 1) into [-1, -0.992)), so batch
+    norm calibrated on it subtracts means 100 times the spread around them, and every
+    engine's rounding comes out of that cancellation 100 times larger: an input no real
+    image gives."""
+    for layer in model.layers:
+        kind = type(layer).__name__
+        if kind in ("Rescaling", "Normalization"):
+            return PIXEL_RANGE
+        if layer.weights:
+            return UNIT_RANGE
+    return UNIT_RANGE
+
+
 def build_graph_def(
     name: str, input_size: int | None = None, seed: int = 0, batch: int | None = 1,
-    input_range: tuple[float, float] = (0.0, 1.0),
+    input_range: tuple[float, float] | None = None,
 ) -> "tf.compat.v1.GraphDef":
-    """Return the frozen inference GraphDef of model ``name``.
+    """Return the frozen inference GraphDef of model ``name``: ``build_reference``'s graph."""
+    return build_reference(name, input_size, seed, batch, input_range)[0]
+
+
+def build_reference(
+    name: str, input_size: int | None = None, seed: int = 0, batch: int | None = 1,
+    input_range: tuple[float, float] | None = None,
+) -> tuple["tf.compat.v1.GraphDef", tuple[float, float]]:
+    """Return the frozen inference GraphDef of model ``name`` and the input range its batch
+    norms were calibrated on: the range to feed it.
 
     ``input_size`` defaults to the model's standard size (299 for
     inception_v3 and inception_v4, 224 for resnet50 and mobilenet_v2,
@@ -315,7 +353,9 @@ def build_graph_def(
     ``[1, input_size, input_size, 3]`` float32.  Raises ``ValueError`` for an
     unknown name or an input size below :func:`min_input_size`. ``batch=None``
     leaves the batch dimension unknown (a serving graph's dynamic batch).  ``input_range``:
-    the images the batch-norm statistics are calibrated on are uniform in it.  See the module
+    the images the batch-norm statistics are calibrated on are uniform in it; None, the
+    model's own (``native_input_range``: [0, 255) for a model that rescales pixels itself,
+    else [0, 1)).  See the module
     docstring for the input/output naming and determinism contract.
 
     Calls ``keras.backend.clear_session()`` first: keras auto-names layers from
@@ -349,6 +389,8 @@ def build_graph_def(
         model = getattr(keras.applications, ctor_name)(
             weights=None, include_top=True, input_shape=(size, size, 3), classes=1000
         )
+    if input_range is None:
+        input_range = native_input_range(model)
     _assign_weights(model, name, seed)
     _calibrate_batch_norms(model, size, input_range)
     _calibrate_classifier(model, size, input_range)
@@ -369,7 +411,7 @@ def build_graph_def(
         raise RuntimeError("frozen graph has no Placeholder named 'input'")
     if graph_def.node[-1].name != OUTPUT_NAME or graph_def.node[-1].op != "Identity":
         raise RuntimeError("frozen graph's last node is not Identity 'output'")
-    return graph_def
+    return graph_def, tuple(float(v) for v in input_range)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -380,9 +422,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-size", type=int, default=None, metavar="H",
                         help="square input size (default: the model's standard)")
     parser.add_argument("--seed", type=int, default=0, help="numpy seed (default 0)")
-    parser.add_argument("--input-range", default="0,1", metavar="LO,HI",
-                        help="calibrate batch norm on images uniform in [LO, HI) "
-                        "(default 0,1; feed the model such images)")
+    parser.add_argument("--input-range", default=None, metavar="LO,HI",
+                        help="calibrate batch norm on images uniform in [LO, HI) and feed "
+                        "the model such images (default: 0,255 for a keras model that "
+                        "rescales pixels itself, such as MobileNetV3 or EfficientNet, "
+                        "else 0,1; the range used is printed)")
     parser.add_argument("--dynamic-batch", action="store_true",
                         help="leave the batch dimension unknown ([?, H, H, 3] or [?, L])")
     parser.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, metavar="L",
@@ -398,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        lo, hi = (float(v) for v in args.input_range.split(","))
+        lo, hi = (float(v) for v in (args.input_range or "0,1").split(","))
         if not lo < hi:
             raise ValueError
     except ValueError:
@@ -419,20 +463,23 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     try:
-        graph_def = build_graph_def(args.name, args.input_size, args.seed,
-                                    None if args.dynamic_batch else 1, (lo, hi))
+        graph_def, (lo, hi) = build_reference(
+            args.name, args.input_size, args.seed, None if args.dynamic_batch else 1,
+            (lo, hi) if args.input_range else None)
     except ValueError as e:
         if not str(e).startswith("unknown model"):
             raise
         print(f"error: {e}", file=sys.stderr)  # keras:CTOR that keras.applications lacks
         return 2
     write_graph_def(graph_def, args.output)
+    print(f"{args.output}: calibrated on images uniform in [{lo:g}, {hi:g}); feed it those "
+          f"(rstf compare --input-range {lo:g},{hi:g})")
     return 0
 
 
 def _main_bert(args) -> int:
     """`main` for the BERT models: the CNN options do not apply, --seq-len and --batch do."""
-    if args.input_size is not None or args.input_range != "0,1":
+    if args.input_size is not None or args.input_range is not None:
         print("error: --input-size and --input-range are for the image models",
               file=sys.stderr)
         return 2

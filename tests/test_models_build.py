@@ -124,13 +124,13 @@ def test_inception_v4_architecture(v4_graph_def):
     assert g.get_tensor_by_name("output:0").shape.as_list() == [1, 1000]
 
 
-def _run(graph_def, size: int) -> np.ndarray:
-    """The model's output on a seeded image of size x size, uniform in [0, 1) (what its
+def _run(graph_def, size: int, hi: float = 1.0) -> np.ndarray:
+    """The model's output on a seeded image of size x size, uniform in [0, hi) (what its
     batch norm was calibrated on)."""
     g = tf.Graph()
     with g.as_default():
         tf.import_graph_def(graph_def, name="")
-    x = np.random.RandomState(0).uniform(0, 1, (1, size, size, 3)).astype(np.float32)
+    x = np.random.RandomState(0).uniform(0, hi, (1, size, size, 3)).astype(np.float32)
     with tf.compat.v1.Session(graph=g) as sess:
         return sess.run("output:0", {"input:0": x})
 
@@ -208,6 +208,33 @@ def test_keras_classifier_calibrated():
     y = _run(build_graph_def("keras:Xception", input_size=71), 71)
     assert y.shape == (1, 1000) and np.all(np.isfinite(y))
     assert 0.003 < y.max() < 0.5 and y.min() > 0
+
+
+def test_pixel_models_calibrated_on_pixels(tmp_path):
+    """A keras model that rescales raw pixels itself (MobileNetV3's `x / 127.5 - 1`) is
+    calibrated on, and reported as taking, [0, 255); one without such a layer keeps
+    [0, 1); an explicit range wins. Fed [0, 1), MobileNetV3 would see a nearly constant
+    image and its batch norms would cancel means 100x their spread."""
+    import keras
+    from models.build import PIXEL_RANGE, UNIT_RANGE, build_reference, native_input_range
+
+    assert native_input_range(keras.applications.MobileNetV3Small(
+        weights=None, input_shape=(32, 32, 3))) == PIXEL_RANGE
+    assert native_input_range(keras.applications.MobileNetV2(
+        weights=None, input_shape=(32, 32, 3))) == UNIT_RANGE
+    gd, rng = build_reference("keras:MobileNetV3Small", input_size=32)
+    assert rng == PIXEL_RANGE
+    y = _run(gd, 32, hi=255.0)
+    assert np.all(np.isfinite(y)) and 0.002 < y.max() < 0.5
+    assert build_reference("mobilenet_v2", input_size=32)[1] == UNIT_RANGE
+    assert build_reference("mobilenet_v2", input_size=32, input_range=(0.0, 255.0))[1] \
+        == PIXEL_RANGE
+    out = tmp_path / "v3.pb"
+    r = subprocess.run([sys.executable, os.path.join(REPO, "models", "build.py"),
+                        "keras:MobileNetV3Small", "--input-size", "32", "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "uniform in [0, 255)" in r.stdout and "--input-range 0,255" in r.stdout
 
 
 def test_grouped_conv_call_inlined_as_depthwise():
