@@ -10,7 +10,7 @@ from poly_cases import NATIVE, _bitwise_case
 
 @pytest.mark.parametrize("threads", [2, 3])
 def test_the_next_weight_panel_is_prefetched_during_each_column_tile(threads):
-    """Column tiles outermost over a frozen weight of 1 MB or more (a 3x3x256x176 conv on a
+    """Column tiles outermost over a frozen weight of 64 KB or more (a 3x3x256x176 conv on a
     5x5 map, 1.6 MB in panels of 48 columns): each kernel call prefetches its share of the
     next tile's panel (prefetch.plan_panel_prefetch), one line every second step; bit-identical
     on the team, 2 and 3 threads. The partial last tile (32 columns) has no next panel."""
@@ -20,7 +20,7 @@ def test_the_next_weight_panel_is_prefetched_during_each_column_tile(threads):
     calls = new.count("rstf_pp_at((const float *)in1 + ")
     assert calls >= 1 and new.count("rstf_pp_lines(") == calls + 1  # (+ its definition)
     assert "__builtin_prefetch(pp + 64L * (k >> 1), 0, 2);" in new
-    # A weight under 1 MB (a 1x1 conv's 16 KB) is left to the kernels' own reads.
+    # A weight under 64 KB (a 1x1 conv's 25 KB) is left to the kernels' own reads.
     info, _, new = _bitwise_case("conv_1x1_bias_relu", run=False)
     assert info["panel_prefetched"] == [] and "rstf_pp_at" not in new
 
@@ -91,7 +91,7 @@ int main(void)
 
 @pytest.mark.parametrize("threads", [2, 3])
 def test_a_gemv_weight_is_prefetched_by_the_kernels_before_it(threads):
-    """A batch-1 MatMul over a frozen weight of 1 MB or more: the 1x1 conv before it (only
+    """A batch-1 MatMul over a frozen weight of 64 KB or more: the 1x1 conv before it (only
     the kernel-free Mean between) prefetches that weight in its kernel calls, each thread
     its share, restarted per call; the results stay bit-identical, on 2 and 3 threads."""
     info, _, new = _bitwise_case("conv_mean_matmul_head", threads=threads, team=True)
@@ -100,6 +100,6 @@ def test_a_gemv_weight_is_prefetched_by_the_kernels_before_it(threads):
     assert 0 < pf["lines_per_call"] <= 2 * 64  # two lines a step of its 64
     assert new.count("++rstf_pf_epoch;") == 1 and "rstf_pf_take((const char *)" in new
     assert "__builtin_prefetch(pf + 128L * k" in new
-    # A weight under 1 MB is left to the product's own reads.
+    # A weight under 64 KB (48 KB) is left to the product's own reads.
     info, _, new = _bitwise_case("matmul_row", run=False)
     assert info["prefetched"] == [] and "rstf_pf_take" not in new
