@@ -99,7 +99,58 @@ def test_a_gemv_weight_is_prefetched_by_the_kernels_before_it(threads):
     assert pf["node"] == "Conv2D" and pf["weight"].startswith("in")
     assert 0 < pf["lines_per_call"] <= 2 * 64  # two lines a step of its 64
     assert new.count("++rstf_pf_epoch;") == 1 and "rstf_pf_take((const char *)" in new
+    # Each thread's share is capped at the target's L2 (a share of 1.2 MB here, all in).
+    assert f"L, {NATIVE.l2_bytes}L, {pf['lines_per_call'] * 64}L)" in new
     assert "__builtin_prefetch(pf + 128L * k" in new
     # A weight under 64 KB (48 KB) is left to the product's own reads.
     info, _, new = _bitwise_case("matmul_row", run=False)
     assert info["prefetched"] == [] and "rstf_pf_take" not in new
+
+
+def test_prefetch_takes_each_threads_share_up_to_its_cap():
+    """rstf_pf_take (prefetch.PREFETCH_C), on 3 OpenMP threads: each thread's calls take
+    consecutive lines of its own share of the weight, `bytes` a call, up to the share's end
+    or its first `cap` bytes, then its first lines again; a new epoch restarts them."""
+    import subprocess
+    import tempfile
+
+    from rstf.poly.prefetch import PREFETCH_C
+
+    main = PREFETCH_C + r"""
+#include <stdio.h>
+int main(void)
+{
+    static const long caps[] = {64 * 1000, 64 * 25};
+    const char *base = (const char *)(1L << 30);
+    for (int c = 0; c < 4; ++c) {
+        ++rstf_pf_epoch;
+        long got[3][16];
+        #pragma omp parallel num_threads(3)
+        {
+            const int t = omp_get_thread_num();
+            for (int i = 0; i < 16; ++i)
+                got[t][i] = (rstf_pf_take(base, 64 * 300, caps[c % 2], 64 * 10) - base) / 64;
+        }
+        for (int t = 0; t < 3; ++t) {
+            for (int i = 0; i < 16; ++i)
+                printf("%ld ", got[t][i]);
+            printf("\n");
+        }
+    }
+    return 0;
+}
+"""
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "pf.c"), os.path.join(d, "pf")
+        with open(src, "w") as f:
+            f.write(main)
+        subprocess.run(["gcc", "-O2", "-fopenmp", src, "-o", exe], check=True)
+        out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+    rows = [list(map(int, r.split())) for r in out.strip().split("\n")]
+
+    def expect(start, n_calls):  # n_calls of 10 lines from `start`, then `start` again
+        return [start + 10 * i if i < n_calls else start for i in range(16)]
+
+    whole = [expect(0, 10), expect(100, 10), expect(200, 10)]  # 100-line shares
+    capped = [expect(0, 2), expect(100, 2), expect(200, 2)]  # their first 25 lines
+    assert rows == whole + capped + whole + capped

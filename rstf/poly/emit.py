@@ -385,7 +385,7 @@ class CallLowering:
         if k.prefetch:  # this call's lines of the weight another group reads next
             total = math.prod(self.scop.buffers[k.prefetch_of].shape) * 4
             args["pf"] = (f"rstf_pf_take((const char *){k.prefetch_of}, {total}L, "
-                          f"{k.prefetch * 64}L)")
+                          f"{k.prefetch_cap}L, {k.prefetch * 64}L)")
         if k.panel_prefetch:  # this call's rows' share of the next tile's panel
             args["pp"], args["npp"] = self._panel_prefetch_args(k, vals, pn)
         if epi:  # the chain's arrays at the tile's first row and column

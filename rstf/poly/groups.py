@@ -70,6 +70,7 @@ class Kernel:
     # computes (`prefetch.plan_prefetch`); 0: none.
     prefetch: int = 0
     prefetch_of: str | None = None
+    prefetch_cap: int = 0  # the bytes of its share each thread prefetches at most
     # Each call prefetches its rows' share of the next column tile's weight panel
     # (`prefetch.plan_panel_prefetch`).
     panel_prefetch: bool = False

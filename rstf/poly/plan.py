@@ -62,7 +62,7 @@ def make_plan(scop: Scop, schedules: list[Group], target: Target,
                                  for k in cs.kernels],
                           scalar_statement_names(schedules), set(constants))
     prefetch, marks = plan_prefetch(scop, schedules, set(wino), frozenset(constants),
-                                    target.tuning)
+                                    target.tuning, target.threads, target.l2_bytes)
     panel_marked = plan_panel_prefetch(scop, schedules, panels, set(wino), target.tuning)
     groups = tuple(_marked(g, marks, panel_marked) for g in schedules)
     offsets, workspace_bytes = replan(
@@ -72,14 +72,14 @@ def make_plan(scop: Scop, schedules: list[Group], target: Target,
                         offsets, workspace_bytes)
 
 
-def _marked(group: Group, marks: dict[str, tuple[int, str]],
+def _marked(group: Group, marks: dict[str, tuple[int, str, int]],
             panel_marked: set[str]) -> Group:
     """The group with its kernels replaced by copies carrying their prefetch marks."""
     def kernel(k: Kernel) -> Kernel:
         if k.name not in marks and k.name not in panel_marked:
             return k
-        lines, weight = marks.get(k.name, (0, None))
-        return dataclasses.replace(k, prefetch=lines, prefetch_of=weight,
+        lines, weight, cap = marks.get(k.name, (0, None, 0))
+        return dataclasses.replace(k, prefetch=lines, prefetch_of=weight, prefetch_cap=cap,
                                    panel_prefetch=k.name in panel_marked)
 
     return dataclasses.replace(group, parts=[

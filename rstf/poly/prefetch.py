@@ -19,25 +19,27 @@ from .tuning import Tuning
 
 PREFETCH_C = """\
 /* Prefetching a weight another group reads next (lower.plan_prefetch): each thread takes
-   the lines of its own share of the weight, in order, `bytes` a kernel call; the count
-   bumped before each run of the computing group restarts them. Past its share, a thread
-   is given the weight's first lines again, which its cache already holds. (Atomic: the
-   batch loop's threads may each run the group at once; a prefetch never faults, so a
-   stale count costs nothing but useless prefetches.) */
+   the lines of its own share of the weight, in order, `bytes` a kernel call, at most its
+   first `cap` bytes; the count bumped before each run of the computing group restarts
+   them. Past them, a thread is given its first lines again, which its cache already
+   holds. (Atomic: the batch loop's threads may each run the group at once; a prefetch
+   never faults, so a stale count costs nothing but useless prefetches.) */
 #include <omp.h>
 static _Atomic unsigned rstf_pf_epoch;
-static const char *rstf_pf_take(const char *base, long total, long bytes)
+static const char *rstf_pf_take(const char *base, long total, long cap, long bytes)
 {
     static _Thread_local unsigned epoch;
-    static _Thread_local const char *cur, *end;
+    static _Thread_local const char *cur, *end, *start;
     if (epoch != rstf_pf_epoch) {
         const long t = omp_get_thread_num(), n = omp_get_num_threads();
         epoch = rstf_pf_epoch;
-        cur = base + total * t / n / 64 * 64;
+        start = cur = base + total * t / n / 64 * 64;
         end = base + total * (t + 1) / n;
+        if (end - cur > cap)
+            end = cur + cap;
     }
     if (end - cur < bytes)
-        return base;
+        return start;
     const char *p = cur;
     cur += bytes;
     return p;
@@ -46,8 +48,8 @@ static const char *rstf_pf_take(const char *base, long total, long bytes)
 
 
 def plan_prefetch(scop: Scop, schedules: list[Group], skip: set[int],
-                  constants: frozenset[str],
-                  tuning: Tuning) -> tuple[dict[int, str], dict[str, tuple[int, str]]]:
+                  constants: frozenset[str], tuning: Tuning, threads: int,
+                  l2_bytes: int) -> tuple[dict[int, str], dict[str, tuple[int, str, int]]]:
     """Batch-1 matrix-vector products (kernels of one row) over a frozen weight of at least
     `tuning.prefetch_min_bytes` read that weight from L3 or DRAM on every call: MobileNet v2's
     classifier, 5 MB, took 42-57 us of the kernels' 2.9 ms on a quiet host and up to 130
@@ -57,9 +59,15 @@ def plan_prefetch(scop: Scop, schedules: list[Group], skip: set[int],
     each thread its share (`PREFETCH_C`); the lines then sit in L2 or, evicted, in L3 when
     the product reads them. Measured on MobileNet v2 (Zen 4, 2 threads, a hand-written
     version): the GEMV 42-57 -> 34-40 us, Conv_1 unchanged, `ab_kernels.py` 0.997 and
-    1/1.007. Returns ({computing group's call: the weight array}, {computing kernel: (its
-    `prefetch` lines a call, its `prefetch_of` weight)}). `skip`: calls lowered otherwise
-    (Winograd)."""
+    1/1.007. Each thread prefetches at most the first `l2_bytes` of its share: lines past
+    its L2 evict the ones before them, and the prefetches of a weight many times the
+    caches (VGG16's 75 MB classifier at 96x96) saturate the memory system under the
+    computing group's own reads: block5_conv3 ran 1.66 ms with the whole share
+    prefetched, against 0.95-1.00 ms for the two convs of its shape before it
+    (`group_profile.py`, 2 threads, Intel Xeon with AVX-512). Returns ({computing group's
+    call: the weight array}, {computing kernel: (its `prefetch` lines a call, its
+    `prefetch_of` weight, its `prefetch_cap` bytes a thread)}). `skip`: calls lowered
+    otherwise (Winograd); `threads`, `l2_bytes`: the target's."""
     plans, marks = {}, {}
     for i, g in enumerate(schedules):
         if g.call in skip or g.is_band or not g.kernels:
@@ -87,7 +95,8 @@ def plan_prefetch(scop: Scop, schedules: list[Group], skip: set[int],
         calls = p.ast_time[k.name].domain().count_val().to_python()
         if not calls:
             continue
-        marks[k.name] = (min(-(-total // (64 * calls)), 2 * k.depth), w)
+        wanted = min(total, l2_bytes * threads)  # bytes, all threads together
+        marks[k.name] = (min(-(-wanted // (64 * calls)), 2 * k.depth), w, l2_bytes)
         plans[p.call] = w
     return plans, marks
 
