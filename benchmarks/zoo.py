@@ -67,7 +67,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from models.build import MODELS, min_input_size  # noqa: E402  (does not import TF)
+from models.build import MODELS, UNIT_RANGE, min_input_size  # noqa: E402  (no TF import)
 
 # Every image classifier in keras.applications (keras 3.15) plus Inception v4 and RegNetX
 # (models/regnet.py: keras.applications has no grouped-convolution model), cheapest
@@ -399,8 +399,8 @@ def _engine_cell(e: dict | None) -> str:
 
 def _input_cell(r: dict) -> str:
     """The table's input cell: the size, and the input range where it is not [0, 1)."""
-    lo, hi = r.get("input_range") or (0.0, 1.0)
-    return str(r["input_size"]) + ("" if (lo, hi) == (0.0, 1.0) else f", [{lo:g}, {hi:g})")
+    lo, hi = r.get("input_range") or UNIT_RANGE
+    return str(r["input_size"]) + ("" if (lo, hi) == UNIT_RANGE else f", [{lo:g}, {hi:g})")
 
 
 def table(rows: list[dict]) -> str:

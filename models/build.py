@@ -441,14 +441,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    try:
-        lo, hi = (float(v) for v in (args.input_range or "0,1").split(","))
-        if not lo < hi:
-            raise ValueError
-    except ValueError:
-        print(f"error: --input-range {args.input_range!r}: give LO,HI with LO < HI",
-              file=sys.stderr)
-        return 2
+    input_range = None  # the model's own (native_input_range)
+    if args.input_range is not None:
+        try:
+            input_range = tuple(float(v) for v in args.input_range.split(","))
+            if len(input_range) != 2 or not input_range[0] < input_range[1]:
+                raise ValueError
+        except ValueError:
+            print(f"error: --input-range {args.input_range!r}: give LO,HI with LO < HI",
+                  file=sys.stderr)
+            return 2
     if args.name in BERT_MODELS:
         return _main_bert(args)
     if args.input_size is not None and args.input_size < min_input_size(args.name):
@@ -465,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         graph_def, (lo, hi) = build_reference(
             args.name, args.input_size, args.seed, None if args.dynamic_batch else 1,
-            (lo, hi) if args.input_range else None)
+            input_range)
     except ValueError as e:
         if not str(e).startswith("unknown model"):
             raise

@@ -2,10 +2,22 @@
 panel during each column tile, and a GEMV's weight during the kernels before it."""
 import dataclasses
 import os
+import subprocess
+import tempfile
 
 import pytest
 
 from poly_cases import NATIVE, _bitwise_case
+
+
+def _run_c(source: str, *flags: str) -> str:
+    """The standard output of a C program (`source`) built with gcc -O2 `flags`."""
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "t.c"), os.path.join(d, "t")
+        with open(src, "w") as f:
+            f.write(source)
+        subprocess.run(["gcc", "-O2", *flags, src, "-o", exe], check=True)
+        return subprocess.run([exe], capture_output=True, text=True, check=True).stdout
 
 
 @pytest.mark.parametrize("threads", [2, 3])
@@ -47,9 +59,6 @@ def test_panel_prefetch_shares_cover_the_next_panel():
     """rstf_pp_at / rstf_pp_lines (prefetch.PANEL_PREFETCH_C): the calls of a tile, each for
     its rows [g0, g1) of n, prefetch every line of the next panel, and no line twice
     but where two calls' shares meet inside it."""
-    import subprocess
-    import tempfile
-
     from rstf.poly.prefetch import PANEL_PREFETCH_C
 
     main = PANEL_PREFETCH_C + r"""
@@ -78,12 +87,7 @@ int main(void)
     return 0;
 }
 """
-    with tempfile.TemporaryDirectory() as d:
-        src, exe = os.path.join(d, "pp.c"), os.path.join(d, "pp")
-        with open(src, "w") as f:
-            f.write(main)
-        subprocess.run(["gcc", "-O2", src, "-o", exe], check=True)
-        rows = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+    rows = _run_c(main)
     for row, calls in zip(rows.split("\n"), (7, 49, 5, 1, 7)):
         lines, total, missing = map(int, row.split())
         assert missing == 0 and lines <= total <= lines + calls - 1, row
@@ -111,9 +115,6 @@ def test_prefetch_takes_each_threads_share_up_to_its_cap():
     """rstf_pf_take (prefetch.PREFETCH_C), on 3 OpenMP threads: each thread's calls take
     consecutive lines of its own share of the weight, `bytes` a call, up to the share's end
     or its first `cap` bytes, then its first lines again; a new epoch restarts them."""
-    import subprocess
-    import tempfile
-
     from rstf.poly.prefetch import PREFETCH_C
 
     main = PREFETCH_C + r"""
@@ -140,12 +141,7 @@ int main(void)
     return 0;
 }
 """
-    with tempfile.TemporaryDirectory() as d:
-        src, exe = os.path.join(d, "pf.c"), os.path.join(d, "pf")
-        with open(src, "w") as f:
-            f.write(main)
-        subprocess.run(["gcc", "-O2", "-fopenmp", src, "-o", exe], check=True)
-        out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+    out = _run_c(main, "-fopenmp")
     rows = [list(map(int, r.split())) for r in out.strip().split("\n")]
 
     def expect(start, n_calls):  # n_calls of 10 lines from `start`, then `start` again
