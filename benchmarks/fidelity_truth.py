@@ -21,15 +21,9 @@ if "--input-range" in args:
     del args[i:i + 2]
 model, size = args[0], int(args[1]); outs = args[2:]
 import tensorflow as tf
-from tensorflow.core.framework import types_pb2
+from rstf.evaluation.exact import widen_graph_def
 gd=tf.compat.v1.GraphDef(); gd.ParseFromString(open(model,'rb').read())
-g64=tf.compat.v1.GraphDef(); g64.CopyFrom(gd)
-for n in g64.node:
-    for k,v in n.attr.items():
-        if v.HasField("type") and v.type==types_pb2.DT_FLOAT: v.type=types_pb2.DT_DOUBLE
-    if n.op=="Const" and n.attr["value"].tensor.dtype==types_pb2.DT_FLOAT:
-        a=tf.make_ndarray(n.attr["value"].tensor).astype(np.float64)
-        n.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(a))
+g64=widen_graph_def(gd)
 def run(gdef, x):
     g=tf.Graph()
     with g.as_default(): tf.import_graph_def(gdef,name="")

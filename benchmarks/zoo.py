@@ -35,7 +35,9 @@ line, ``STAGE: ExceptionType: message`` (STAGE is build, optimize, bench, compar
 ``timeout after S s in STAGE`` or ``killed by signal N in STAGE``.
 
 A row with engines has ``engines`` ({engine: status, reason, median_ms, q1_ms, q3_ms,
-max_rel_err, spread_ratio}), ``tf_spread``, ``best_other`` ({engine, ms}: the fastest
+max_rel_err, spread_ratio, exact_err, exact_ratio}), ``tf_spread``, ``tf_exact_err`` (TF's
+error against the model run in float64, ``rstf.evaluation.exact``; None with
+``exact_unavailable``, the reason), ``exact_ratio`` (rstf's over TF's), ``best_other`` ({engine, ms}: the fastest
 non-rstf engine whose status is ok, or a mismatch within 2x TF's spread; or None), ``rstf_over_best`` (rstf-poly's median over
 best_other's), ``gflop`` (the model's conv + matmul FLOPs, optimize's ``flops_total``) and
 ``rstf_gflops``.
@@ -98,7 +100,7 @@ DEFAULT_ENGINES = "rstf-poly,tf-eigen,tf-onednn,onnxruntime,openvino"
 RSTF = "rstf-poly"  # the engine the sweep is about; always benchmarked
 # bench's fields kept per engine in a row (times_ms and the runtime details are dropped).
 ENGINE_FIELDS = ("status", "reason", "median_ms", "q1_ms", "q3_ms", "max_rel_err",
-                 "spread_ratio")
+                 "spread_ratio", "exact_err", "exact_ratio")
 
 
 def build_name(model: str) -> str:
@@ -191,8 +193,10 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
             res = bench([pb], engines, reps=reps, rtol=rtol, optimized={RSTF: rstf_dir},
                         input_range=input_range,
                         log=lambda m: print(f"zoo: {name}: {m}", file=sys.stderr, flush=True))
-            row.update(engine_fields(res["models"][0]["engines"], res["models"][0]["tf_spread"],
-                                     row["gflop"]))
+            mod = res["models"][0]
+            row.update(engine_fields(mod["engines"], mod["tf_spread"], row["gflop"]),
+                       tf_exact_err=mod["tf_exact_err"],
+                       exact_unavailable=mod["exact_unavailable"])
         else:
             stage("compare")
             from rstf.evaluation.compare import compare
@@ -230,7 +234,7 @@ def _output_max(graph_def, size: int, np) -> float:
 def engine_fields(bench_rows: list[dict], tf_spread, gflop: float) -> dict:
     """A zoo row's speed fields (module docstring) from one model's rstf.evaluation.bench
     engine rows: engines, tf_spread, best_other, rstf_over_best, rstf_gflops; and its verdict: passed
-    (bench's rstf-poly status is ok), max_rel_err / spread_ratio (rstf-poly's, where
+    (bench's rstf-poly status is ok), max_rel_err / spread_ratio / exact_ratio (rstf-poly's, where
     measured) and, when rstf-poly is not ok, rstf_problem ('STATUS: reason')."""
     engines = {r["engine"]: {k: r.get(k) for k in ENGINE_FIELDS} for r in bench_rows}
     rstf = engines.get(RSTF, {"status": "not run", "reason": ""})
@@ -239,7 +243,7 @@ def engine_fields(bench_rows: list[dict], tf_spread, gflop: float) -> dict:
            "rstf_over_best": rstf_over_best(engines, best), "passed": rstf["status"] == "ok"}
     ms = rstf.get("median_ms")
     out["rstf_gflops"] = gflop / (ms / 1e3) if ms else None
-    for k in ("max_rel_err", "spread_ratio"):
+    for k in ("max_rel_err", "spread_ratio", "exact_ratio"):
         if rstf.get(k) is not None:
             out[k] = rstf[k]
     if rstf["status"] != "ok":
@@ -407,7 +411,8 @@ def table(rows: list[dict]) -> str:
     """The markdown table, rows in the order given. Without engine results (--engines
     none): model, input and the coverage columns. With them, after the input: GFLOP, one
     median-ms column per engine, rstf / best (other engine), best engine, rstf GFLOP/s and
-    rstf's error over TF's spread, then the coverage columns."""
+    rstf's error over TF's spread and over TF's own error against the float64 run, then the
+    coverage columns."""
     from rstf.evaluation.bench import LABELS, _fmt
     from rstf.evaluation.compare import format_ratio
 
@@ -418,7 +423,8 @@ def table(rows: list[dict]) -> str:
         return "\n".join([*out, *(_md_row([r["model"], _input_cell(r),
                                             *_coverage_cells(r)]) for r in rows)])
     head = ["model", "input", "GFLOP", *(f"{LABELS[e]} ms" for e in engines), "rstf / best",
-            "best engine", "rstf GFLOP/s", "rstf err / TF spread", *COVERAGE_HEAD]
+            "best engine", "rstf GFLOP/s", "rstf err / TF spread", "rstf float64 err / TF's",
+            *COVERAGE_HEAD]
     out = [_md_row(head), _md_row(["---"] * len(head))]
     for r in rows:
         eng = r.get("engines", {})
@@ -431,8 +437,18 @@ def table(rows: list[dict]) -> str:
             *(_engine_cell(eng.get(e)) for e in engines),
             _fmt(ratio, ".2f"),
             LABELS[best["engine"]] if best else "-", _fmt(r.get("rstf_gflops"), ".1f"),
-            spread, *_coverage_cells(r)]))
+            spread, _exact_cell(r), *_coverage_cells(r)]))
     return "\n".join(out)
+
+
+def _exact_cell(r: dict) -> str:
+    """rstf's error against the float64 run over TF's, 'n/a' where TF is exact to the
+    float, 'no float64' where the graph cannot run in float64, '' without a measure."""
+    from rstf.evaluation.compare import format_ratio
+
+    if r.get("exact_unavailable"):
+        return "no float64"
+    return format_ratio(r.get("exact_ratio")) if r.get("max_rel_err") is not None else ""
 
 
 def geomean(xs: list[float]) -> float:
@@ -470,7 +486,21 @@ def summary(rows: list[dict]) -> str:
         if any(engine in r.get("engines", {}) for r in rows):
             parts.append(f"slower than {label} on: "
                          f"{', '.join(slower_than(rows, engine)) or 'none'}")
-    return "; ".join(parts) + "."
+    return "; ".join(parts + fidelity_counts(rows)) + "."
+
+
+def fidelity_counts(rows: list[dict]) -> list[str]:
+    """The summary's fidelity parts: on how many models rstf's error is within
+    SPREAD_RATIO_COUNTS x TF's spread, and on how many it is no further from the float64
+    result than TF's own (exact_ratio <= 1), each over the models with that measure."""
+    parts = []
+    for key, what in (("spread_ratio", f"error within {SPREAD_RATIO_COUNTS:g}x TF's spread"),
+                      ("exact_ratio", "no further from float64 than TF")):
+        bound = SPREAD_RATIO_COUNTS if key == "spread_ratio" else 1.0
+        xs = [r[key] for r in rows if r.get(key) is not None]
+        if xs:
+            parts.append(f"rstf {what} on {sum(x <= bound for x in xs)}/{len(xs)}")
+    return parts
 
 
 def chart(rows: list[dict], path: str, title: str = "") -> None:

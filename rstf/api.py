@@ -118,7 +118,10 @@ def compare(model, out_dir, inputs: str | None = None, rtol: float = 1e-4, reps:
     Per output: `max_abs_err` and `max_rel_err` (max |error| / max |TF Eigen output|)
     against TF Eigen, `passed` (max_rel_err <= `rtol`), `tf_spread` (TF oneDNN's
     max_rel_err against TF Eigen on the same inputs) and `spread_ratio` (max_rel_err /
-    tf_spread; None when the spread is 0). With `per_subgraph`, each custom op is checked
+    tf_spread; None when the spread is 0), `exact_err_of` (rstf's, TF Eigen's and TF
+    oneDNN's max_rel_err against the graph run in float64) and `exact_ratio` (rstf's over
+    the worse of TF's; `exact_unavailable` says why, where TF cannot run the graph in
+    float64). With `per_subgraph`, each custom op is checked
     alone (`rstf compare --per-subgraph`), with the same fields per subgraph.
 
         >>> check = rstf.compare("model.pb", result)

@@ -246,6 +246,13 @@ def _compare(a) -> int:
                   f"{o['max_rel_err']:.2g}  TF spread {o['tf_spread']:.2g} (oneDNN vs Eigen "
                   f"{of['onednn']:.2g}, Eigen without Grappler {of['grappler_off']:.2g})  "
                   f"ratio {format_ratio(o['spread_ratio'])}  {'ok' if o['passed'] else 'FAIL'}")
+            if "exact_err_of" in o:
+                ex = o["exact_err_of"]
+                print(f"  against the float64 run: rstf {ex['rstf']:.2g}, TF Eigen "
+                      f"{ex['tf_eigen']:.2g}, TF oneDNN {ex['tf_onednn']:.2g}  rstf / TF's "
+                      f"worse {format_ratio(o['exact_ratio'])}")
+        if r.get("exact_unavailable"):
+            print(f"float64 reference unavailable: {r['exact_unavailable']}")
         lat = r["latency_ms"]
         print(f"latency (median of {r['reps']}, through the {r['timed_through']}): rstf "
               f"{lat['rstf']:.2f} ms, TF Eigen {lat['tf_eigen']:.2f} ms, TF oneDNN "

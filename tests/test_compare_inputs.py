@@ -184,10 +184,18 @@ def test_bench_reports_the_tf_spread(tmp_path):
             assert row["spread_ratio"] == pytest.approx(row["max_rel_err"] / m["tf_spread"])
         else:
             assert row["spread_ratio"] is None
+    # The float64 run: every engine's error against it, over TF's worse one.
+    assert m["exact_unavailable"] is None
+    assert m["tf_exact_err"] == max(rows["tf-eigen"]["exact_err"], rows["tf-onednn"]["exact_err"])
+    assert 0 < m["tf_exact_err"] < 1e-5
+    for row in rows.values():
+        if row["exact_err"] is not None:
+            assert row["exact_ratio"] == pytest.approx(row["exact_err"] / m["tf_exact_err"])
     text = bench_mod.table(r)
     assert "err/TF spread" in text and "TF spread (oneDNN vs Eigen)" in text
+    assert "f64 err/TF" in text and "TF's error against float64" in text
     assert "image 1x8x8x3 uniform [-2, 2)" in text
-    assert "err / TF spread" in bench_mod.markdown_table(r)
+    assert "err / TF spread | float64 err / TF's" in bench_mod.markdown_table(r)
 
 
 # --------------------------------------------------------------------------- CLI, built
@@ -212,6 +220,13 @@ def test_compare_feeds_images_in_unit_range(image, fed, capsys):
         assert o["spread_ratio"] == pytest.approx(o["max_rel_err"] / o["tf_spread"])
     else:
         assert o["spread_ratio"] is None
+    # The float64 run: TF's two paths and rstf against it.
+    assert r["exact_unavailable"] is None
+    of = o["exact_err_of"]
+    assert set(of) == {"rstf", "tf_eigen", "tf_onednn"}
+    tf_worse = max(of["tf_eigen"], of["tf_onednn"])
+    assert 0 < tf_worse < 1e-5  # float32 rounds, and no engine is far off
+    assert o["exact_ratio"] == pytest.approx(of["rstf"] / tf_worse)
 
     fed.clear()
     assert main(["compare", pb, out, "--reps", "1", "--input-range", "-1,1"]) == 0
@@ -230,6 +245,8 @@ def test_compare_feeds_images_in_unit_range(image, fed, capsys):
     assert m[4] == "n/a" if spread == 0 else m[4].endswith("x")
     if spread > 0:  # both printed to 2 digits: the ratio agrees to about 10%
         assert float(m[4][:-1]) == pytest.approx(err / spread, rel=0.15)
+    assert re.fullmatch(r"  against the float64 run: rstf \S+, TF Eigen \S+, TF oneDNN \S+  "
+                        r"rstf / TF's worse \S+x", lines[2]), lines[2]
     assert lines[-1] == "PASSED"
 
 

@@ -12,10 +12,11 @@ from benchmarks import zoo
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _engine(status="ok", ms=None, err=0.0, spread=None, reason=""):
+def _engine(status="ok", ms=None, err=0.0, spread=None, reason="", exact=None):
     return {"engine": None, "status": status, "reason": reason, "median_ms": ms,
             "q1_ms": ms and ms * 0.9, "q3_ms": ms and ms * 1.1,
-            "max_rel_err": err if ms is not None else None, "spread_ratio": spread}
+            "max_rel_err": err if ms is not None else None, "spread_ratio": spread,
+            "exact_err": exact and err * 2, "exact_ratio": exact}
 
 
 def _bench_rows(**engines):
@@ -41,10 +42,10 @@ def _rows():
     """Three models: rstf fastest; rstf slower than OpenVINO and TF oneDNN, ONNX Runtime a
     mismatch; and one that failed in its optimize stage."""
     return [
-        _row("MobileNetV2", 96, rstf_poly=_engine(ms=1.0, err=1e-6, spread=0.5),
+        _row("MobileNetV2", 96, rstf_poly=_engine(ms=1.0, err=1e-6, spread=0.5, exact=0.8),
              tf_eigen=_engine(ms=3.0), tf_onednn=_engine(ms=2.0, err=2e-6, spread=1.0),
              onnxruntime=_engine(ms=1.5, err=1e-6), openvino=_engine(ms=1.25, err=1e-6)),
-        _row("EfficientNetB0", 96, rstf_poly=_engine(ms=8.0, err=1e-6, spread=0.5),
+        _row("EfficientNetB0", 96, rstf_poly=_engine(ms=8.0, err=1e-6, spread=2.5, exact=1.5),
              tf_eigen=_engine(ms=9.0), tf_onednn=_engine(ms=6.0, err=2e-6, spread=1.0),
              onnxruntime=_engine("mismatch", ms=1.0, err=1e-2),
              openvino=_engine(ms=4.0, err=1e-6)),
@@ -65,7 +66,9 @@ def test_best_other_and_ratio():
     assert rows[0]["rstf_gflops"] == pytest.approx(2000.0)  # 2 GFLOP in 1 ms
     assert rows[0]["engines"]["tf-onednn"] == {
         "status": "ok", "reason": "", "median_ms": 2.0, "q1_ms": 1.8, "q3_ms": 2.2,
-        "max_rel_err": 2e-6, "spread_ratio": 1.0}  # times_ms, label... dropped
+        "max_rel_err": 2e-6, "spread_ratio": 1.0, "exact_err": None,
+        "exact_ratio": None}  # times_ms, label... dropped
+    assert rows[0]["exact_ratio"] == 0.8 and rows[1]["exact_ratio"] == 1.5
     assert zoo.best_other({"rstf-poly": _engine(ms=1.0)}) is None
     # An ill-conditioned model: every engine is a mismatch at --rtol, TF oneDNN too, but
     # within 2x TF's spread, so their times count; a 3x one does not.
@@ -95,19 +98,25 @@ def test_table_and_summary_with_engines():
     rows = _rows()
     lines = zoo.table(rows).splitlines()
     head = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert head[:12] == ["model", "input", "GFLOP", "rstf poly ms", "TF Eigen ms",
+    assert head[:13] == ["model", "input", "GFLOP", "rstf poly ms", "TF Eigen ms",
                          "TF oneDNN ms", "ONNX Runtime ms", "OpenVINO ms", "rstf / best",
-                         "best engine", "rstf GFLOP/s", "rstf err / TF spread"]
-    assert head[12:] == zoo.COVERAGE_HEAD  # the coverage columns are kept
+                         "best engine", "rstf GFLOP/s", "rstf err / TF spread",
+                         "rstf float64 err / TF's"]
+    assert head[13:] == zoo.COVERAGE_HEAD  # the coverage columns are kept
     assert lines[2].startswith("| MobileNetV2 | 96 | 2 | 1.00 | 3.00 | 2.00 | 1.50 | 1.25 | "
-                               "0.80 | OpenVINO | 2000.0 | 0.5x | 10/10 (100.0%) |")
+                               "0.80 | OpenVINO | 2000.0 | 0.5x | 0.8x | 10/10 (100.0%) |")
+    assert "| 2.5x | 1.5x |" in lines[3]
     assert "| 1.00 (mismatch) | 4.00 | 2.00 | OpenVINO |" in lines[3]
     assert lines[4].startswith("| ConvNeXtTiny | 96 |") and "no \\| pipe" in lines[4]
     assert len(lines) == 5  # rows as run, no summary inside the table
     line = zoo.summary(rows)
     assert line == ("rstf / best other engine: geomean 1.26x over 2 models (1 without a "
                     "ratio); rstf fastest on 1/2; slower than TF Eigen on: none; slower than "
-                    "TF oneDNN on: EfficientNetB0@96 (1.33x).")
+                    "TF oneDNN on: EfficientNetB0@96 (1.33x); rstf error within 2x TF's "
+                    "spread on 1/2; rstf no further from float64 than TF on 1/2.")
+    # A model whose graph TensorFlow cannot run in float64 says so in its cell.
+    assert zoo._exact_cell({"max_rel_err": 1e-6, "exact_unavailable": "no kernel"}) == \
+        "no float64"
 
 
 def test_table_without_engines_is_the_compare_table():

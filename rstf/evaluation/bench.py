@@ -2,7 +2,11 @@
 
 The inputs are rstf.evaluation.inputs' (`--seed`, `--input-range`); errors are
 rstf.compare's measure against TF Eigen, and `tf-onednn`'s error is the model's TF spread, which every engine's
-error is also given relative to (`spread_ratio`).
+error is also given relative to (`spread_ratio`). The same graph run by TensorFlow in float64
+(rstf.evaluation.exact) is the exact reference: each engine's error against it
+(`exact_err`), over the larger of TF Eigen's and TF oneDNN's (`exact_ratio`), says whether
+the engine is further from the exact result than stock TensorFlow, which the spread cannot
+say where TF's two paths round alike.
 
 Engines:
 
@@ -106,7 +110,10 @@ def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=No
     "not installed"), "reason", "median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms",
     "times_ms", "ratio_vs_eigen" (time / TF Eigen's), "max_rel_err" (vs TF Eigen, the worst
     output) and "spread_ratio" (max_rel_err / the model's tf_spread; None when either is
-    missing, the spread is 0 or a value is not finite)."""
+    missing, the spread is 0 or a value is not finite), "exact_err" (max_rel_err against the
+    float64 run) and "exact_ratio" (exact_err / the model's "tf_exact_err", the larger of TF
+    Eigen's and TF oneDNN's); the model's "exact_unavailable" says why there is no float64
+    run, when there is none."""
     from .inputs import parse_input_range
 
     log = log or (lambda msg: print(f"rstf bench: {msg}", file=sys.stderr))
@@ -141,6 +148,7 @@ def rstf_problems(result: dict) -> list[str]:
 def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol, log,
                  input_range, optimized) -> dict:
     from .compare import output_errors, graph_fetches, spread_ratio, write_run_files
+    from .exact import exact_errors, exact_ratio, run_exact
     from ..frontend.graph import load_model
     from .inputs import draw_inputs
 
@@ -161,6 +169,9 @@ def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol,
             rows[engine] = row
             if outs is not None:
                 outputs[engine] = outs
+        exact, unavailable = run_exact(graph, feeds, fetches, tmp)
+        if unavailable:
+            log(f"{name}: float64 reference unavailable: {unavailable}")
     ref = outputs.get(REFERENCE)
     ref_ms = rows[REFERENCE].get("median_ms")
     for engine, row in rows.items():
@@ -175,19 +186,26 @@ def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol,
                 row["status"] = "mismatch"
                 row["reason"] = f"max_rel_err {row['max_rel_err']:.3g} > rtol {rtol:g}"
     spread = rows.get("tf-onednn", {}).get("max_rel_err")
-    for row in rows.values():
+    for engine, row in rows.items():
         row["spread_ratio"] = spread_ratio(row["max_rel_err"], spread)
+        if exact is not None and engine in outputs:
+            row["exact_err"] = exact_errors(exact, outputs[engine])
+    tf_exact = [rows[e]["exact_err"] for e in ("tf-eigen", "tf-onednn") if e in rows]
+    for row in rows.values():
+        row["exact_ratio"] = exact_ratio(row["exact_err"], tf_exact)
     return {"model": os.path.abspath(model), "name": name,
             "inputs": {k.removesuffix(":0"): list(v.shape) for k, v in feeds.items()},
             "input_values": sources, "outputs": fetches, "tf_spread": spread,
-            "engines": [rows[e] for e in engines]}
+            "tf_exact_err": max((e for e in tf_exact if e is not None), default=None),
+            "exact_unavailable": unavailable, "engines": [rows[e] for e in engines]}
 
 
 def _row(engine: str, status: str, reason: str = "") -> dict:
     return {"engine": engine, "label": LABELS[engine], "status": status,
             "reason": " ".join(reason.split())[:240], "median_ms": None, "min_ms": None,
             "max_ms": None, "q1_ms": None, "q3_ms": None, "times_ms": [],
-            "ratio_vs_eigen": None, "max_rel_err": None, "spread_ratio": None}
+            "ratio_vs_eigen": None, "max_rel_err": None, "spread_ratio": None,
+            "exact_err": None, "exact_ratio": None}
 
 
 def missing_packages(engine: str) -> list[str]:
@@ -359,26 +377,30 @@ def table(result: dict) -> str:
     m = result["machine"]
     lines = [f"machine: {m['cpu']}, {m['cores']} cores; TensorFlow {m['tensorflow']}; "
              f"median of {result['reps']} runs after a warm-up; spread: min-max; errors vs "
-             f"TF Eigen (rtol {result['rtol']:g}), err/TF spread: max_rel_err over TF oneDNN's"]
+             f"TF Eigen (rtol {result['rtol']:g}), err/TF spread: max_rel_err over TF oneDNN's; "
+             "f64 err/TF's: error against the float64 run over TF's worse one"]
     for mod in result["models"]:
+        exact = (f", TF's error against float64 {_fmt(mod.get('tf_exact_err'), '.2g')}"
+                 if not mod.get("exact_unavailable")
+                 else f", float64 reference unavailable: {mod['exact_unavailable']}")
         lines += ["", f"{mod['name']} ({_inputs_text(mod)}), TF spread (oneDNN vs Eigen) "
-                  f"{_fmt(mod.get('tf_spread'), '.2g')}",
+                  f"{_fmt(mod.get('tf_spread'), '.2g')}{exact}",
                   f"  {'engine':<14} {'median ms':>10} {'min-max ms':>17} {'time/Eigen':>10} "
-                  f"{'max_rel_err':>11} {'err/TF spread':>13}  status"]
+                  f"{'max_rel_err':>11} {'err/TF spread':>13} {'f64 err/TF':>10}  status"]
         for r in mod["engines"]:
             label, *numbers, status = _row_cells(r)
             lines.append(f"  {label:<14} " + " ".join(
-                f"{c:>{w}}" for c, w in zip(numbers, (10, 17, 10, 11, 13))) + f"  {status}")
+                f"{c:>{w}}" for c, w in zip(numbers, (10, 17, 10, 11, 13, 10))) + f"  {status}")
     return "\n".join(lines)
 
 
 def _row_cells(r: dict) -> list[str]:
     """An engine row's cells, as both tables show them: engine, median ms, min-max ms,
-    time / TF Eigen, max_rel_err, err / TF spread, status."""
+    time / TF Eigen, max_rel_err, err / TF spread, float64 error / TF's, status."""
     spread = "-" if r["min_ms"] is None else f"{r['min_ms']:.2f}-{r['max_ms']:.2f}"
     ratio = "-" if r["ratio_vs_eigen"] is None else f"{r['ratio_vs_eigen']:.2f}x"
     return [r["label"], _fmt(r["median_ms"], ".2f"), spread, ratio,
-            _fmt(r["max_rel_err"], ".2g"), _spread_ratio_text(r),
+            _fmt(r["max_rel_err"], ".2g"), _spread_ratio_text(r), _exact_ratio_text(r),
             r["status"] + (f": {r['reason']}" if r["reason"] else "")]
 
 
@@ -396,10 +418,18 @@ def _spread_ratio_text(row: dict) -> str:
     return "-" if row.get("max_rel_err") is None else format_ratio(row.get("spread_ratio"))
 
 
+def _exact_ratio_text(row: dict) -> str:
+    """The row's error against the float64 run over TF's; '-' without one."""
+    from .compare import format_ratio
+
+    return "-" if row.get("exact_err") is None else format_ratio(row.get("exact_ratio"))
+
+
 def markdown_table(result: dict) -> str:
     """The same numbers as a Markdown table (docs/bench.md)."""
     out = ["| model | engine | median ms | min-max ms | time / TF Eigen | max_rel_err | "
-           "err / TF spread | status |", "|---|---|---|---|---|---|---|---|"]
+           "err / TF spread | float64 err / TF's | status |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for mod in result["models"]:
         for r in mod["engines"]:
             *cells, status = _row_cells(r)

@@ -16,7 +16,13 @@ TensorFlow with Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0), the reference:
   against 3.2e-6), and an engine that fuses less than Grappler, as rstf's C does, is judged
   against the first;
 - `spread_ratio`: max_rel_err / tf_spread, a figure free of the outputs' scale; None where
-  the spread is 0 (TF's paths agree bit for bit) or a value is not finite.
+  the spread is 0 (TF's paths agree bit for bit) or a value is not finite;
+- `exact_err_of`: {rstf, tf_eigen, tf_onednn: max_rel_err against the same graph run in
+  float64} (rstf.evaluation.exact), and `exact_ratio`: rstf's over the larger of TF's two,
+  at most 1.0 where rstf is no further from the exact result than stock TensorFlow. TF's
+  two paths often round alike, so the spread alone can call an engine that only sums in
+  another order many times "outside" it. Where TensorFlow cannot run the graph in float64,
+  both are absent and `exact_unavailable` says why.
 
 Latency is the median of `--reps` runs after a warm-up, for the optimized graph and for stock
 TensorFlow with Eigen and with oneDNN kernels, each in its own process, each called through
@@ -38,6 +44,7 @@ import numpy as np
 
 from ..errors import RstfError
 from ..frontend.graph import load_model
+from .exact import exact_errors, exact_ratio, run_exact
 from .inputs import draw_inputs, make_inputs  # noqa: F401  (make_inputs: benchmarks/)
 
 # The environments of the two stock TensorFlow configurations.
@@ -153,6 +160,7 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
             runs[label] = run_engine(label, path, lib, in_path, fetches,
                                      reps if timed else 0, env, save, rewrites=rewrites)
             runs[label]["outputs"] = [np.load(save)[f"out{i}"] for i in range(len(fetches))]
+        exact, unavailable = run_exact(graph, feeds, fetches, tmp) if latency else (None, None)
     outputs, passed = [], True
     for i, name in enumerate(fetches):
         ref = runs["tf_eigen"]["outputs"][i].astype(np.float64)
@@ -165,12 +173,20 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
             parts = {k: output_errors(ref, runs[run]["outputs"][i].astype(np.float64))[1]
                      for k, run in (("onednn", "tf_onednn"), ("grappler_off", "tf_eigen_plain"))}
             spread = max(parts.values())
-        outputs.append({"name": name, "shape": list(ref.shape), "max_abs_err": abs_err,
-                        "max_rel_err": rel_err, "tf_spread": spread, "tf_spread_of": parts,
-                        "spread_ratio": spread_ratio(rel_err, spread), "passed": ok})
+        out = {"name": name, "shape": list(ref.shape), "max_abs_err": abs_err,
+               "max_rel_err": rel_err, "tf_spread": spread, "tf_spread_of": parts,
+               "spread_ratio": spread_ratio(rel_err, spread), "passed": ok}
+        if exact is not None:
+            of = {k: exact_errors([exact[i]], [runs[k]["outputs"][i]])
+                  for k in ("rstf", "tf_eigen", "tf_onednn")}
+            out.update(exact_err_of=of,
+                       exact_ratio=exact_ratio(of["rstf"], [of["tf_eigen"], of["tf_onednn"]]))
+        outputs.append(out)
     result = {"passed": passed, "rtol": rtol, "outputs": outputs, "seed": seed,
               "inputs": _shapes(feeds),
               "input_values": sources}
+    if latency:
+        result["exact_unavailable"] = unavailable
     if not latency:
         return result
     lat = {k: runs[k]["latency_ms"] for k in ("rstf", "tf_eigen", "tf_onednn")}
