@@ -95,6 +95,13 @@ CASES = {
     "conv_1x1_bias_relu": ((1, 9, 9, 64), lambda x: tf.nn.relu(tf.nn.bias_add(
         tf.nn.conv2d(x, _w(1, 1, 64, 100), 1, "SAME"), _w(100)))),
     "conv_grouped": ((1, 8, 8, 32), lambda x: tf.nn.conv2d(x, _w(3, 3, 16, 64), 1, "SAME")),
+    # 4 groups of 16 channels, then batch norm and ReLU: one column tile a group, so the
+    # chain runs as the epilogue of each row of each group (fuse._group_width).
+    "conv_grouped_bn_relu": ((1, 7, 9, 64), lambda x: tf.nn.relu(
+        tf.nn.conv2d(x, _w(3, 3, 16, 64), 1, "SAME") * _w(64) + _w(64))),
+    # 2 groups of 80 channels: a group is more than one column tile (no fused epilogue).
+    "conv_grouped_wide_bn_relu": ((1, 5, 6, 160), lambda x: tf.nn.relu(
+        tf.nn.conv2d(x, _w(3, 3, 80, 160), 1, "SAME") * _w(160) + _w(160))),
     "conv_bn_relu6_chain": ((1, 9, 11, 16), lambda x: tf.nn.relu6(
         tf.nn.conv2d(x, _w(3, 3, 16, 32), 1, "SAME") * _w(32) + _w(32))),
     "chain_with_fan_out": ((2, 6, 6, 8), lambda x: (lambda m: tf.nn.relu(m + 1.0) * m)(

@@ -30,6 +30,12 @@ def test_poly_equals_textbook_bitwise(case, target):
         rb, width = t["tile"]
         nv = -(-width // target.vlen)
         assert width % target.half == 0 and rb * nv + nv + 1 <= target.registers, t
+    if case == "conv_grouped_bn_relu":  # each group one column tile: the batch norm and
+        # ReLU run after each row of each group, in the conv's one parallel region
+        assert [len(f["nodes"]) for f in info["fused"]] == [4], info["fused"]
+        assert info["parallel_loops"] == 1
+    if case == "conv_grouped_wide_bn_relu":  # a group of several column tiles: apart
+        assert [len(f["nodes"]) for f in info["fused"]] == [3], info["fused"]
     if target is AVX2:
         _check_avx2_case(case, shape, info)
         return
