@@ -31,7 +31,7 @@ from . import regepi
 from .deps import Dependences
 from .cparse import is_accumulation
 from .scop import Scop, Statement, isl_name
-from .groups import (CallSchedule, Kernel, extents, is_pointwise, kernel_roles, pad_time,
+from .groups import (CallSchedule, extents, group_iter, is_pointwise, kernel_roles, pad_time,
                      row_major_access, violations)
 from .schedule import tile_order
 from .tuning import Tuning
@@ -142,8 +142,8 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     buffer local to each iteration of the loops around the tile.
 
     A grouped convolution has one more outer output loop, its group g, which indexes Y's
-    channels as G*g + v (`_group_width`): the chain's point c then runs after row `o` of
-    group floor(c / G), whose G channels are one column tile.
+    channels as G*g + v (`groups.group_iter`): where G is one column tile, the chain's
+    point c runs after row `o` of group floor(c / G).
     """
     if len({k.statement for k in cs.kernels}) != 1 or cs.chain is not None:
         return None
@@ -158,13 +158,16 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
         return None
     if extents(first) != extents(init) or len(kern.y.index) != len(init.iterators):
         return None
-    outs, _, _, _, _ = kernel_roles(upd, kern)
-    m = 0
-    while m < len(outs) and m < len(kern.y.index) and kern.y.index[m] == {outs[m]: 1}:
-        m += 1
-    group = _group_width(upd, kern, outs[m:]) if m < len(outs) else None
-    if m == 0 or (m < len(outs) and group is None):
+    outs, _, _, _, v = kernel_roles(upd, kern)
+    groups = [o for o in outs if group_iter(kern, o, v) is not None]
+    lead = [o for o in outs if o not in groups]
+    m = len(lead)
+    if m == 0 or [kern.y.index[i] for i in range(m)] != [{o: 1} for o in lead]:
         return None
+    if groups and (len(groups) > 1 or group_iter(kern, groups[0], v) != kern.vb
+                   or dict(zip(map(isl_name, upd.iterators), extents(upd)))[v]
+                   != (0, kern.vb - 1)):
+        return None  # (a group of several column tiles, whose chain waits for them all)
     pos = upd.path[0]
 
     vb = kern.vb
@@ -174,33 +177,16 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
         # every tile, its tile below `mid`.)
         iv = [isl_name(v) for v in s.iterators]
         u = f"floor(({iv[-1]})/{vb})"
-        o = iv[:m]
-        if group:  # the group's one column tile
-            o, u = [*o, f"floor(({iv[-1]})/{group})"], "0"
+        at = dict(zip(lead, iv))
+        if groups:  # the group of channel c, its one column tile
+            at[groups[0]], u = f"floor(({iv[-1]})/{vb})", "0"
+        o = [at[x] for x in outs]
         t = [str(pos), *tile_order(kern, o, u, []), str(mid),
              *([u] if kern.chunk_outer else []), *iv[m:], str(last)]
         return pad_time(isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(t)}] }}")
                     .intersect_domain(s.domain), depth)
 
     return _row_group(scop, deps, cs, chain, init, upd, y, m, row_time, {}, tuning)
-
-
-def _group_width(upd: Statement, kern: Kernel, extra: list[str]) -> int | None:
-    """G, where the outer output loops past Y's leading indices are one group loop g of a
-    grouped convolution: Y's last index is G*g + v, v the kernel's column loop over exactly
-    the G channels of one column tile (G == vb). None otherwise."""
-    c2i = {x: isl_name(x) for x in upd.iterators}
-    if len(extra) != 1 or len(kern.y.index) < 2:
-        return None
-    (g,) = extra
-    last = {c2i.get(k, k): c for k, c in kern.y.index[-1].items()}
-    v = c2i[kern.v]
-    if set(last) != {g, v} or last[v] != 1 or last[g] != kern.vb:
-        return None
-    if any(g in {c2i.get(k, k) for k in idx} for idx in kern.y.index[:-1]):
-        return None
-    box = dict(zip([isl_name(x) for x in upd.iterators], extents(upd)))
-    return kern.vb if box[v] == (0, kern.vb - 1) else None
 
 
 def fuse_reduction_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
