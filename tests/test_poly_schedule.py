@@ -36,6 +36,14 @@ def test_poly_equals_textbook_bitwise(case, target):
         assert info["parallel_loops"] == 1
     if case == "conv_grouped_wide_bn_relu":  # a group of several column tiles: apart
         assert [len(f["nodes"]) for f in info["fused"]] == [3], info["fused"]
+    if case.startswith("conv_grouped"):
+        # The weight in panel layout where each group's columns are whole panels (its
+        # group loop steps over G / VB of them): 80 columns are five 16-wide panels, not
+        # whole 64-wide ones.
+        vb = info["tiled"][0]["tile"][1]
+        groups = {"conv_grouped": 32, "conv_grouped_bn_relu": 16, "conv_grouped_wide_bn_relu": 80}
+        want = {"in1": vb} if groups[case] % vb == 0 else {}
+        assert info["prepacked"] == want, (info["prepacked"], info["tiled"])
     if target is AVX2:
         _check_avx2_case(case, shape, info)
         return

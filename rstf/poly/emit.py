@@ -27,7 +27,7 @@ from .deps import Dependences
 from .groups import (CallSchedule, Kernel, call_dependences, extents, flat_addr,
                      parallel_dims)
 from .microkernel import Shape, dispatch_name
-from .prepack import PACK_DIM, Panels, operand_row, packing_of, plus_c
+from .prepack import PACK_DIM, Panels, operand_row, packing_of, panel_steps, plus_c
 from .scop import Scop, Statement, isl_name
 from .tuning import Tuning
 
@@ -371,7 +371,10 @@ class CallLowering:
             sbk = f"({k.name}_pack ? {pk.vb * ab.get(ki, 0) // pk.cols} : {sbk})"
         elif pn is not None:  # the weight in panel layout: the tile's panel, in place
             w = pn.width(k)
-            b = plus_c(f"(const float *){pn.array} + {pn.rows * pn.vb} * {vals['u']}", w,
+            groups = [f"{n} * {env[x]}" if n != 1 else env[x]
+                      for x, n in panel_steps(k).items()]
+            tile = f"({' + '.join([vals['u'], *groups])})" if groups else vals["u"]
+            b = plus_c(f"(const float *){pn.array} + {pn.rows * pn.vb} * {tile}", w,
                       operand_row(ab, env, k, pn.cols))
             sbk, sbin = str(w * ab.get(ki, 0) // pn.cols), str(w * ab.get(kin, 0) // pn.cols)
         aenv = env

@@ -189,10 +189,6 @@ def kernel_roles(s: Statement, kern: Kernel) -> tuple[list[str], list[str], str 
     inner = (r, k, v, c2i.get(kern.k2), c2i.get(kern.kin), c2i.get(kern.merged))
     outs = [x for x in iv if x not in inner and is_output_iter(kern, x)]
     reds = [x for x in iv if x not in inner and x not in outs]
-    # A grouped convolution's group loop first: a group reads only its own input channels
-    # and weights, so all its rows in a row keep its weights in cache, where rows outside
-    # the groups walk every group's weights once a row (RegNetX's 3x3 maps: 1.7 MB of them).
-    outs.sort(key=lambda x: group_iter(kern, x, v) is None)
     return outs, reds, r, k, v
 
 

@@ -50,19 +50,34 @@ class Panels:
         return k.cols or self.vb
 
 
+def panel_steps(k: Kernel) -> dict[str, int] | None:
+    """{x: panels a step of x moves} for the iterators other than the kernel's columns in
+    B's last index: a grouped convolution's group loop g, whose weight column is G*g + v,
+    steps over G / VB whole panels ({} for an ordinary weight). None where a term is not
+    whole panels (or v's is not 1), so the layout cannot serve the kernel."""
+    v = isl_name(k.v)
+    last = dict(k.b.index[-1])
+    if last.pop(v, None) != 1 or any(c % k.vb for c in last.values()):
+        return None
+    if 1 in last:  # a constant column offset
+        return None
+    return {x: c // k.vb for x, c in last.items() if c}
+
+
 def column_operand(k: Kernel, scop: Scop) -> tuple[int, int] | None:
     """(rows, cols) of B as the kernel walks it, when it may be read as panels: the
-    kernel's columns are B's whole last dimension, and every other iterator (and the
-    constant) steps over whole rows."""
+    kernel's columns are B's whole last dimension, less whole panels a group loop steps
+    over (`panel_steps`), and every other iterator (and the constant) steps over whole
+    rows."""
     b = scop.buffers[k.b.array]
     addr = flat_addr(k.b, scop)
     if addr is None or b.ctype != "float" or not b.shape or b.size is None:
         return None
     cols = b.shape[-1]
     v = isl_name(k.v)
-    if addr.get(v) != 1 or any(c % cols for x, c in addr.items() if x != v):
-        return None
-    if len(k.b.index[-1]) != 1 or k.b.index[-1].get(v) != 1:
+    steps = panel_steps(k)
+    if steps is None or addr.get(v) != 1 \
+            or any(c % cols for x, c in addr.items() if x != v and x not in steps):
         return None
     return b.size // cols, cols
 
@@ -170,8 +185,10 @@ def packing_of(scop: Scop, k: Kernel) -> Packing | None:
 def operand_row(ab: dict, env: dict[str, str], k: Kernel, cols: int) -> str:
     """The row of the column operand (seen as rows of `cols` columns) that the kernel
     call's first element lies in, as C: every term of its offset but the column's."""
+    steps = panel_steps(k) or {}
     terms = [f"{c // cols} * {env[x]}" if c != cols else env[x]
-             for x, c in ab.items() if x not in (1, isl_name(k.v)) and c and env[x] != "0"]
+             for x, c in ab.items()
+             if x not in (1, isl_name(k.v)) and x not in steps and c and env[x] != "0"]
     if ab.get(1, 0):
         terms.append(str(ab[1] // cols))
     return " + ".join(terms) or "0"
