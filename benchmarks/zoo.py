@@ -37,7 +37,8 @@ line, ``STAGE: ExceptionType: message`` (STAGE is build, optimize, bench, compar
 A row with engines has ``engines`` ({engine: status, reason, median_ms, q1_ms, q3_ms,
 max_rel_err, spread_ratio, exact_err, exact_ratio}), ``tf_spread``, ``tf_exact_err`` (TF's
 error against the model run in float64, ``rstf.evaluation.exact``; None with
-``exact_unavailable``, the reason), ``exact_ratio`` (rstf's over TF's), ``best_other`` ({engine, ms}: the fastest
+``exact_unavailable``, the reason), ``exact_ratio`` (rstf's over TF's),
+``best_other`` ({engine, ms}: the fastest
 non-rstf engine whose status is ok, or a mismatch within 2x TF's spread; or None), ``rstf_over_best`` (rstf-poly's median over
 best_other's), ``gflop`` (the model's conv + matmul FLOPs, optimize's ``flops_total``) and
 ``rstf_gflops``.

@@ -1,10 +1,12 @@
-"""rstf.evaluation.exact: a frozen graph widened to float64, run by TensorFlow, as the exact
-reference of `rstf compare` and `rstf bench`."""
+"""rstf.evaluation.exact: a frozen graph widened to float64, run by TensorFlow
+(rstf.evaluation.compare.run_exact), as the exact reference of `rstf compare` and
+`rstf bench`."""
 import numpy as np
 import pytest
 from tensorflow.core.framework import types_pb2
 
 from harness import load_graph_def, make_graph_def, run_tf, tf
+from rstf.evaluation import compare as compare_mod
 from rstf.evaluation import exact as exact_mod
 
 RNG = np.random.RandomState(3)
@@ -58,23 +60,23 @@ def test_widen_turns_every_float_into_double():
     ref = _reference(x.astype(np.float64))
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
-    assert exact_mod.exact_errors([ref], [f32]) > 0  # float32 rounds; float64 is exact here
-    assert exact_mod.exact_errors([ref], [got]) < 1e-12
+    assert compare_mod.exact_errors([ref], [f32]) > 0  # float32 rounds; float64 is exact here
+    assert compare_mod.exact_errors([ref], [got]) < 1e-12
 
 
 def test_run_exact_and_ratio(tmp_path):
     gd = make_graph_def(conv_model())
     graph = load_graph_def(gd)
     x = np.random.RandomState(1).uniform(0, 1, (1, 6, 6, 4)).astype(np.float32)
-    outs, why = exact_mod.run_exact(graph, {"x:0": x}, ["out:0"], str(tmp_path))
+    outs, why = compare_mod.run_exact(graph, {"x:0": x}, ["out:0"], str(tmp_path))
     assert why is None
     np.testing.assert_allclose(outs[0], _reference(x.astype(np.float64)), rtol=1e-12,
                                atol=1e-14)
-    assert exact_mod.exact_ratio(2e-6, [1e-6, 4e-6]) == pytest.approx(0.5)  # TF's worse one
-    assert exact_mod.exact_ratio(2e-6, [None, 1e-6]) == pytest.approx(2.0)
-    assert exact_mod.exact_ratio(2e-6, [None]) is None
-    assert exact_mod.exact_ratio(None, [1e-6]) is None
-    assert exact_mod.exact_ratio(1e-6, [0.0]) is None
+    assert compare_mod.exact_ratio(2e-6, [1e-6, 4e-6]) == pytest.approx(0.5)  # TF's worse one
+    assert compare_mod.exact_ratio(2e-6, [None, 1e-6]) == pytest.approx(2.0)
+    assert compare_mod.exact_ratio(2e-6, [None]) is None
+    assert compare_mod.exact_ratio(None, [1e-6]) is None
+    assert compare_mod.exact_ratio(1e-6, [0.0]) is None
 
 
 def test_a_graph_without_float64_kernels_is_reported(tmp_path):
@@ -88,5 +90,5 @@ def test_a_graph_without_float64_kernels_is_reported(tmp_path):
 
     graph = load_graph_def(make_graph_def(build))
     x = np.zeros((1, 4, 4, 2), np.float32)
-    outs, why = exact_mod.run_exact(graph, {"x:0": x}, ["out:0"], str(tmp_path))
+    outs, why = compare_mod.run_exact(graph, {"x:0": x}, ["out:0"], str(tmp_path))
     assert outs is None and "float64" in why and "FusedBatchNorm" in why

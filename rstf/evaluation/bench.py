@@ -147,8 +147,8 @@ def rstf_problems(result: dict) -> list[str]:
 
 def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol, log,
                  input_range, optimized) -> dict:
-    from .compare import output_errors, graph_fetches, spread_ratio, write_run_files
-    from .exact import exact_errors, exact_ratio, run_exact
+    from .compare import (exact_errors, exact_ratio, graph_fetches, output_errors,
+                          run_exact, spread_ratio, write_run_files)
     from ..frontend.graph import load_model
     from .inputs import draw_inputs
 

@@ -18,10 +18,10 @@ TensorFlow with Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0), the reference:
 - `spread_ratio`: max_rel_err / tf_spread, a figure free of the outputs' scale; None where
   the spread is 0 (TF's paths agree bit for bit) or a value is not finite;
 - `exact_err_of`: {rstf, tf_eigen, tf_onednn: max_rel_err against the same graph run in
-  float64} (rstf.evaluation.exact), and `exact_ratio`: rstf's over the larger of TF's two,
-  at most 1.0 where rstf is no further from the exact result than stock TensorFlow. TF's
-  two paths often round alike, so the spread alone can call an engine that only sums in
-  another order many times "outside" it. Where TensorFlow cannot run the graph in float64,
+  float64} (rstf.evaluation.exact, `run_exact`), and `exact_ratio`: rstf's over the
+  larger of TF's two, at most 1.0 where rstf is no further from the exact result than
+  stock TensorFlow. TF's two paths often round alike, so the spread alone can call an
+  engine that only sums in another order many times "outside" it. Where TensorFlow cannot run the graph in float64,
   both are absent and `exact_unavailable` says why.
 
 Latency is the median of `--reps` runs after a warm-up, for the optimized graph and for stock
@@ -44,7 +44,7 @@ import numpy as np
 
 from ..errors import RstfError
 from ..frontend.graph import load_model
-from .exact import exact_errors, exact_ratio, run_exact
+from .exact import widen_feeds, widen_graph_def
 from .inputs import draw_inputs, make_inputs  # noqa: F401  (make_inputs: benchmarks/)
 
 # The environments of the two stock TensorFlow configurations.
@@ -130,6 +130,39 @@ def run_engine(label: str, graph_path: str, libs: list[str], inputs: str, fetche
     if proc.returncode != 0 or "error" in result:
         raise RstfError(f"running the {label} graph failed: {result.get('error', '?')}")
     return result
+
+
+def run_exact(graph, feeds: dict, fetches: list[str], tmp: str):
+    """(outputs, None): the fetches of `graph` (an rstf.frontend.graph.Graph) widened to
+    float64 (rstf.evaluation.exact), run by stock TensorFlow with Eigen kernels and
+    Grappler off (each node as the graph has it) on the widened `feeds`; or (None, reason)
+    where TensorFlow cannot run the widened graph. Files go to `tmp`."""
+    path = os.path.join(tmp, "exact.pb")
+    with open(path, "wb") as f:
+        f.write(widen_graph_def(graph.graph_def).SerializeToString())
+    inputs = os.path.join(tmp, "exact_inputs.npz")
+    np.savez(inputs, **widen_feeds(feeds))
+    save = os.path.join(tmp, "exact.npz")
+    try:
+        run_engine("float64", path, [], inputs, fetches, 0, EIGEN_ENV, save, rewrites=False)
+    except RstfError as e:
+        return None, str(e)
+    with np.load(save) as npz:
+        return [npz[f"out{i}"].astype(np.float64) for i in range(len(fetches))], None
+
+
+def exact_errors(exact: list, outputs: list) -> float:
+    """An engine's worst max_rel_err over the outputs, against the float64 outputs."""
+    return max((output_errors(x, np.asarray(o, dtype=np.float64))[1]
+                for x, o in zip(exact, outputs)), default=0.0)
+
+
+def exact_ratio(err: float | None, tf_errs: list) -> float | None:
+    """`err` over the largest of TensorFlow's own errors against the exact result (its
+    paths that ran); None where either is missing, that error is 0 or a value is not
+    finite."""
+    tf_errs = [e for e in tf_errs if e is not None]
+    return spread_ratio(err, max(tf_errs)) if tf_errs else None
 
 
 def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1e-4,

@@ -11,10 +11,10 @@ TensorFlow is?
 
 `widen_graph_def` turns every float32 type, type list and constant of a GraphDef into
 float64; `widen_feeds` does the same to the inputs, whose float32 values are kept exactly.
-`exact_errors` gives each engine's error against the float64 outputs, in
-rstf.evaluation.compare's measure (max |engine - exact| / max |exact|), and
-`exact_ratio` an engine's error over the worse of TensorFlow's two paths: at most 1.0 means
-no further from the exact result than stock TensorFlow.
+rstf.evaluation.compare runs the widened graph (`run_exact`) and measures each engine
+against it (`exact_errors`: max |engine - exact| / max |exact|; `exact_ratio`: an engine's
+error over the worse of TensorFlow's two paths, at most 1.0 where it is no further from the
+exact result than stock TensorFlow).
 
 Some graphs cannot be widened: an op with no float64 CPU kernel (FusedBatchNormV3's scale and
 statistics are float32 only) fails in TensorFlow; the callers then report the reference as
@@ -22,11 +22,7 @@ unavailable, with TensorFlow's reason, and judge by the spread alone.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
-
-from ..errors import RstfError
 
 
 def widen_graph_def(graph_def):
@@ -62,42 +58,3 @@ def widen_graph_def(graph_def):
 def widen_feeds(feeds: dict) -> dict:
     """The inputs with every float32 array as float64 (the same values, exactly)."""
     return {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in feeds.items()}
-
-
-def run_exact(graph, feeds: dict, fetches: list[str], tmp: str):
-    """(outputs, None): the fetches of `graph` (an rstf.frontend.graph.Graph) widened to
-    float64, run by stock TensorFlow with Eigen kernels and Grappler off (each node as the
-    graph has it) on the widened `feeds`; or (None, reason) where TensorFlow cannot run the
-    widened graph. Files go to `tmp`."""
-    from .compare import EIGEN_ENV, run_engine
-
-    path = os.path.join(tmp, "exact.pb")
-    with open(path, "wb") as f:
-        f.write(widen_graph_def(graph.graph_def).SerializeToString())
-    inputs = os.path.join(tmp, "exact_inputs.npz")
-    np.savez(inputs, **widen_feeds(feeds))
-    save = os.path.join(tmp, "exact.npz")
-    try:
-        run_engine("float64", path, [], inputs, fetches, 0, EIGEN_ENV, save, rewrites=False)
-    except RstfError as e:
-        return None, str(e)
-    with np.load(save) as npz:
-        return [npz[f"out{i}"].astype(np.float64) for i in range(len(fetches))], None
-
-
-def exact_errors(exact: list, outputs: list) -> float:
-    """An engine's worst max_rel_err over the outputs, against the float64 outputs."""
-    from .compare import output_errors
-
-    return max((output_errors(x, np.asarray(o, dtype=np.float64))[1]
-                for x, o in zip(exact, outputs)), default=0.0)
-
-
-def exact_ratio(err: float | None, tf_errs: list) -> float | None:
-    """`err` over the largest of TensorFlow's own errors against the exact result (its
-    paths that ran); None where either is missing, that error is 0 or a value is not
-    finite."""
-    from .compare import spread_ratio
-
-    tf_errs = [e for e in tf_errs if e is not None]
-    return spread_ratio(err, max(tf_errs)) if tf_errs else None
