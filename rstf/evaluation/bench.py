@@ -147,8 +147,8 @@ def rstf_problems(result: dict) -> list[str]:
 
 def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol, log,
                  input_range, optimized) -> dict:
-    from .compare import (exact_errors, exact_ratio, graph_fetches, output_errors,
-                          run_exact, spread_ratio, write_run_files)
+    from .compare import (exact_ratio, graph_fetches, run_exact, spread_ratio,
+                          worst_rel_err, write_run_files)
     from ..frontend.graph import load_model
     from .inputs import draw_inputs
 
@@ -180,8 +180,7 @@ def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol,
         if ref_ms and row.get("median_ms") is not None:
             row["ratio_vs_eigen"] = row["median_ms"] / ref_ms
         if ref is not None:
-            row["max_rel_err"] = max((output_errors(r.astype(np.float64), o.astype(np.float64))[1]
-                                      for r, o in zip(ref, outputs[engine])), default=0.0)
+            row["max_rel_err"] = worst_rel_err(ref, outputs[engine])
             if not row["max_rel_err"] <= rtol:
                 row["status"] = "mismatch"
                 row["reason"] = f"max_rel_err {row['max_rel_err']:.3g} > rtol {rtol:g}"
@@ -189,7 +188,7 @@ def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol,
     for engine, row in rows.items():
         row["spread_ratio"] = spread_ratio(row["max_rel_err"], spread)
         if exact is not None and engine in outputs:
-            row["exact_err"] = exact_errors(exact, outputs[engine])
+            row["exact_err"] = worst_rel_err(exact, outputs[engine])
     tf_exact = [rows[e]["exact_err"] for e in ("tf-eigen", "tf-onednn") if e in rows]
     for row in rows.values():
         row["exact_ratio"] = exact_ratio(row["exact_err"], tf_exact)

@@ -21,8 +21,8 @@ TensorFlow with Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0), the reference:
   float64} (rstf.evaluation.exact, `run_exact`), and `exact_ratio`: rstf's over the
   larger of TF's two, at most 1.0 where rstf is no further from the exact result than
   stock TensorFlow. TF's two paths often round alike, so the spread alone can call an
-  engine that only sums in another order many times "outside" it. Where TensorFlow cannot run the graph in float64,
-  both are absent and `exact_unavailable` says why.
+  engine that only sums in another order many times "outside" it. Where TensorFlow cannot
+  run the graph in float64, both are absent and `exact_unavailable` says why.
 
 Latency is the median of `--reps` runs after a warm-up, for the optimized graph and for stock
 TensorFlow with Eigen and with oneDNN kernels, each in its own process, each called through
@@ -151,10 +151,12 @@ def run_exact(graph, feeds: dict, fetches: list[str], tmp: str):
         return [npz[f"out{i}"].astype(np.float64) for i in range(len(fetches))], None
 
 
-def exact_errors(exact: list, outputs: list) -> float:
-    """An engine's worst max_rel_err over the outputs, against the float64 outputs."""
-    return max((output_errors(x, np.asarray(o, dtype=np.float64))[1]
-                for x, o in zip(exact, outputs)), default=0.0)
+def worst_rel_err(refs: list, outputs: list) -> float:
+    """An engine's worst max_rel_err over the outputs, against the reference outputs
+    `refs` (TF Eigen's, or the float64 run's)."""
+    return max((output_errors(np.asarray(r, dtype=np.float64),
+                              np.asarray(o, dtype=np.float64))[1]
+                for r, o in zip(refs, outputs)), default=0.0)
 
 
 def exact_ratio(err: float | None, tf_errs: list) -> float | None:
@@ -210,7 +212,7 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
                "max_rel_err": rel_err, "tf_spread": spread, "tf_spread_of": parts,
                "spread_ratio": spread_ratio(rel_err, spread), "passed": ok}
         if exact is not None:
-            of = {k: exact_errors([exact[i]], [runs[k]["outputs"][i]])
+            of = {k: output_errors(exact[i], runs[k]["outputs"][i].astype(np.float64))[1]
                   for k in ("rstf", "tf_eigen", "tf_onednn")}
             out.update(exact_err_of=of,
                        exact_ratio=exact_ratio(of["rstf"], [of["tf_eigen"], of["tf_onednn"]]))
@@ -218,10 +220,9 @@ def compare(model: str, out_dir: str, inputs: str | None = None, rtol: float = 1
     result = {"passed": passed, "rtol": rtol, "outputs": outputs, "seed": seed,
               "inputs": _shapes(feeds),
               "input_values": sources}
-    if latency:
-        result["exact_unavailable"] = unavailable
     if not latency:
         return result
+    result["exact_unavailable"] = unavailable
     lat = {k: runs[k]["latency_ms"] for k in ("rstf", "tf_eigen", "tf_onednn")}
     return {**result, "latency_ms": lat, "reps": reps,
             "timed_through": runs["rstf"].get("client"),

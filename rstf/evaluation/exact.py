@@ -12,7 +12,7 @@ TensorFlow is?
 `widen_graph_def` turns every float32 type, type list and constant of a GraphDef into
 float64; `widen_feeds` does the same to the inputs, whose float32 values are kept exactly.
 rstf.evaluation.compare runs the widened graph (`run_exact`) and measures each engine
-against it (`exact_errors`: max |engine - exact| / max |exact|; `exact_ratio`: an engine's
+against it (`worst_rel_err`: max |engine - exact| / max |exact|; `exact_ratio`: an engine's
 error over the worse of TensorFlow's two paths, at most 1.0 where it is no further from the
 exact result than stock TensorFlow).
 

@@ -179,7 +179,7 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
         u = f"floor(({iv[-1]})/{vb})"
         at = dict(zip(lead, iv))
         if groups:  # the group of channel c, its one column tile
-            at[groups[0]], u = f"floor(({iv[-1]})/{vb})", "0"
+            at[groups[0]], u = u, "0"
         o = [at[x] for x in outs]
         t = [str(pos), *tile_order(kern, o, u, []), str(mid),
              *([u] if kern.chunk_outer else []), *iv[m:], str(last)]
