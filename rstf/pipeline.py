@@ -178,6 +178,9 @@ def load_for_codegen(model, input_shapes, outputs, fold_scales: bool, log) -> tu
     if graph.tensordots_merged:
         log(f"merged {len(graph.tensordots_merged)} dense layers over 3-D inputs (Reshape, "
             f"MatMul, Reshape) into BatchMatMulV2s")
+    if graph.transposes_folded:
+        log(f"folded Transposes into the adjoint flags of {len(graph.transposes_folded)} "
+            f"batched matmuls")
     if graph.scales_folded:
         log(f"folded {len(graph.scales_folded)} per-channel scales into conv/matmul weights")
     return (graph, *dynamic_graphs(model, input_shapes, outputs, graph, log, fold_scales))
@@ -384,6 +387,7 @@ def _report(graph: Graph, placeholders, codes: list[SubgraphCode], op_types, nod
         "nodes_folded": len(graph.folded),
         "scales_folded": len(graph.scales_folded),
         "tensordots_merged": len(graph.tensordots_merged),
+        "transposes_folded": len(graph.transposes_folded),
         "nodes_total": len(counted),
         "nodes_covered": sum(1 for n in counted if n.name in covered),
         "flops_total": sum(flops.values()),

@@ -157,6 +157,12 @@ CASES = {
     "conv_mean_matmul_head": ((1, 7, 7, 64), lambda x: tf.nn.softmax(tf.matmul(
         tf.reduce_mean(tf.nn.relu6(tf.nn.conv2d(x, _w(1, 1, 64, 512), 1, "VALID")), [1, 2]),
         _w(512, 600)))),
+    # Row reductions through 16 lane partials (the ops' lane_reduce): a softmax over rows
+    # of 100 (6 whole vectors of lanes and a tail of 4) and a layer norm's two moments.
+    "softmax_rows_in_lanes": ((2, 8, 100), lambda x: tf.nn.softmax(x)),
+    "layer_norm_in_lanes": ((1, 6, 100), lambda x: (lambda m: (x - m) * tf.math.rsqrt(
+        tf.reduce_mean(tf.math.squared_difference(x, m), -1, keepdims=True) + 1e-12))(
+        tf.reduce_mean(x, -1, keepdims=True))),
     "matmul_transposed_b": ((3, 33), lambda x: tf.matmul(x, _w(48, 33), transpose_b=True)),
     # A depthwise conv: a kernel that reads the input as vectors, all 9 taps (kh too) in
     # one call; the rows and columns at the padding border run in kernels with fewer taps,

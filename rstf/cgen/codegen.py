@@ -21,6 +21,7 @@ from .cformat import format_c
 from ..frontend.graph import Graph, split_tensor
 from ..opgen import get_handler
 from ..opgen.base import C_TYPES, ArrayParam, numel, render
+from ..opgen.shape import Copy
 from ..frontend.padfold import absorb_pads
 
 
@@ -125,12 +126,21 @@ def generate_subgraph(graph: Graph, nodes: list[str], index: int,
                         read_outside.add(t)
     outputs: dict[str, Slot] = {}
     temps: dict[str, Slot] = {}
+    views = {} if expose_all else view_aliases(emitted, read_outside, set(graph.outputs))
+
+    def root(t: str) -> str:
+        while t in views:
+            t = views[t]
+        return t
+
     last_use: dict[str, int] = {}
     for node, data_inputs, _ in emitted:
         for t in data_inputs:
-            last_use[t] = step_of[node.name]
+            last_use[root(t)] = step_of[node.name]
     buffers = []
     for node, _, fn in emitted:
+        if f"{node.name}:0" in views:
+            continue
         s = step_of[node.name]
         for i in range(get_handler(node.op).num_outputs(node)):
             t = f"{node.name}:{i}"
@@ -152,16 +162,21 @@ def generate_subgraph(graph: Graph, nodes: list[str], index: int,
     functions: dict[str, str] = {}
     calls = []
     flops = 0
+    slots = {**inputs, **outputs, **temps}
+    slots.update({t: slots[root(t)] for t in views})
     for node, data_inputs, fn in emitted:
         flops += get_handler(node.op).flops(node, graph)
+        comment = f"{c_comment(node.name)} ({c_comment(node.op)})"
+        if f"{node.name}:0" in views:
+            calls.append({"fname": None, "args": [], "comment": f"{comment}: a view of "
+                          f"{slots[data_inputs[0]].cname}, no copy"})
+            continue
         key = _function_text(fn, "@NAME@")
         fname = functions.setdefault(key, f"op_{len(functions)}")
-        slots = {**inputs, **outputs, **temps}
         args = [_cast(p, True, slots[t].cname) for p, t in zip(fn.inputs, data_inputs)]
         args += [_cast(p, False, slots[f"{node.name}:{i}"].cname) for i, p in enumerate(fn.outputs)]
         args += [_cast(p, False, slots[f"{node.name}/scratch:{p.name}"].cname) for p in fn.scratch]
-        calls.append({"fname": fname, "args": args,
-                      "comment": f"{c_comment(node.name)} ({c_comment(node.op)})"})
+        calls.append({"fname": fname, "args": args, "comment": comment})
 
     entry = f"rstf_sg_{index}"
     params = entry_params(inputs.values(), outputs.values())
@@ -174,6 +189,23 @@ def generate_subgraph(graph: Graph, nodes: list[str], index: int,
     return SubgraphCode(index, list(nodes), entry, format_c(source), list(inputs.values()),
                         list(outputs.values()), list(temps.values()), workspace,
                         sum(s.nbytes for s in temps.values()), flops, len(functions))
+
+
+def view_aliases(emitted, read_outside: set, graph_outputs: set) -> dict[str, str]:
+    """{tensor: the tensor whose buffer it is}: the output of each flat copy (Reshape,
+    ExpandDims, Squeeze, Identity: `shape.Copy`) that stays inside the subgraph is its
+    input's bytes under another shape, so it gets no buffer and no call. Its readers
+    declare their own shapes for the shared buffer (the raiser linearises a buffer seen
+    through several shapes), and the memory plan keeps the shared buffer live until the
+    last reader of either. A copy the subgraph returns is kept: an output is its own
+    buffer."""
+    out = {}
+    for node, data_inputs, _ in emitted:
+        t = f"{node.name}:0"
+        if (isinstance(get_handler(node.op), Copy) and t not in read_outside
+                and node.name not in graph_outputs and len(data_inputs) == 1):
+            out[t] = data_inputs[0]
+    return out
 
 
 def entry_params(inputs, outputs) -> list[str]:

@@ -69,6 +69,8 @@ class Graph:
         self.scales_folded: list[str] = []  # Muls folded into weights (rstf.frontend.scalefold)
         # MatMuls now BatchMatMulV2s (rstf.frontend.tensordot)
         self.tensordots_merged: list[str] = []
+        # nodes rewritten by folding Transposes into batched matmuls (rstf.frontend.transposes)
+        self.transposes_folded: list[str] = []
         # {"inputs": {key: tensor}, "outputs": {key: tensor}}: the names users call it by
         self.signature: dict = {}
 
@@ -286,7 +288,9 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     `bypassed` lists those removed), then nodes computable from constants alone are
     evaluated (rstf.frontend.fold); the Graph's `folded` lists them; then each Dense over a
     3-D input (Reshape, MatMul, Reshape) becomes one BatchMatMulV2 (rstf.frontend.tensordot; the Graph's
-    `tensordots_merged` lists the MatMuls). With `fold_scales` too, per-channel multiplies after a
+    `tensordots_merged` lists the MatMuls), and Transposes around batched matmuls go into their
+    adjoint flags (rstf.frontend.transposes; `transposes_folded` lists the nodes rewritten).
+    With `fold_scales` too, per-channel multiplies after a
     contraction go into its weights (rstf.frontend.scalefold); the Graph's `scales_folded` lists the
     Muls removed.
     """
@@ -302,17 +306,19 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     for o in outs:
         if o not in names:
             raise RstfError(f"output {o!r} is not a node of the graph")
-    folded, bypassed, merged = [], [], []
+    folded, bypassed, merged, transposes = [], [], [], []
     if fold:
         from .fold import fold_constants
         from .passthrough import bypass
         from .tensordot import merge_tensordots
+        from .transposes import fold_transposes
 
         infer_shapes(gd)  # a graph TF cannot import fails here, with its one-line message
         gd, bypassed = bypass(gd, outs)
         gd, folded = fold_constants(gd, outs)
         if any(n.op == "MatMul" for n in gd.node):
             gd, merged = merge_tensordots(gd, outs, infer_shapes(gd))
+        gd, transposes = fold_transposes(gd, outs)
     scales = []
     if fold and fold_scales:
         from .scalefold import fold_scales as fold_scale_muls
@@ -323,6 +329,7 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     graph.bypassed = bypassed
     graph.scales_folded = scales
     graph.tensordots_merged = merged
+    graph.transposes_folded = transposes
     if signature is None or outputs:
         signature = default_signature(graph)
     graph.signature = signature

@@ -27,6 +27,17 @@ def reduction_axes(graph: Graph, node: Node, rank: int) -> list[int]:
     return sorted(axes)
 
 
+# Lane partials of a row reduction (`_loops.j2`'s lane_reduce): 16 is a whole number of
+# float vectors on every x86 vector width (4, 8, 16 lanes), so the partials are whole
+# vectors wherever the code runs; rows shorter than two of them keep one chain.
+LANES = 16
+
+
+def row_lanes(columns: int) -> int:
+    """The lane count of a reduction along rows of `columns` elements, or 0 for one chain."""
+    return LANES if columns >= 2 * LANES else 0
+
+
 class _Reduce(OpHandler):
     """Reduction over constant axes: init, update over the input's index space, and for Mean
     a final division by the number of reduced elements (as Eigen's MeanReducer divides).
@@ -70,11 +81,23 @@ class _Reduce(OpHandler):
         ct = self.ctype(node)
         fs = self.literal_suffix(node)
         count = math.prod(in_shape[d] for d in axes)
+        divisor = f"({ct}){count}" if self.mean and axes else None
+        rows = math.prod(in_shape[:rank - len(axes)])
+        if axes == list(range(rank - len(axes), rank)) and row_lanes(count):
+            # The innermost axes reduced (a layer norm's moments): rows of `count` elements,
+            # reduced through lane partials.
+            body = render("ops/reduce_rows.c.j2", out="y", inp="x", acc="p", R=rows, C=count,
+                          lanes=row_lanes(count), init=self.init.format(f=fs),
+                          upd=lambda a, x: self.update.format(acc=a, x=x), divisor=divisor)
+            return OpFunction(body, [ArrayParam("x", (rows, count), ct)],
+                              [ArrayParam("y", (rows,), ct)],
+                              scratch=[ArrayParam("p", (rows, row_lanes(count)), ct)],
+                              summary=f"{node.op} {list(in_shape)} axes {axes} keep_dims={keep}")
         acc, x = subscript("y", red_sub), subscript("x", in_idx)
         body = render("ops/reduce.c.j2", out="y", inp="x", out_idx=out_idx, out_shape=out_shape,
                       in_idx=in_idx, in_shape=in_shape, red_sub=red_sub, copy=not axes,
                       init=self.init.format(f=fs), update=self.update.format(acc=acc, x=x),
-                      divisor=f"({ct}){count}" if self.mean and axes else None)
+                      divisor=divisor)
         return OpFunction(body, [ArrayParam("x", in_shape, ct)], [ArrayParam("y", out_shape, ct)],
                           summary=f"{node.op} {list(in_shape)} axes {axes} keep_dims={keep}")
 
@@ -133,8 +156,13 @@ class Softmax(OpHandler):
         ms = self.math_suffix(node)
         # float: rstf's own exp (rstf/cgen/chelpers.py), which an omp simd loop vectorises.
         exp_fn = "rstf_expf" if ms == "f" else f"exp{ms}"
-        body = render("ops/softmax.c.j2", R=R, C=C, inp="x", out="y", m="m", s="s",
-                      fs=self.literal_suffix(node), exp_fn=exp_fn)
+        lanes = row_lanes(C)
+        body = render("ops/softmax.c.j2", R=R, C=C, inp="x", out="y", m="m", s="s", mp="mp",
+                      sp="sp", lanes=lanes, fs=self.literal_suffix(node), exp_fn=exp_fn,
+                      vmax=lambda a, x: f"{x} > {a} ? {x} : {a}",
+                      vsum=lambda a, x: f"{a} + {x}")
+        scratch = [ArrayParam("m", (R,), ct), ArrayParam("s", (R,), ct)]
+        if lanes:
+            scratch += [ArrayParam("mp", (R, lanes), ct), ArrayParam("sp", (R, lanes), ct)]
         return OpFunction(body, [ArrayParam("x", (R, C), ct)], [ArrayParam("y", (R, C), ct)],
-                          scratch=[ArrayParam("m", (R,), ct), ArrayParam("s", (R,), ct)],
-                          summary=f"Softmax {list(shape)} over the last axis")
+                          scratch=scratch, summary=f"Softmax {list(shape)} over the last axis")

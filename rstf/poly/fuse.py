@@ -3,8 +3,9 @@
 A *pointwise* call is one statement `B[i0]..[ik] = f(...)` whose loops run over exactly
 B's index space (a box) and which writes B at the identity index: BiasAdd, the batch-norm
 Mul/AddV2 pair, Relu, Relu6, and every other elementwise op with broadcasting. Consecutive
-pointwise calls form a chain when each reads the previous one's output at the identity
-index, over the same index space. The chain becomes one loop nest running all its
+pointwise calls form a chain when each reads the output of an earlier one (not only the
+one before it: GELU's x feeds three of its ops), every such read at the identity index,
+over the same index space. The chain becomes one loop nest running all its
 statements in order at each point (time `[pos, i0, .., ik, j]` for the j-th statement),
 which the exact dependences must allow (`check_schedule_legal`, on every dependence between
 the chain's statements).
@@ -71,10 +72,12 @@ def find_chains(scop: Scop, deps: Dependences, min_len: int = 2) -> list[Chain]:
         s = stmts[0] if len(stmts) == 1 else None
         ok = s is not None and is_pointwise(s, scop)
         if ok and current:
-            prev = current[-1]
-            out = prev.accesses[-1].array
-            same = extents(prev) == extents(s)
-            if not (same and _identity_reads(s, scop, out)):
+            # It joins when it reads an earlier member's output, each such read at the
+            # identity index: GELU reads x three times (x**3, 0.5 * x, x + 0.044715 * ..).
+            outs = {p.accesses[-1].array for p in current}
+            read = {a.array for a in s.accesses[:-1]} & outs
+            same = extents(current[0]) == extents(s)
+            if not (same and read and all(_identity_reads(s, scop, b) for b in read)):
                 chains.append(current)
                 current = []
         if not ok:

@@ -1,0 +1,163 @@
+"""Transposes around batched matmuls folded into the matmul's adjoint flags.
+
+TensorFlow lowers an einsum whose axes are not in matmul order to Transposes around a
+`BatchMatMulV2`. Attention's scores, `einsum("aecd,abcd->acbe", key, query)` in Keras'
+MultiHeadAttention, become Transpose(key) [b, h, k, d], Transpose(query) [b, h, d, q], their
+product [b, h, k, q], and a Transpose of that product to [b, h, q, k]. As generated code
+each Transpose is a full copy, the last one a strided one, and it stands between the
+product and the mask, so the mask cannot run in the product's epilogue. Two identities
+remove most of them:
+
+- (X Y)^T = Y^T X^T. A Transpose that swaps only the last two axes of a batched matmul's
+  product becomes the matmul of the operands the other way round, each adjoint flag
+  flipped.
+- A Transpose read as an adjoint operand is a Transpose by the same permutation with its
+  last two entries swapped, and no adjoint; where that permutation is the identity, the
+  operand is the Transpose's input itself.
+
+Attention's scores become one matmul of query as [b, h, q, d] by key as [b, h, d, k], with
+no Transpose of the product: two copies instead of three, and the mask and softmax read
+the product in order. The sums are the same products summed: rstf's kernel picks its own
+order either way.
+
+Pattern conditions: the permutation is a Const; the matmul (rule 1) or the Transpose
+(rule 2) has no reader but the node rewritten, through its output 0, as data, carries no
+control input, and is not a model output (`keep`); the element type is float32.
+
+Contract: `fold_transposes(graph_def, keep)` returns (a new GraphDef, names of the nodes
+rewritten). The input GraphDef is not changed. A rewritten product keeps the name of the
+Transpose it replaces, so its readers and the model's signature are unchanged.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .names import input_node, rebuilt, references, split_tensor
+from .tfutil import tf
+
+DT_FLOAT = 1
+DT_INT32 = 3
+MATMULS = {"BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"}
+
+
+def fold_transposes(graph_def, keep) -> tuple[object, list[str]]:
+    """Apply both rules (see the module doc) until neither applies."""
+    ops = {n.op for n in graph_def.node}
+    if "Transpose" not in ops or not ops & MATMULS:
+        return graph_def, []
+    gd = type(graph_def)()
+    gd.CopyFrom(graph_def)
+    keep = set(keep)
+    nodes = {n.name: n for n in gd.node}
+    removed: set[str] = set()
+    changed: list[str] = []
+    while True:
+        live = [n for n in gd.node if n.name not in removed]
+        refs = references(_Live(live))
+        step = (_swap_product(live, nodes, refs, keep)
+                or _absorb_adjoint(gd, live, nodes, refs, keep))
+        if step is None:
+            break
+        gone, name = step
+        removed |= gone
+        changed.append(name)
+    if not changed:
+        return graph_def, []
+    return (rebuilt(gd, [n for n in gd.node if n.name not in removed], keep),
+            sorted(set(changed)))
+
+
+class _Live:
+    """The nodes left, as `references` reads a GraphDef."""
+    def __init__(self, node):
+        self.node = node
+
+
+def _perm(nodes: dict, tensor: str) -> list[int] | None:
+    """The constant permutation named by `tensor`, or None."""
+    c = nodes.get(input_node(tensor))
+    if c is None or c.op != "Const":
+        return None
+    return [int(v) for v in np.asarray(tf.make_ndarray(c.attr["value"].tensor)).ravel()]
+
+
+def _swapped(p: list[int]) -> list[int]:
+    return p[:-2] + [p[-1], p[-2]]
+
+
+def _sole_data_reader(name: str, reader, nodes: dict, refs: dict, keep: set) -> bool:
+    """`reader` reads `name` once, through output 0, as data; nothing else reads it, it waits
+    on nothing and is not kept."""
+    if refs.get(name) != [reader.name] or name in keep:
+        return False
+    ts = [t for t in reader.input if input_node(t) == name]
+    return (len(ts) == 1 and not ts[0].startswith("^") and split_tensor(ts[0])[1] == 0
+            and not any(u.startswith("^") for u in nodes[name].input))
+
+
+def _float(n) -> bool:
+    return n.attr["T"].type == DT_FLOAT
+
+
+def _swap_product(live, nodes, refs, keep):
+    """Rule 1: Transpose(BMM(x, y, ax, ay), [.., n-1, n-2]) -> BMM(y, x, !ay, !ax)."""
+    for t in live:
+        if t.op != "Transpose" or not _float(t):
+            continue
+        m = nodes.get(input_node(t.input[0]))
+        p = _perm(nodes, t.input[1])
+        if m is None or m.op not in MATMULS or p is None or len(p) < 2:
+            continue
+        if p != _swapped(list(range(len(p)))) or not _sole_data_reader(m.name, t, nodes,
+                                                                        refs, keep):
+            continue
+        x, y = m.input[0], m.input[1]
+        ax, ay = m.attr["adj_x"].b, m.attr["adj_y"].b
+        controls = [u for u in t.input if u.startswith("^")]
+        attrs = {k: m.attr[k] for k in m.attr}
+        t.op = m.op
+        del t.input[:]
+        t.input.extend([y, x] + controls)
+        t.attr.clear()
+        for k, v in attrs.items():
+            t.attr[k].CopyFrom(v)
+        t.attr["adj_x"].b, t.attr["adj_y"].b = not ay, not ax
+        return {m.name}, t.name
+    return None
+
+
+def _absorb_adjoint(gd, live, nodes, refs, keep):
+    """Rule 2: BMM(Transpose(x, p), .., adj) -> BMM(Transpose(x, swapped p), .., no adj)."""
+    for m in live:
+        if m.op not in MATMULS or not _float(m):
+            continue
+        for k, flag in ((0, "adj_x"), (1, "adj_y")):
+            t = nodes.get(input_node(m.input[k]))
+            if not m.attr[flag].b or t is None or t.op != "Transpose":
+                continue
+            p = _perm(nodes, t.input[1])
+            if p is None or len(p) < 2 or not _sole_data_reader(t.name, m, nodes, refs, keep):
+                continue
+            q = _swapped(p)
+            m.attr[flag].b = False
+            if q == list(range(len(q))):
+                m.input[k] = t.input[0]
+                return {t.name}, m.name
+            perm = gd.node.add()
+            perm.name = _fresh(nodes, f"{t.name}/perm_swapped")
+            nodes[perm.name] = perm
+            perm.op = "Const"
+            perm.attr["dtype"].type = DT_INT32
+            perm.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.array(q, np.int32)))
+            t.input[1] = perm.name
+            t.attr["Tperm"].type = DT_INT32
+            return set(), m.name
+    return None
+
+
+def _fresh(nodes: dict, base: str) -> str:
+    name, k = base, 0
+    while name in nodes:
+        k += 1
+        name = f"{base}_{k}"
+    return name
