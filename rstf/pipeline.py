@@ -178,6 +178,9 @@ def load_for_codegen(model, input_shapes, outputs, fold_scales: bool, log) -> tu
     if graph.tensordots_merged:
         log(f"merged {len(graph.tensordots_merged)} dense layers over 3-D inputs (Reshape, "
             f"MatMul, Reshape) into BatchMatMulV2s")
+    if graph.pointwise_hoisted:
+        log(f"moved {len(graph.pointwise_hoisted)} pointwise ops ahead of the Reshapes that "
+            f"split their operand's last axis")
     if graph.transposes_folded:
         log(f"folded Transposes into the adjoint flags of {len(graph.transposes_folded)} "
             f"batched matmuls")
@@ -388,6 +391,7 @@ def _report(graph: Graph, placeholders, codes: list[SubgraphCode], op_types, nod
         "scales_folded": len(graph.scales_folded),
         "tensordots_merged": len(graph.tensordots_merged),
         "transposes_folded": len(graph.transposes_folded),
+        "pointwise_hoisted": len(graph.pointwise_hoisted),
         "nodes_total": len(counted),
         "nodes_covered": sum(1 for n in counted if n.name in covered),
         "flops_total": sum(flops.values()),

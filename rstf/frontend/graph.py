@@ -71,6 +71,8 @@ class Graph:
         self.tensordots_merged: list[str] = []
         # nodes rewritten by folding Transposes into batched matmuls (rstf.frontend.transposes)
         self.transposes_folded: list[str] = []
+        # pointwise ops moved ahead of a Reshape that splits the last axis (.reshapes)
+        self.pointwise_hoisted: list[str] = []
         # {"inputs": {key: tensor}, "outputs": {key: tensor}}: the names users call it by
         self.signature: dict = {}
 
@@ -288,7 +290,9 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     `bypassed` lists those removed), then nodes computable from constants alone are
     evaluated (rstf.frontend.fold); the Graph's `folded` lists them; then each Dense over a
     3-D input (Reshape, MatMul, Reshape) becomes one BatchMatMulV2 (rstf.frontend.tensordot; the Graph's
-    `tensordots_merged` lists the MatMuls), and Transposes around batched matmuls go into their
+    `tensordots_merged` lists the MatMuls), pointwise ops with a constant operand move ahead of
+    a Reshape that splits the last axis (rstf.frontend.reshapes; `pointwise_hoisted` lists
+    them), and Transposes around batched matmuls go into their
     adjoint flags (rstf.frontend.transposes; `transposes_folded` lists the nodes rewritten).
     With `fold_scales` too, per-channel multiplies after a
     contraction go into its weights (rstf.frontend.scalefold); the Graph's `scales_folded` lists the
@@ -306,11 +310,12 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     for o in outs:
         if o not in names:
             raise RstfError(f"output {o!r} is not a node of the graph")
-    folded, bypassed, merged, transposes = [], [], [], []
+    folded, bypassed, merged, transposes, hoisted = [], [], [], [], []
     if fold:
         from .fold import fold_constants
         from .passthrough import bypass
         from .tensordot import merge_tensordots
+        from .reshapes import candidates as hoist_candidates, hoist_pointwise
         from .transposes import fold_transposes
 
         infer_shapes(gd)  # a graph TF cannot import fails here, with its one-line message
@@ -318,6 +323,8 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
         gd, folded = fold_constants(gd, outs)
         if any(n.op == "MatMul" for n in gd.node):
             gd, merged = merge_tensordots(gd, outs, infer_shapes(gd))
+        if hoist_candidates(gd):
+            gd, hoisted = hoist_pointwise(gd, outs, infer_shapes(gd))
         gd, transposes = fold_transposes(gd, outs)
     scales = []
     if fold and fold_scales:
@@ -330,6 +337,7 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     graph.scales_folded = scales
     graph.tensordots_merged = merged
     graph.transposes_folded = transposes
+    graph.pointwise_hoisted = hoisted
     if signature is None or outputs:
         signature = default_signature(graph)
     graph.signature = signature

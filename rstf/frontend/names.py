@@ -34,9 +34,10 @@ def tensor_name(node: str, index: int) -> str:
 
 def references(graph_def) -> dict[str, list[str]]:
     """{node name: the name of the node behind each input that names it (data or control),
-    once per such input}."""
-    refs: dict[str, list[str]] = {n.name: [] for n in graph_def.node}
-    for n in graph_def.node:
+    once per such input}. `graph_def` may also be a list of NodeDefs."""
+    nodes = getattr(graph_def, "node", graph_def)
+    refs: dict[str, list[str]] = {n.name: [] for n in nodes}
+    for n in nodes:
         for src in map(input_node, n.input):
             if src in refs:
                 refs[src].append(n.name)
@@ -53,3 +54,12 @@ def rebuilt(graph_def, nodes, keep) -> object:
     out.library.CopyFrom(graph_def.library)
     out.node.extend(n for n in nodes if n.op != "Const" or n.name in used or n.name in keep)
     return out
+
+
+def fresh_name(names, base: str) -> str:
+    """`base`, or `base_1`, `base_2`, .. : the first that `names` does not hold."""
+    name, k = base, 0
+    while name in names:
+        k += 1
+        name = f"{base}_{k}"
+    return name

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .names import input_node, rebuilt, references, split_tensor
+from .names import fresh_name, input_node, rebuilt, references, split_tensor
 from .tfutil import tf
 
 DT_FLOAT = 1
@@ -53,7 +53,7 @@ def fold_transposes(graph_def, keep) -> tuple[object, list[str]]:
     changed: list[str] = []
     while True:
         live = [n for n in gd.node if n.name not in removed]
-        refs = references(_Live(live))
+        refs = references(live)
         step = (_swap_product(live, nodes, refs, keep)
                 or _absorb_adjoint(gd, live, nodes, refs, keep))
         if step is None:
@@ -65,12 +65,6 @@ def fold_transposes(graph_def, keep) -> tuple[object, list[str]]:
         return graph_def, []
     return (rebuilt(gd, [n for n in gd.node if n.name not in removed], keep),
             sorted(set(changed)))
-
-
-class _Live:
-    """The nodes left, as `references` reads a GraphDef."""
-    def __init__(self, node):
-        self.node = node
 
 
 def _perm(nodes: dict, tensor: str) -> list[int] | None:
@@ -144,7 +138,7 @@ def _absorb_adjoint(gd, live, nodes, refs, keep):
                 m.input[k] = t.input[0]
                 return {t.name}, m.name
             perm = gd.node.add()
-            perm.name = _fresh(nodes, f"{t.name}/perm_swapped")
+            perm.name = fresh_name(nodes, f"{t.name}/perm_swapped")
             nodes[perm.name] = perm
             perm.op = "Const"
             perm.attr["dtype"].type = DT_INT32
@@ -153,11 +147,3 @@ def _absorb_adjoint(gd, live, nodes, refs, keep):
             t.attr["Tperm"].type = DT_INT32
             return set(), m.name
     return None
-
-
-def _fresh(nodes: dict, base: str) -> str:
-    name, k = base, 0
-    while name in nodes:
-        k += 1
-        name = f"{base}_{k}"
-    return name
