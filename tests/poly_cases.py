@@ -157,6 +157,12 @@ CASES = {
     "conv_mean_matmul_head": ((1, 7, 7, 64), lambda x: tf.nn.softmax(tf.matmul(
         tf.reduce_mean(tf.nn.relu6(tf.nn.conv2d(x, _w(1, 1, 64, 512), 1, "VALID")), [1, 2]),
         _w(512, 600)))),
+    # Attention's mask: SelectV2 on a TF bool, per column (a vector of bytes widened to a
+    # lane mask) and per row (one byte, C's own ?:), in the matmul's registers.
+    "matmul_select_bool_columns_in_registers": ((2, 12, 32), lambda x: tf.where(
+        tf.constant(rng.random_sample(48) > 0.3), tf.matmul(x, _w(32, 48)), -1e9)),
+    "matmul_select_bool_rows_in_registers": ((2, 12, 32), lambda x: tf.where(
+        tf.constant(rng.random_sample((12, 1)) > 0.3), tf.matmul(x, _w(32, 48)), -1e9)),
     # Row reductions through 16 lane partials (the ops' lane_reduce): a softmax over rows
     # of 100 (6 whole vectors of lanes and a tail of 4) and a layer norm's two moments.
     "softmax_rows_in_lanes": ((2, 8, 100), lambda x: tf.nn.softmax(x)),

@@ -98,7 +98,8 @@ def store_dispatcher(shape) -> Abi:
 def epilogue_operands(operands) -> Abi:
     """A register epilogue's arrays (`regepi.Operand`s), each at the tile's first row and
     column: written ones plain, read ones const."""
-    return Abi(tuple(Param(f"{o.array}_p", f"{'' if o.write else 'const '}float *restrict")
+    return Abi(tuple(Param(f"{o.array}_p",
+                           f"{'' if o.write else 'const '}{o.ctype} *restrict")
                      for o in operands))
 
 

@@ -19,7 +19,8 @@ other array reference must advance along the output columns at unit stride (a ve
 or store: a per-channel scale, another tensor of the output's shape) or not at all (a
 broadcast scalar).
 Arithmetic, negation, comparisons and `?:` are translated (a `?:` on vectors is a bitwise
-select, which keeps NaN and signed-zero behaviour); anything else (a math function call, a
+select, which keeps NaN and signed-zero behaviour; its condition may be a TF bool tensor,
+SelectV2's mask, loaded as bytes and widened to a lane mask); anything else (a math function call, a
 cast) leaves the group to the row-buffer epilogue. That includes rstf's own vectorisable exp
 (sigmoid, swish): run in the kernel beside its accumulators, its dozen temporaries spill
 them, and the row-buffer loop, with the registers to itself, is faster (docs/benchmarks). A `?:` that picks one of its two compared
@@ -61,7 +62,12 @@ def prelude(t: Target) -> str:
     for n in (t.vlen, t.half):
         out += [f"typedef int rstf_m{n} __attribute__((vector_size({4 * n})));",
                 f"static inline rstf_v{n} rstf_sel{n}(rstf_m{n} m, rstf_v{n} a, rstf_v{n} b)",
-                f"{{ return (rstf_v{n})((m & (rstf_m{n})a) | (~m & (rstf_m{n})b)); }}"]
+                f"{{ return (rstf_v{n})((m & (rstf_m{n})a) | (~m & (rstf_m{n})b)); }}",
+                f"typedef unsigned char rstf_b{n} __attribute__((vector_size({n})));",
+                f"/* the lanes where n bools (TF's bytes) from p are true */",
+                f"static inline rstf_m{n} rstf_bmask{n}(const unsigned char *p)",
+                f"{{ rstf_b{n} b; __builtin_memcpy(&b, p, {n}); "
+                f"return __builtin_convertvector(b, rstf_m{n}) != 0; }}"]
     out.append("/* a > b ? a : b and a < b ? a : b, lane by lane (b where either is NaN): one "
                "MAXPS or MINPS,\n   whose definition this is, where the target has it. */")
     for n in (t.vlen, t.half):
@@ -90,6 +96,7 @@ class Operand:
     row: int  # element stride per output row
     col: int  # 1 (a vector) or 0 (one scalar per row)
     write: bool
+    ctype: str = "float"  # or "unsigned char": a TF bool, read only as a select's condition
 
 
 @dataclasses.dataclass
@@ -157,7 +164,8 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
         for a in s.accesses:
             if a.array == y or a.array in contracted:
                 continue
-            if scop.buffers[a.array].ctype != "float":
+            ctype = scop.buffers[a.array].ctype
+            if ctype not in ("float", "unsigned char") or (a.write and ctype != "float"):
                 return None
             addr = flat_addr(a, scop)
             if addr is None:
@@ -168,7 +176,7 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
                 return None
             if odim is not None and addr.get(iv[odim], 0) != kern.merged_n * row:
                 return None  # the operand's rows do not follow each other as Y's do
-            op = Operand(a.array, row, col, a.write)
+            op = Operand(a.array, row, col, a.write, ctype)
             if not a.write and a.array in written:
                 # A chain output read back (stored too: it is read outside the chain):
                 # the vector just computed, if the read is at the written element.
@@ -290,6 +298,8 @@ class _Vector:
         if a.array in self.epi.contracted or a.array in self.written:
             return f"{a.array}_c", True
         op = _op(self.epi, a.array)
+        if op.ctype != "float":
+            raise Refused(f"{op.ctype} value")  # (a mask is read by _select alone)
         if op.col:
             return f"(*(const {self.vt} *)({a.array}_p{_offset(op.row, self.c0)}))", True
         return f"{a.array}_p[{_offset(op.row, 0)[3:] or '0'}]", False
@@ -297,6 +307,17 @@ class _Vector:
     def _select(self, n: c_ast.TernaryOp) -> tuple[str, bool]:
         (a, va), (b, vb) = self.expr(n.iftrue), self.expr(n.iffalse)
         c = n.cond
+        width = str(lanes(self.vt))
+        mask = self.refs.get(id(c)) if isinstance(c, c_ast.ArrayRef) else None
+        if mask is not None and mask.array not in self.written \
+                and _op(self.epi, mask.array).ctype == "unsigned char":
+            # A TF bool (SelectV2's condition, attention's mask): lanes where it is nonzero
+            op = _op(self.epi, mask.array)
+            p = f"{mask.array}_p{_offset(op.row, self.c0 if op.col else 0)}"
+            if not op.col:  # one per row: C's own ?: between whole vectors
+                return f"(*({p}) ? {self._vec(a, va)} : {self._vec(b, vb)})", True
+            return (f"rstf_sel{width}(rstf_bmask{width}({p}), {self._vec(a, va)}, "
+                    f"{self._vec(b, vb)})"), True
         if not (isinstance(c, c_ast.BinaryOp) and c.op in _COMPARE):
             raise Refused("condition")
         (x, vx), (y, vy) = self.expr(c.left), self.expr(c.right)
@@ -306,7 +327,6 @@ class _Vector:
             return f"(({x} {c.op} {y}) ? {self._vec(a, va)} : {self._vec(b, vb)})", True
         x, y = self._vec(x, vx), self._vec(y, vy)
         a, b = self._vec(a, va), self._vec(b, vb)
-        width = str(lanes(self.vt))
         # A select of one compared operand or the other: exactly MAXPS(p, q) = p > q ? p : q
         # or MINPS(p, q) = p < q ? p : q, with the operands in the order that keeps which
         # one a NaN (false comparison) or an equal pair (x < y false) picks.
