@@ -2,6 +2,7 @@
 (rstf.frontend.reshapes): Keras' EinsumDense bias add and the query's scale."""
 import numpy as np
 import pytest
+from harness import run_tf
 
 from rstf.evaluation.fuzzcase import Options, check_kernels
 from rstf.frontend.graph import infer_shapes, load_model
@@ -30,14 +31,6 @@ def _projection(bias_shape=(4, 8), scale=True, extra_reader=False, x_shape=(1, 6
     return g.as_graph_def()
 
 
-def _run(gd, x, fetch="out:0"):
-    g = tf.Graph()
-    with g.as_default():
-        tf.graph_util.import_graph_def(gd, name="")
-    with tf.compat.v1.Session(graph=g) as sess:
-        return sess.run(fetch, {"x:0": x})
-
-
 def _ops(gd) -> dict:
     return {n.name: n for n in gd.node}
 
@@ -59,7 +52,8 @@ def test_bias_and_scale_move_ahead_of_the_split(bias_shape):
     assert order.index("mm") < order.index(add.name) < order.index(mul.name) < order.index(
         "scale")
     x = rng.standard_normal((1, 6, 16)).astype(np.float32)
-    np.testing.assert_array_equal(_run(out, x), _run(gd, x))
+    np.testing.assert_array_equal(run_tf(out, {"x": x}, ["out:0"])[0],
+                                  run_tf(gd, {"x": x}, ["out:0"])[0])
 
 
 def test_the_moved_ops_run_in_the_contractions_epilogue():

@@ -3,6 +3,7 @@
 (rstf.cgen.codegen.view_aliases)."""
 import numpy as np
 import pytest
+from harness import run_tf
 
 from rstf.cgen.codegen import generate_subgraph
 from rstf.evaluation.fuzzcase import Options, check_kernels
@@ -43,14 +44,6 @@ def _feeds(b=1, s=12, h=2, d=8):
     return {n: rng.standard_normal((b, s, h, d)).astype(np.float32) for n in "qkv"}
 
 
-def _run(gd, feeds, fetch):
-    g = tf.Graph()
-    with g.as_default():
-        tf.graph_util.import_graph_def(gd, name="")
-    with tf.compat.v1.Session(graph=g) as sess:
-        return sess.run(fetch, {k + ":0": v for k, v in feeds.items()})
-
-
 def _ops(gd) -> dict:
     return {n.name: n for n in gd.node}
 
@@ -80,7 +73,7 @@ def test_attention_scores_lose_the_transpose_of_their_product():
     assert (sum(n.op == "Transpose" for n in folded.node)
             == sum(n.op == "Transpose" for n in gd.node) - 1)
     feeds = _feeds()
-    np.testing.assert_allclose(_run(folded, feeds, "out:0"), _run(gd, feeds, "out:0"),
+    np.testing.assert_allclose(run_tf(folded, feeds, ["out:0"])[0], run_tf(gd, feeds, ["out:0"])[0],
                                rtol=1e-5, atol=1e-6)
 
 
@@ -107,7 +100,7 @@ def test_an_adjoint_of_a_transpose_that_swaps_the_last_axes_is_its_input():
     mm = next(n for n in out.node if n.op == "BatchMatMulV2")
     assert mm.input[0] == "x" and not mm.attr["adj_x"].b
     feeds = {"x": rng.standard_normal((3, 4, 5)).astype(np.float32)}
-    np.testing.assert_allclose(_run(out, feeds, "out:0"), _run(gd, feeds, "out:0"),
+    np.testing.assert_allclose(run_tf(out, feeds, ["out:0"])[0], run_tf(gd, feeds, ["out:0"])[0],
                                rtol=1e-5, atol=1e-6)
 
 

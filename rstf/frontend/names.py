@@ -63,3 +63,11 @@ def fresh_name(names, base: str) -> str:
         k += 1
         name = f"{base}_{k}"
     return name
+
+
+def working_copy(graph_def, keep) -> tuple[object, set, dict]:
+    """(a copy of `graph_def` for a pass to rewrite in place, `keep` as a set, the copy's
+    nodes by name): the start every rewriting pass shares."""
+    gd = type(graph_def)()
+    gd.CopyFrom(graph_def)
+    return gd, set(keep), {n.name: n for n in gd.node}

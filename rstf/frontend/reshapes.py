@@ -29,7 +29,8 @@ import math
 
 import numpy as np
 
-from .names import fresh_name, input_node, rebuilt, references, split_tensor
+from .names import (fresh_name, input_node, rebuilt, references, split_tensor,
+                    working_copy)
 from .tfutil import tf
 
 DT_FLOAT = 1
@@ -47,10 +48,7 @@ def hoist_pointwise(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
     """`shapes`: `graph.infer_shapes(graph_def)` (the shapes of the input graph)."""
     if not candidates(graph_def):
         return graph_def, []
-    gd = type(graph_def)()
-    gd.CopyFrom(graph_def)
-    keep = set(keep)
-    nodes = {n.name: n for n in gd.node}
+    gd, keep, nodes = working_copy(graph_def, keep)
     removed: set[str] = set()
     moved: list[str] = []
     ahead: dict[str, list] = {}  # node name -> the nodes created to run just before it

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .names import fresh_name, input_node, rebuilt, references, split_tensor
+from .names import (fresh_name, input_node, rebuilt, references, split_tensor,
+                    working_copy)
 from .tfutil import tf
 
 DT_FLOAT = 1
@@ -45,10 +46,7 @@ def fold_transposes(graph_def, keep) -> tuple[object, list[str]]:
     ops = {n.op for n in graph_def.node}
     if "Transpose" not in ops or not ops & MATMULS:
         return graph_def, []
-    gd = type(graph_def)()
-    gd.CopyFrom(graph_def)
-    keep = set(keep)
-    nodes = {n.name: n for n in gd.node}
+    gd, keep, nodes = working_copy(graph_def, keep)
     removed: set[str] = set()
     changed: list[str] = []
     while True:
