@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 
 from ..frontend.graph import Graph, Node
-from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, index_names, numel,
-                   op_handler, render, subscript)
+from .base import (MAX_ELEMENTS, ArrayParam, OpFunction, OpHandler, Unsupported,
+                   index_names, numel, op_handler, render, subscript)
 
 
 def reduction_axes(graph: Graph, node: Node, rank: int) -> list[int]:
@@ -34,8 +34,12 @@ LANES = 16
 
 
 def row_lanes(columns: int) -> int:
-    """The lane count of a reduction along rows of `columns` elements, or 0 for one chain."""
-    return LANES if columns >= 2 * LANES else 0
+    """The lane count of a reduction along rows of `columns` elements, or 0 for one chain.
+    A row longer than MAX_ELEMENTS (never in a supported graph) keeps the one chain: its
+    `int` loop runs to the row's length, which the compilers' index-range check sees
+    (build.INDEX_RANGE_ERRORS), where the lanes' shorter bounds would hide an index past
+    2^31."""
+    return LANES if 2 * LANES <= columns <= MAX_ELEMENTS else 0
 
 
 class _Reduce(OpHandler):
