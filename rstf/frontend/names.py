@@ -71,3 +71,21 @@ def working_copy(graph_def, keep) -> tuple[object, set, dict]:
     gd = type(graph_def)()
     gd.CopyFrom(graph_def)
     return gd, set(keep), {n.name: n for n in gd.node}
+
+
+def sole_data_reader(name: str, reader, nodes: dict, refs: dict, keep) -> bool:
+    """`reader` is the one reference to `name`, through its output 0, as data; and `name`
+    itself waits on nothing (no control input) and is not kept (a model output)."""
+    if refs.get(name) != [reader.name] or name in keep:
+        return False
+    t = next(t for t in reader.input if input_node(t) == name)
+    return (not t.startswith("^") and split_tensor(t)[1] == 0
+            and not any(u.startswith("^") for u in nodes[name].input))
+
+
+def static_shape(shapes: dict, tensor: str) -> tuple | None:
+    """`tensor`'s shape in `shapes` (`graph.infer_shapes`' result) when fully known."""
+    name, k = split_tensor(tensor)
+    outs = shapes.get(name, ([], []))[0]
+    s = outs[k] if k < len(outs) else None
+    return None if s is None or None in s else tuple(s)

@@ -29,8 +29,8 @@ import math
 
 import numpy as np
 
-from .names import (fresh_name, input_node, rebuilt, references, split_tensor,
-                    working_copy)
+from .names import (fresh_name, input_node, rebuilt, references, sole_data_reader,
+                    split_tensor, static_shape, working_copy)
 from .tfutil import tf
 
 DT_FLOAT = 1
@@ -45,9 +45,8 @@ def candidates(graph_def) -> bool:
 
 
 def hoist_pointwise(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
-    """`shapes`: `graph.infer_shapes(graph_def)` (the shapes of the input graph)."""
-    if not candidates(graph_def):
-        return graph_def, []
+    """`shapes`: `graph.infer_shapes(graph_def)` (the shapes of the input graph). The loader
+    calls it only where `candidates` says so, which spares that shape inference."""
     gd, keep, nodes = working_copy(graph_def, keep)
     removed: set[str] = set()
     moved: list[str] = []
@@ -56,12 +55,8 @@ def hoist_pointwise(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
     known: dict[str, tuple] = {}
 
     def shape(tensor: str) -> tuple | None:
-        name, k = split_tensor(tensor)
-        if name in known:
-            return known[name]
-        outs = shapes.get(name, ([], []))[0]
-        s = outs[k] if k < len(outs) else None
-        return None if s is None or None in s else tuple(s)
+        name = split_tensor(tensor)[0]
+        return known[name] if name in known else static_shape(shapes, tensor)
 
     while True:
         live = [n for n in gd.node if n.name not in removed]
@@ -75,9 +70,9 @@ def hoist_pointwise(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
             for i in (0, 1):
                 r, c = nodes.get(input_node(p.input[i])), nodes.get(input_node(p.input[1 - i]))
                 if (r is None or c is None or r.op != "Reshape" or c.op != "Const"
-                        or split_tensor(p.input[i])[1] or split_tensor(p.input[1 - i])[1]
-                        or any(t.startswith("^") for t in list(p.input) + list(r.input))
-                        or refs[r.name] != [p.name] or r.name in keep
+                        or split_tensor(p.input[1 - i])[1]
+                        or any(t.startswith("^") for t in p.input)
+                        or not sole_data_reader(r.name, p, nodes, refs, keep)
                         or r.attr["T"].type != DT_FLOAT or (p.op == "BiasAdd" and i == 1)):
                     continue
                 flat = _flat_constant(tf.make_ndarray(c.attr["value"].tensor),

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from .names import input_node, rebuilt, references, split_tensor
+from .names import input_node, rebuilt, references, sole_data_reader, static_shape
 
 DT_FLOAT = 1
 
@@ -41,19 +41,10 @@ def merge_tensordots(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
     keep = set(keep)
 
     def shape(tensor: str) -> tuple | None:
-        name, k = split_tensor(tensor)
-        outs = shapes.get(name, ([], []))[0]
-        s = outs[k] if k < len(outs) else None
-        return None if s is None or None in s else tuple(s)
+        return static_shape(shapes, tensor)
 
     def only_reader(name: str, reader) -> bool:
-        """`reader` is the one reference to `name`, through its output 0, as data; and
-        `name` itself waits on nothing."""
-        if refs[name] != [reader.name] or name in keep:
-            return False
-        t = next(t for t in reader.input if input_node(t) == name)
-        return (not t.startswith("^") and split_tensor(t)[1] == 0
-                and not any(u.startswith("^") for u in nodes[name].input))
+        return sole_data_reader(name, reader, nodes, refs, keep)
 
     removed, merged = set(), []
     for r2 in gd.node:

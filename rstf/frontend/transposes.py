@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .names import (fresh_name, input_node, rebuilt, references, split_tensor,
+from .names import (fresh_name, input_node, rebuilt, references, sole_data_reader,
                     working_copy)
 from .tfutil import tf
 
@@ -77,16 +77,6 @@ def _swapped(p: list[int]) -> list[int]:
     return p[:-2] + [p[-1], p[-2]]
 
 
-def _sole_data_reader(name: str, reader, nodes: dict, refs: dict, keep: set) -> bool:
-    """`reader` reads `name` once, through output 0, as data; nothing else reads it, it waits
-    on nothing and is not kept."""
-    if refs.get(name) != [reader.name] or name in keep:
-        return False
-    ts = [t for t in reader.input if input_node(t) == name]
-    return (len(ts) == 1 and not ts[0].startswith("^") and split_tensor(ts[0])[1] == 0
-            and not any(u.startswith("^") for u in nodes[name].input))
-
-
 def _float(n) -> bool:
     return n.attr["T"].type == DT_FLOAT
 
@@ -100,7 +90,7 @@ def _swap_product(live, nodes, refs, keep):
         p = _perm(nodes, t.input[1])
         if m is None or m.op not in MATMULS or p is None or len(p) < 2:
             continue
-        if p != _swapped(list(range(len(p)))) or not _sole_data_reader(m.name, t, nodes,
+        if p != _swapped(list(range(len(p)))) or not sole_data_reader(m.name, t, nodes,
                                                                         refs, keep):
             continue
         x, y = m.input[0], m.input[1]
@@ -128,7 +118,7 @@ def _absorb_adjoint(gd, live, nodes, refs, keep):
             if not m.attr[flag].b or t is None or t.op != "Transpose":
                 continue
             p = _perm(nodes, t.input[1])
-            if p is None or len(p) < 2 or not _sole_data_reader(t.name, m, nodes, refs, keep):
+            if p is None or len(p) < 2 or not sole_data_reader(t.name, m, nodes, refs, keep):
                 continue
             q = _swapped(p)
             m.attr[flag].b = False

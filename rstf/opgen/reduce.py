@@ -87,15 +87,16 @@ class _Reduce(OpHandler):
         count = math.prod(in_shape[d] for d in axes)
         divisor = f"({ct}){count}" if self.mean and axes else None
         rows = math.prod(in_shape[:rank - len(axes)])
-        if axes == list(range(rank - len(axes), rank)) and row_lanes(count):
+        lanes = row_lanes(count)
+        if axes == list(range(rank - len(axes), rank)) and lanes:
             # The innermost axes reduced (a layer norm's moments): rows of `count` elements,
             # reduced through lane partials.
             body = render("ops/reduce_rows.c.j2", out="y", inp="x", acc="p", R=rows, C=count,
-                          lanes=row_lanes(count), init=self.init.format(f=fs),
+                          lanes=lanes, init=self.init.format(f=fs),
                           upd=lambda a, x: self.update.format(acc=a, x=x), divisor=divisor)
             return OpFunction(body, [ArrayParam("x", (rows, count), ct)],
                               [ArrayParam("y", (rows,), ct)],
-                              scratch=[ArrayParam("p", (rows, row_lanes(count)), ct)],
+                              scratch=[ArrayParam("p", (rows, lanes), ct)],
                               summary=f"{node.op} {list(in_shape)} axes {axes} keep_dims={keep}")
         acc, x = subscript("y", red_sub), subscript("x", in_idx)
         body = render("ops/reduce.c.j2", out="y", inp="x", out_idx=out_idx, out_shape=out_shape,
