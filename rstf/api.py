@@ -65,7 +65,7 @@ class OptimizeResult:
 def optimize(model, out_dir=None, *, input_shapes=None, outputs=None, max_ops=None,
              march: str = "native", force: bool = False, optimizer: str = "poly",
              threads: int = 0, occupancy: float = 1.0, jobs: int | None = None,
-             winograd: bool = False, fold_scales: bool = False,
+             winograd: bool = False, fold_scales: bool = False, tuning: str = "auto",
              model_name: str | None = None,
              model_version: int = 1, verbosity: int = 1, progress: bool = False,
              log=None) -> OptimizeResult:
@@ -76,7 +76,8 @@ def optimize(model, out_dir=None, *, input_shapes=None, outputs=None, max_ops=No
     GraphDef, a new temporary folder, returned in `result.output_dir`). The keywords are the
     command's options: `input_shapes` ({name: shape}), `outputs` (node names), `max_ops`,
     `march`, `force`, `optimizer` ('poly' or 'none'), `threads`, `occupancy`, `jobs`,
-    `winograd` (`--winograd on|off`), `fold_scales` (`--fold-scales on|off`), `model_name`,
+    `winograd` (`--winograd on|off`), `fold_scales` (`--fold-scales on|off`), `tuning`
+    (`--tuning auto|off|PROFILE`), `model_name`,
     `model_version`. `verbosity` 0 is quiet, 1 prints the run's messages, 2 also logs stage
     times; `progress=True` shows the stages as the command does; `log` receives the messages
     instead of stderr.
@@ -97,7 +98,7 @@ def optimize(model, out_dir=None, *, input_shapes=None, outputs=None, max_ops=No
                      model_name=model_name, model_version=model_version,
                      optimizer=optimizer, threads=threads, occupancy=occupancy, jobs=jobs,
                      verbosity=verbosity, progress=progress, winograd=winograd,
-                     fold_scales=fold_scales)
+                     fold_scales=fold_scales, tuning=tuning)
     return OptimizeResult(report, report["output_dir"])
 
 

@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
                    "TensorFlow's own spread: see the README); off, the default, keeps the "
                    "direct kernels, bit-identical to the textbook C")
     _fold_scales_arg(o, "poly: ")
+    o.add_argument("--tuning", default="auto", metavar="auto|off|PROFILE",
+                   help="poly: register tiles measured by `rstf tune`: 'auto' (default) this "
+                        "machine's profile where there is one, 'off' the analytic model's "
+                        "alone, or a profile file")
     o.add_argument("--occupancy", type=float, default=1.0,
                    help="versioned placement under a dynamic batch: distribute the batch loop "
                    "when N >= OCCUPANCY * threads (default 1)")
@@ -190,7 +194,8 @@ def _optimize(a) -> int:
                       model_name=a.model_name, model_version=a.model_version,
                       optimizer=a.optimizer, threads=a.threads, occupancy=a.occupancy,
                       jobs=a.jobs, verbosity=verbosity, progress=True,
-                      winograd=a.winograd == "on", fold_scales=a.fold_scales == "on")
+                      winograd=a.winograd == "on", fold_scales=a.fold_scales == "on",
+                      tuning=a.tuning)
     if a.quiet:
         return 0
     pct = lambda x, y: f"{100.0 * x / y:.1f}%" if y else "n/a"  # noqa: E731

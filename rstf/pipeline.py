@@ -194,7 +194,7 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
              log=None, model_name: str | None = None, model_version: int = 1,
              optimizer: str = "poly", threads: int = 0, occupancy: float = 1.0, *,
              jobs: int | None = None, verbosity: int = 1, progress: bool = False,
-             winograd: bool = False, fold_scales: bool = False) -> dict:
+             winograd: bool = False, fold_scales: bool = False, tuning: str = "auto") -> dict:
     """Optimize `model` into `out_dir`; returns the report (also written as report.json).
 
     An input whose dimension 0 alone is unknown (and not pinned) keeps a dynamic batch: see
@@ -207,6 +207,9 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     and 7x1 convs as Winograd (rstf/poly/winograd.py); False keeps every conv bit-identical to
     the textbook C. `fold_scales` (poly only): per-channel multiplies after a conv or matmul
     (batch norm's scale) go into its weights (rstf/frontend/scalefold.py); False keeps them.
+    `tuning` (poly only): the register tiles measured by `rstf tune` (rstf/tune/profile.py):
+    'auto' this machine's profile where there is one, 'off' the analytic model's alone, or
+    a profile's path.
     """
     if max_ops < 1:
         raise RstfError("--max-ops must be at least 1")
@@ -229,11 +232,27 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     kept = _kept(model)
     outdir.check(out_dir, force, kept)
     private_cache_dir()  # a cache rstf cannot trust fails here, before any work
+    target = poly_target(march, toolchain.cc, tuning) if optimizer == "poly" else None
     with Reporter(verbosity, progress, log) as rep:
         return _optimize(rep, model, out_dir, input_shapes, outputs, max_ops, march,
                          model_name, model_version, optimizer, threads, occupancy, jobs,
                          toolchain, winograd, fold_scales and optimizer == "poly", force,
-                         kept)
+                         kept, target)
+
+
+def poly_target(march: str, cc: str, tuning: str = "off"):
+    """(the polyhedral pass's target, the profile it carries or None): the vector ISA that
+    `cc -march=<march>` compiles for (poly/target.py), with the tiles of the profile
+    `tuning` names (`tune.profile.resolve`: 'auto', 'off' or a path). A bad profile fails
+    here, before any work."""
+    from .poly.target import detect
+    from .tune.profile import resolve
+
+    target = detect(march, cc)
+    prof = resolve(tuning, target.name)
+    if prof is None:
+        return target, None
+    return dataclasses.replace(target, tiles=prof.table()), prof
 
 
 def default_jobs() -> int:
@@ -242,7 +261,7 @@ def default_jobs() -> int:
 
 def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, march,
               model_name, model_version, optimizer, threads, occupancy, jobs, toolchain,
-              winograd, fold_scales, force, kept) -> dict:
+              winograd, fold_scales, force, kept, target) -> dict:
     log = rep.message
     t0 = time.perf_counter()
     with rep.stage("load"):
@@ -271,10 +290,13 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
     if optimizer == "poly":
         with rep.stage("optimise", len(codes)) as st:
             from .poly import optimize as poly_optimize
-            from .poly.target import detect
 
-            # The C is shaped for the vector ISA the build's -march enables (poly/target.py).
-            vec = detect(march, toolchain.cc).name
+            # The C is shaped for the vector ISA the build's -march enables (poly/target.py),
+            # in the tiles this machine's profile measured where it has them.
+            vec, prof = target
+            if prof is not None:
+                log(f"tile choices from {prof.path}: {len(vec.tiles.measured)} of its "
+                    f"{len(prof.contractions)} measured contractions differ from the model's")
             # Frozen weights may be re-laid out for the kernels (poly/prepack.py).
             tasks = [(sg.source, sg.entry, True, True,
                       frozenset(s.cname for s in sg.inputs if gen.is_const(s.tensor)),
@@ -308,6 +330,7 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
                              winograd=winograd if optimizer == "poly" else False,
                              fold_scales=fold_scales)
     report["compiler"] = toolchain.describe()
+    report["tuning"] = tuning_report(target, poly)
     for entry, info in zip(report["subgraphs"], poly):
         entry["optimizer"] = info["optimizer"]
         contexts = info.pop("versions", [])
@@ -326,6 +349,16 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
         _write_output(out_dir, new_gd, lib, c_sources, wrapper, report, graph.signature,
                       force, kept)
     return report
+
+
+def tuning_report(target, poly: list[dict]) -> dict:
+    """report.json's "tuning": the profile the tiles came from (None: the model's alone)
+    and how many tiled kernels took a measured choice."""
+    prof = target[1] if target else None
+    tiled = [t for info in poly for t in info.get("tiled", [])]
+    return {"profile": prof.path if prof else None,
+            "kernels_from_profile": sum(t.get("chosen_by") == "profile" for t in tiled),
+            "kernels": len(tiled)}
 
 
 def apply_poly(sg: SubgraphCode, result, log) -> dict:

@@ -74,6 +74,11 @@ class Kernel:
     # Each call prefetches its rows' share of the next column tile's weight panel
     # (`prefetch.plan_panel_prefetch`).
     panel_prefetch: bool = False
+    # Who chose rb, nv and tile_outer (`tiles.TileTable.pick`): 'model', 'profile' or the
+    # tuner's 'variant N'; and the contraction's profile key ('' where no table was asked:
+    # depthwise kernels, whose tiles the model alone sets).
+    chosen_by: str = "model"
+    key: str = ""
 
     @property
     def shape(self) -> Shape:

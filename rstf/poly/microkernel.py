@@ -335,35 +335,43 @@ def _efficiency(rb: int, nv: int, t: Target) -> float:
             / (1 + t.tuning.b_stream / rb))
 
 
-def choose_tile(rows: int, cols: int, t: Target, nvs=(4, 3, 2, 1),
-                max_rb: int = 14) -> tuple[int, int, float] | None:
-    """(RB, NV, estimated cost per output) for a contraction over `rows` x `cols` outputs,
-    or None when no kernel tile fits (cols < VLEN). RB is at most `max_rb`.
+MAX_RB = 14  # the most rows of a tile the model considers
 
-    The cost model: a row of the tiling is cut into chunks of RB rows and one shorter
-    remainder chunk (run by the RB = remainder kernel), each at its `_efficiency`; the
-    columns are covered by floor(cols/VB) tiles of VB = VLEN*NV, then by one narrower tile
-    (a multiple of a half vector), and the rest runs in the residual textbook loops.
-    """
+
+def tile_cost(rb: int, nv: int, rows: int, cols: int, t: Target) -> float:
+    """The model's estimated cost per output of `rows` x `cols` outputs in RB x NV tiles.
+
+    A row of the tiling is cut into chunks of RB rows and one shorter remainder chunk (run
+    by the RB = remainder kernel), each at its `_efficiency`; the columns are covered by
+    floor(cols/VB) tiles of VB = VLEN*NV, then by one narrower tile (a multiple of a half
+    vector), and the rest runs in the residual textbook loops."""
+    vb = t.vlen * nv
+    covered = cols // vb * vb / cols
+    full, rem = divmod(rows, rb)
+    per_row = (full * rb / _efficiency(rb, nv, t)
+               + (rem / _efficiency(rem, nv, t) if rem else 0.0)) / rows
+    # Columns past the last whole tile: a narrower kernel for a multiple of half a vector
+    # of them (charged 1.5x: fewer FMAs per loaded a), the textbook loops (about 4x
+    # slower) for the rest.
+    left = cols - cols // vb * vb
+    half = t.half
+    rem_k = left // half * half / cols
+    return covered * per_row + rem_k * per_row * 1.5 + (1 - covered - rem_k) * 4.0
+
+
+def choose_tile(rows: int, cols: int, t: Target, nvs=(4, 3, 2, 1),
+                max_rb: int = MAX_RB) -> tuple[int, int, float] | None:
+    """(RB, NV, estimated cost per output) for a contraction over `rows` x `cols` outputs,
+    or None when no kernel tile fits (cols < VLEN): the tile of least `tile_cost`. RB is
+    at most `max_rb`."""
     best = None
     for nv in nvs:
-        vb = t.vlen * nv
-        if cols < vb:
+        if cols < t.vlen * nv:
             continue
-        covered = cols // vb * vb / cols
         for rb in range(1, min(rows, max_rb) + 1):
             if not fits_registers(rb, nv, t):
                 continue
-            full, rem = divmod(rows, rb)
-            per_row = (full * rb / _efficiency(rb, nv, t)
-                       + (rem / _efficiency(rem, nv, t) if rem else 0.0)) / rows
-            # Columns past the last whole tile: a narrower kernel for a multiple of half a
-            # vector of them (charged 1.5x: fewer FMAs per loaded a), the textbook loops
-            # (about 4x slower) for the rest.
-            left = cols - cols // vb * vb
-            half = t.half
-            rem_k = left // half * half / cols
-            cost = covered * per_row + rem_k * per_row * 1.5 + (1 - covered - rem_k) * 4.0
+            cost = tile_cost(rb, nv, rows, cols, t)
             if best is None or cost < best[2] - 1e-9:
                 best = (rb, nv, cost)
     return best

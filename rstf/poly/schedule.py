@@ -71,6 +71,7 @@ from .groups import (CallSchedule, Kernel, extents, is_pointwise, kernel_roles, 
 from .microkernel import choose_order, single_vector_tile
 from .scop import Scop, Statement, isl_name
 from .target import Target
+from .tiles import Extents, TileChoice
 
 
 def _whole(kern: Kernel) -> dict[str, tuple[int, int]]:
@@ -203,7 +204,8 @@ def tile_time(kern: Kernel, outs: list[str], u: str, reds: list[str], s: str) ->
 
 
 def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
-    """Set the kernel's loop order (and maybe a narrower tile) from `choose_order`."""
+    """Set the kernel's loop order (and maybe a narrower tile) from `choose_order`, then
+    take the target's measured choice where its `TileTable` has one (`tiles.py`)."""
     outs, reds, r, k, v = kernel_roles(s, kern)
     box = dict(zip([isl_name(x) for x in s.iterators], extents(s)))
     n = lambda x: box[x][1] - box[x][0] + 1
@@ -225,6 +227,14 @@ def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
         one = single_vector_tile(rows, n(v), kern.depth, t)
         if one is not None:
             kern.rb, kern.nv = one[0], one[1]
+    if t.tiles is not None:  # a measured choice, where the machine's profile has one
+        loops = tuple(x for x, on in (("kin", kern.kin), ("k2", kern.k2),
+                                      ("merged", kern.merged)) if on)
+        ext = Extents(rows, n(v), math.prod(map(n, outs)), depth, kern.depth, loops)
+        choice, kern.chosen_by = t.tiles.pick(TileChoice(kern.rb, kern.nv, kern.tile_outer),
+                                              ext, t)
+        kern.rb, kern.nv, kern.tile_outer = choice.rb, choice.nv, choice.tile_outer
+        kern.key = ext.key(t)
 
 
 def _residual_after(s: Statement, y: str, scop: Scop) -> bool:

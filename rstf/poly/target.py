@@ -26,8 +26,12 @@ import os
 import shutil
 import subprocess
 import tempfile
+from typing import TYPE_CHECKING
 
 from .tuning import Tuning
+
+if TYPE_CHECKING:
+    from .tiles import TileTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +67,9 @@ class Target:
     cores: int = 0
     # The pass's thresholds and cost-model weights (`tuning.Tuning`).
     tuning: Tuning = Tuning()
+    # Register tiles and loop orders measured on this machine (`tiles.TileTable`, from
+    # `rstf tune`'s profile), which override the model's where they name a contraction.
+    tiles: "TileTable | None" = None
 
     @property
     def l2_bytes(self) -> int:

@@ -1,0 +1,131 @@
+"""Register tiles and loop orders measured on the machine that serves, and the candidates a
+measurement chooses among.
+
+The analytic model (`microkernel.choose_tile`, `choose_order`, `single_vector_tile`) picks
+one tile and one order for each contraction from constants; `rstf tune` measures the
+model's choice against the next candidates the same model ranks, on this machine, and
+keeps the fastest in a per-machine profile (`rstf.tune.profile`). A `TileTable` carries
+those measured choices into the pass (`Target.tiles`); `schedule._order` asks it once per
+kernel, after the model has decided, and records on the kernel which of the two decided
+(`Kernel.chosen_by`).
+
+A contraction is identified across models and runs by its `key`: the extents the model's
+decision reads (rows, columns, outer output points, reduction depth, the steps of one
+call, which loops a call runs) and the threads it plans for. Two layers with the same key
+get the same choice: the model cannot tell them apart either.
+
+The candidates (`candidates`) are the model's own choice first, then that tile in the
+other loop order (where there is an outer loop to put the column tiles around), then the
+other register tiles that fit the registers, best first by the model's cost, round robin
+over the vector widths NV so that every width is tried before a second row count of any:
+PolyScientist's pruning by the analytic model (polyscientist.txt, section 4), not an
+enumeration of every tile.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from .microkernel import MAX_RB, fits_registers, tile_cost
+from .target import Target
+
+
+@dataclasses.dataclass(frozen=True)
+class TileChoice:
+    """A contraction's register tile (RB rows by NV vectors) and loop order."""
+    rb: int
+    nv: int
+    tile_outer: bool  # column tiles outside the outer output loops (`choose_order`)
+
+    @property
+    def label(self) -> str:
+        """'6x4 rows' / '8x3 tiles': RB x NV and which loop runs outermost."""
+        return f"{self.rb}x{self.nv} {'tiles' if self.tile_outer else 'rows'}"
+
+    @classmethod
+    def parse(cls, label: str) -> "TileChoice":
+        """The inverse of `label`; ValueError for anything else."""
+        tile, order = label.split()
+        rb, nv = tile.split("x")
+        if order not in ("rows", "tiles") or int(rb) < 1 or int(nv) < 1:
+            raise ValueError(label)
+        return cls(int(rb), int(nv), order == "tiles")
+
+
+@dataclasses.dataclass(frozen=True)
+class Extents:
+    """What the tile decision of one contraction kernel reads: `rows` x `cols` outputs per
+    outer point, `outer` outer output points, `depth` reduction steps in all, `call` of
+    them in one kernel call, and the loops a call runs beside k (`loops`: 'kin', 'k2',
+    'merged', empty for a plain GEMM row)."""
+    rows: int
+    cols: int
+    outer: int
+    depth: int
+    call: int
+    loops: tuple[str, ...] = ()
+
+    def key(self, t: Target) -> str:
+        """The profile's key: these extents and the threads planned for."""
+        extra = "".join(f" {x}" for x in self.loops)
+        return (f"rows={self.rows} cols={self.cols} outer={self.outer} depth={self.depth} "
+                f"call={self.call}{extra} threads={t.threads}")
+
+
+def candidates(model: TileChoice, ext: Extents, t: Target, limit: int) -> list[TileChoice]:
+    """At most `limit` choices for a kernel of extents `ext` on `t`: the model's first (see
+    the module docstring). Every one fits the registers and the columns."""
+    out = [model]
+    if ext.outer > 1:
+        out.append(dataclasses.replace(model, tile_outer=not model.tile_outer))
+    per_nv = {}
+    for nv in range(4, 0, -1):
+        if ext.cols < t.vlen * nv:
+            continue
+        tiles = [(tile_cost(rb, nv, ext.rows, ext.cols, t), rb)
+                 for rb in range(1, min(ext.rows, MAX_RB) + 1) if fits_registers(rb, nv, t)]
+        per_nv[nv] = sorted(tiles)
+    level = 0
+    while len(out) < limit and any(len(v) > level for v in per_nv.values()):
+        row = sorted((v[level][0], v[level][1], nv) for nv, v in per_nv.items()
+                     if len(v) > level)
+        for _, rb, nv in row:
+            c = TileChoice(rb, nv, model.tile_outer)
+            if c not in out:
+                out.append(c)
+        level += 1
+    return out[:limit]
+
+
+@dataclasses.dataclass(frozen=True)
+class TileTable:
+    """Measured choices for the pass: key -> `TileChoice` (`measured`, from a profile), or
+    `variant`: the tuner's probe, which runs every kernel in its candidate number
+    `variant` (its model's choice where it has fewer), `limit` candidates a kernel."""
+    measured: tuple[tuple[str, TileChoice], ...] = ()
+    variant: int | None = None
+    limit: int = 6
+
+    @functools.cached_property
+    def _by_key(self) -> dict[str, TileChoice]:
+        return dict(self.measured)
+
+    def pick(self, model: TileChoice, ext: Extents, t: Target) -> tuple[TileChoice, str]:
+        """(the choice for a kernel whose model chose `model`, who chose it: 'model',
+        'profile' or 'variant N')."""
+        if self.variant is not None:
+            cands = candidates(model, ext, t, self.limit)
+            if self.variant < len(cands) and self.variant:
+                return cands[self.variant], f"variant {self.variant}"
+            return model, "model"
+        got = self._by_key.get(ext.key(t))
+        if got is None or got == model or not valid(got, ext, t):
+            return model, "model"
+        return got, "profile"
+
+
+def valid(c: TileChoice, ext: Extents, t: Target) -> bool:
+    """Whether choice `c` can tile a kernel of extents `ext` on `t` (a profile from another
+    build may hold a tile these registers or columns cannot take)."""
+    return (fits_registers(c.rb, c.nv, t) and c.rb <= max(1, min(ext.rows, MAX_RB))
+            and ext.cols >= t.vlen * c.nv and (ext.outer > 1 or not c.tile_outer))

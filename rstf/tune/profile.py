@@ -1,0 +1,176 @@
+"""The per-machine tuning profile: the register tiles and loop orders `rstf tune` measured,
+in a human-readable JSON file beside the build cache, keyed by the CPU and vector target.
+
+File format (version 1), one file a machine:
+
+    {"format": "rstf-tile-profile", "version": 1,
+     "machine": {"cpu": "<model name>", "target": "avx512-full", "threads": 2},
+     "contractions": {
+        "<key>": {"model": "8x3 rows",           # the analytic model's choice
+                  "choice": "6x4 rows",          # what `rstf optimize` takes
+                  "ms": {"8x3 rows": [2.25, 2.21], "6x4 rows": [1.96, 1.98], ...},
+                  "nodes": ["<a TF node with this contraction>", ...]}},
+     "runs": {"<model id>": {"model": "<path>", "variants": 6, "reps": 15,
+                             "done": [0, 1, 2]}}}
+
+A key (`tiles.Extents.key`) names a contraction by the extents the tile decision reads, so
+one measurement serves every layer, and every model, with that contraction. `ms` holds one
+figure a probe: the median milliseconds of the groups that run the contraction, summed over
+them, with that choice. `choice` is the fastest choice's label where its median beats the
+model's by more than `MARGIN`, else the model's (a difference inside the host's noise is
+no reason to leave the model). `runs` lets a stopped `rstf tune` resume where it stopped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import statistics
+import tempfile
+
+from ..build.cache import cache_dir
+from ..errors import RstfError
+from ..poly.tiles import TileChoice, TileTable
+
+FORMAT = "rstf-tile-profile"
+VERSION = 1
+MARGIN = 0.02  # a measured choice must be this much faster than the model's to be taken
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def tuning_dir() -> str:
+    """Where profiles live: beside the build cache (`~/.cache/rstf/tuning`), or in
+    `$RSTF_CACHE_DIR/tuning` when the cache is moved."""
+    if os.environ.get("RSTF_CACHE_DIR"):
+        return os.path.join(os.environ["RSTF_CACHE_DIR"], "tuning")
+    return os.path.join(os.path.dirname(cache_dir()), "tuning")
+
+
+def default_path(target: str, cpu: str | None = None) -> str:
+    """This machine's profile for vector target `target`."""
+    slug = re.sub(r"[^a-z0-9]+", "-", (cpu or cpu_model()).lower()).strip("-") or "cpu"
+    return os.path.join(tuning_dir(), f"{slug}--{target}.json")
+
+
+@dataclasses.dataclass
+class Profile:
+    """A profile file's contents (see the module docstring)."""
+    path: str
+    machine: dict
+    contractions: dict = dataclasses.field(default_factory=dict)
+    runs: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str) -> "Profile":
+        """The profile at `path`; a one-line RstfError when it is not one."""
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise RstfError(f"tuning profile {path}: no such file") from None
+        except (OSError, ValueError) as e:
+            raise RstfError(f"tuning profile {path}: not readable JSON ({e})") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise RstfError(f"tuning profile {path}: not an rstf tile profile")
+        if data.get("version") != VERSION:
+            raise RstfError(f"tuning profile {path}: version {data.get('version')!r}, this "
+                            f"rstf reads version {VERSION}; run `rstf tune` again")
+        machine, entries = data.get("machine"), data.get("contractions")
+        if not isinstance(machine, dict) or not isinstance(entries, dict):
+            raise RstfError(f"tuning profile {path}: no 'machine' or 'contractions'")
+        for key, e in entries.items():
+            try:
+                TileChoice.parse(e["choice"])
+                TileChoice.parse(e["model"])
+            except (KeyError, TypeError, ValueError):
+                raise RstfError(f"tuning profile {path}: contraction {key!r} has no valid "
+                                f"'choice' and 'model'") from None
+        return cls(path, machine, entries, data.get("runs") or {})
+
+    @classmethod
+    def open(cls, path: str, machine: dict) -> "Profile":
+        """The profile at `path` if there is one (it must be for `machine`'s target), else
+        a new, empty one that will be written there."""
+        if not os.path.exists(path):
+            return cls(path, dict(machine))
+        prof = cls.load(path)
+        prof.check_target(machine["target"])
+        return prof
+
+    def check_target(self, target: str) -> None:
+        if self.machine.get("target") != target:
+            raise RstfError(f"tuning profile {self.path} was measured for vector target "
+                            f"{self.machine.get('target')!r}, this build's is {target!r}")
+
+    def record(self, key: str, model: TileChoice, choice: TileChoice, ms: float,
+               nodes: list[str]) -> None:
+        """One probe's figure for `choice` of contraction `key` (whose model chose
+        `model`)."""
+        e = self.contractions.setdefault(key, {"model": model.label, "choice": model.label,
+                                               "ms": {}, "nodes": []})
+        e["ms"].setdefault(choice.label, []).append(round(ms, 5))
+        e["nodes"] = sorted(set(e["nodes"]) | set(nodes))[:8]
+        e["choice"] = self.best(key)
+
+    def best(self, key: str) -> str:
+        """The label `optimize` takes for `key` (see MARGIN)."""
+        e = self.contractions[key]
+        med = {label: statistics.median(v) for label, v in e["ms"].items() if v}
+        model = med.get(e["model"])
+        if not med or model is None:
+            return e["model"]
+        label = min(med, key=med.get)
+        return label if med[label] < model * (1 - MARGIN) else e["model"]
+
+    def table(self) -> TileTable:
+        """The measured choices as the pass takes them (those that differ from the
+        model's)."""
+        return TileTable(tuple(sorted(
+            (key, TileChoice.parse(e["choice"])) for key, e in self.contractions.items()
+            if e["choice"] != e["model"])))
+
+    def save(self) -> None:
+        """Write the file whole or not at all (a temporary beside it, renamed)."""
+        folder = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(folder, exist_ok=True)
+        data = {"format": FORMAT, "version": VERSION, "machine": self.machine,
+                "contractions": dict(sorted(self.contractions.items())), "runs": self.runs}
+        fd, tmp = tempfile.mkstemp(prefix=".profile-", suffix=".json", dir=folder)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1)
+                f.write("\n")
+            os.replace(tmp, self.path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+
+def resolve(tuning: str, target: str) -> Profile | None:
+    """The profile `rstf optimize --tuning` names: 'off' none, 'auto' this machine's where
+    `rstf tune` wrote one, else the file at that path (which must exist and be for
+    `target`)."""
+    if tuning == "off":
+        return None
+    if tuning == "auto":
+        path = default_path(target)
+        if not os.path.exists(path):
+            return None
+    else:
+        path = tuning
+    prof = Profile.load(path)
+    prof.check_target(target)
+    return prof

@@ -1,0 +1,91 @@
+"""Measured tile choices (rstf/poly/tiles.py): the candidates the tuner measures, every one
+of them bit-identical to the textbook C, and a profile's choice taken where it names a
+contraction, refused where it cannot apply."""
+import dataclasses
+
+import pytest
+from poly_cases import NATIVE, _bitwise_case
+
+from rstf.poly.microkernel import choose_tile, fits_registers
+from rstf.poly.target import AVX2, AVX512
+from rstf.poly.tiles import Extents, TileChoice, TileTable, candidates, valid
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2])
+def test_candidates_start_with_the_models_choice_and_all_fit(target):
+    ext = Extents(rows=128, cols=3072, outer=1, depth=768, call=768)
+    model = TileChoice(*choose_tile(128, 3072, target)[:2], False)
+    got = candidates(model, ext, target, 8)
+    assert got[0] == model and len(got) == 8 and len(set(got)) == 8
+    assert all(fits_registers(c.rb, c.nv, target) and valid(c, ext, target) for c in got)
+    # Every vector width is tried before a second row count of any width.
+    widths = {c.nv for c in got[1:1 + 4]}
+    assert len(widths) >= 3
+
+
+def test_candidates_flip_the_order_only_where_there_are_outer_points():
+    model = TileChoice(7, 3, False)
+    one = candidates(model, Extents(7, 160, 1, 960, 960), AVX512, 6)
+    assert all(not c.tile_outer for c in one)
+    many = candidates(model, Extents(7, 160, 7, 960, 960), AVX512, 6)
+    assert many[1] == TileChoice(7, 3, True)
+    # Narrow columns: no tile wider than the columns.
+    narrow = candidates(TileChoice(9, 2, False), Extents(9, 40, 1, 8, 8), AVX512, 10)
+    assert len(narrow) > 3 and all(AVX512.vlen * c.nv <= 40 for c in narrow)
+
+
+def test_choice_labels_round_trip():
+    for c in (TileChoice(6, 4, False), TileChoice(14, 1, True)):
+        assert TileChoice.parse(c.label) == c
+    for bad in ("6x4", "6x4 sideways", "0x4 rows", "ax4 rows"):
+        with pytest.raises(ValueError):
+            TileChoice.parse(bad)
+
+
+def test_table_takes_a_valid_measured_choice_and_refuses_others():
+    ext = Extents(128, 3072, 1, 768, 768)
+    model = TileChoice(8, 3, False)
+    key = ext.key(AVX512)
+    assert "threads=" in key and "rows=128" in key
+    good = TileTable(((key, TileChoice(6, 4, False)),))
+    assert good.pick(model, ext, AVX512) == (TileChoice(6, 4, False), "profile")
+    # Too many accumulators for the registers, or column tiles around a single point.
+    for bad in (TileChoice(14, 4, False), TileChoice(6, 4, True)):
+        assert TileTable(((key, bad),)).pick(model, ext, AVX512) == (model, "model")
+    assert TileTable().pick(model, ext, AVX512) == (model, "model")
+    assert TileTable(variant=2).pick(model, ext, AVX512)[1] == "variant 2"
+    assert TileTable(variant=99).pick(model, ext, AVX512) == (model, "model")
+
+
+@pytest.mark.parametrize("case", ["matmul", "conv_same", "conv_deep_weights_packed",
+                                  "conv_1x1_bn_relu6_in_registers",
+                                  "conv_rgb_3x3_s2_bn_relu6_in_registers"])
+def test_every_candidate_is_bit_identical_to_the_textbook_c(case):
+    """The tuner's probes run every kernel in another candidate: each must compute what
+    the model's tile computes, to the bit (the accumulation order does not depend on the
+    tile)."""
+    seen = set()
+    for variant in range(5):
+        target = dataclasses.replace(NATIVE, tiles=TileTable(variant=variant, limit=5))
+        info, _, _ = _bitwise_case(case, target=target)
+        tiled = [t for t in info["tiled"] if "key" in t]
+        assert tiled, info["tiled"]
+        assert all(t["chosen_by"] == ("model" if variant == 0 else f"variant {variant}")
+                   or t["chosen_by"] == "model" for t in tiled)
+        seen.add(tuple((tuple(t["tile"]), t["order"]) for t in tiled))
+    assert len(seen) > 1  # the variants did change the tiles
+
+
+def test_a_profile_choice_reaches_the_report():
+    info, _, _ = _bitwise_case("matmul", run=False)
+    model = info["tiled"][0]
+    assert model["chosen_by"] == "model" and "key" not in model  # no table: no key asked
+    probe = dataclasses.replace(NATIVE, tiles=TileTable())
+    info, _, _ = _bitwise_case("matmul", run=False, target=probe)
+    key = info["tiled"][0]["key"]
+    rb, width = info["tiled"][0]["tile"]
+    other = TileChoice(2 if rb != 2 else 3, 1, False)
+    target = dataclasses.replace(NATIVE, tiles=TileTable(((key, other),)))
+    info, _, _ = _bitwise_case("matmul", target=target)
+    assert info["tiled"][0]["chosen_by"] == "profile"
+    assert info["tiled"][0]["tile"] == [other.rb, NATIVE.vlen]
