@@ -131,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="run each custom op alone on TF's intermediate tensors and name the "
                    "first subgraph and node whose error exceeds --rtol")
     _bench_parser(sub)
+    _tune_parser(sub)
     return p
 
 
@@ -162,6 +163,55 @@ def _bench_parser(sub) -> None:
                    help="an engine whose error vs TF Eigen exceeds this is a 'mismatch'")
     b.add_argument("--march", default="native", help="gcc -march for rstf's generated code")
     b.add_argument("--threads", type=int, default=0, help="threads of rstf's parallel loops")
+
+
+def _tune_parser(sub) -> None:
+    t = sub.add_parser("tune", help="measure each contraction's register tiles on this "
+                       "machine and keep the fastest in its profile (optimize reads it)")
+    t.add_argument("model", help="binary GraphDef (.pb), text GraphDef (.pbtxt) or SavedModel dir")
+    t.add_argument("--budget", default="10m", help="time to spend, as 600, 90s, 10m or 1h "
+                   "(default 10m); a run past it stops between probes, the next one resumes")
+    t.add_argument("--profile", metavar="FILE", help="the profile to write (default: this "
+                   "machine's, beside the build cache)")
+    t.add_argument("--probes", type=int, default=6, help="candidate tiles measured per "
+                   "contraction, the model's own first (default 6)")
+    t.add_argument("--reps", type=int, default=15, help="timed runs per probe (default 15)")
+    t.add_argument("--fresh", action="store_true", help="measure again what an earlier run "
+                   "of this model measured")
+    t.add_argument("--input-shape", action="append", default=[], metavar="NAME:d0,d1,...",
+                   help="pin an input's shape (repeatable)")
+    t.add_argument("--outputs", help="comma-separated output node names")
+    t.add_argument("--max-ops", type=int, default=None, help="as for optimize")
+    t.add_argument("--march", default="native", help="gcc -march for the generated code")
+    t.add_argument("--threads", type=int, default=0, help="threads of the parallel loops "
+                   "(default: every core)")
+    _fold_scales_arg(t, "as `optimize` will: ")
+    t.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _tune(a) -> int:
+    from .frontend.graph import parse_input_shapes
+    from .tune.search import parse_budget, tune
+
+    budget = parse_budget(a.budget)
+    r = tune(a.model, parse_input_shapes(a.input_shape), _outputs(a), profile=a.profile,
+             budget=budget, probes=a.probes, reps=a.reps, march=a.march, threads=a.threads,
+             max_ops=a.max_ops, fold_scales=a.fold_scales == "on", fresh=a.fresh,
+             log=(lambda _m: None) if a.json else (lambda m: print(m, flush=True)))
+    if a.json:
+        print(json.dumps(r))
+        return 0
+    rows = r["contractions"]
+    won = [c for c in rows if c["choice"] != c["model"]]
+    print(f"{len(rows)} contractions, {len(won)} faster in another tile than the model's; "
+          f"probes {r['probes_done']}/{r['probes']} in {r['seconds']:.0f} s"
+          + {"budget": " (stopped by the budget: run again to go on)",
+             "interrupted": " (interrupted: run again to go on)"}.get(r["stopped"], ""))
+    for c in sorted(won, key=lambda c: c["choice_ms"] - c["model_ms"]):
+        print(f"  {c['model']:>11} {c['model_ms']:8.3f} ms -> {c['choice']:>11} "
+              f"{c['choice_ms']:8.3f} ms ({c['model_ms'] / c['choice_ms']:.2f}x)  {c['key']}")
+    print(f"profile: {r['profile']} (rstf optimize reads it: --tuning auto)")
+    return 0
 
 
 def _bench(a) -> int:
@@ -316,7 +366,7 @@ def main(argv=None) -> int:
         os.environ["RSTF_DEBUG"] = "1"
     try:
         return {"optimize": _optimize, "inspect": _inspect, "compare": _compare,
-                "bench": _bench}[a.command](a)
+                "bench": _bench, "tune": _tune}[a.command](a)
     except RstfError as e:
         print(f"rstf: error: {e}", file=sys.stderr)
         return 2

@@ -86,6 +86,12 @@ class Kernel:
                      self.slide, self.prefetch, self.panel_prefetch)
 
     @property
+    def choice(self) -> "TileChoice":
+        """The kernel's tile and order as `tiles.py` names them."""
+        from .tiles import TileChoice
+        return TileChoice(self.rb, self.nv, self.tile_outer)
+
+    @property
     def rows_text(self) -> str:
         """The kernel's row loop for the report: `r`, or `o x r` for merged rows."""
         return f"{self.merged} x {self.r}" if self.merged else str(self.r)

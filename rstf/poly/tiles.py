@@ -30,7 +30,7 @@ from .microkernel import MAX_RB, fits_registers, tile_cost
 from .target import Target
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, order=True)
 class TileChoice:
     """A contraction's register tile (RB rows by NV vectors) and loop order."""
     rb: int

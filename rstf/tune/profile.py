@@ -115,12 +115,16 @@ class Profile:
             raise RstfError(f"tuning profile {self.path} was measured for vector target "
                             f"{self.machine.get('target')!r}, this build's is {target!r}")
 
-    def record(self, key: str, model: TileChoice, choice: TileChoice, ms: float,
-               nodes: list[str]) -> None:
-        """One probe's figure for `choice` of contraction `key` (whose model chose
-        `model`)."""
-        e = self.contractions.setdefault(key, {"model": model.label, "choice": model.label,
-                                               "ms": {}, "nodes": []})
+    def record(self, key: str, choice: TileChoice, ms: float, nodes: list[str],
+               model: TileChoice | None = None) -> None:
+        """One probe's figure for `choice` of contraction `key`; `model`: the analytic
+        model's choice, where this probe ran it (a key's first record must say)."""
+        e = self.contractions.get(key)
+        if e is None:
+            if model is None:
+                raise ValueError(f"contraction {key!r}: its model's choice is not known")
+            e = self.contractions[key] = {"model": model.label, "choice": model.label,
+                                          "ms": {}, "nodes": []}
         e["ms"].setdefault(choice.label, []).append(round(ms, 5))
         e["nodes"] = sorted(set(e["nodes"]) | set(nodes))[:8]
         e["choice"] = self.best(key)

@@ -1,0 +1,6 @@
+"""`rstf tune`: register tiles and loop orders measured on the machine that serves.
+
+`search.tune` measures each contraction's candidate tiles (`poly.tiles.candidates`) in the
+op library's own harness and writes the fastest to this machine's profile
+(`profile.Profile`); `rstf optimize --tuning auto` (the default) reads it back.
+"""

@@ -1,0 +1,182 @@
+"""`rstf tune`: measure each contraction's candidate tiles on this machine, keep the fastest
+in its profile.
+
+The model's subgraphs are cut and generated as `rstf optimize` cuts them. Then, once per
+*probe* v = 0, 1, .., V-1, the polyhedral pass runs every subgraph with every tunable kernel
+in its candidate number v (`tiles.TileTable(variant=v)`: the analytic model's choice is
+candidate 0, the rest ranked by the same model, `tiles.candidates`), and each subgraph's C
+is timed group by group in the op library's own harness (`evaluation.groupbench`: the
+thread team, 2 MB pages, every group after the groups before it). A kernel with fewer
+candidates than v runs the model's choice again, which only adds samples of it. A group's
+median time is credited to each contraction key it runs, summed over the groups with
+that key, and recorded in the profile (`profile.Profile.record`) after each probe, so a
+run stopped by its budget or by Ctrl-C keeps what it measured and the next run resumes at
+the next probe.
+
+The search is per contraction, not joint: probe v changes every kernel at once, and a
+group's time is charged to its own kernels' choices only. A band that fuses two
+contractions charges both with their sum.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+
+from ..errors import RstfError
+from ..poly.tiles import TileChoice, TileTable
+from .profile import Profile, cpu_model, default_path
+
+
+def parse_budget(text: str) -> float:
+    """Seconds from '600', '90s', '10m' or '1h'; RstfError otherwise."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    t = text.strip().lower()
+    try:
+        value = float(t[:-1]) * units[t[-1]] if t[-1:] in units else float(t)
+    except (ValueError, IndexError):
+        raise RstfError(f"--budget {text!r}: give seconds, or a number and s, m or h "
+                        f"(10m)") from None
+    if not value > 0:
+        raise RstfError(f"--budget {text!r}: must be positive")
+    return value
+
+
+def kernel_choices(report: dict) -> dict[str, tuple[str, TileChoice, bool]]:
+    """{TF node: (key, choice, whether the model chose it)} of the tunable kernels in a
+    pass report (the whole-tile kernel of each; a remainder kernel shares its choice)."""
+    out = {}
+    for t in report.get("tiled", []):
+        if "key" in t and t["node"] not in out:
+            out[t["node"]] = (t["key"], TileChoice.parse(t["choice"]),
+                              t["chosen_by"] == "model")
+    return out
+
+
+def charge(calls: list[dict], choices: dict[str, tuple[str, TileChoice, bool]]
+           ) -> dict[tuple[str, TileChoice, bool], tuple[float, list[str]]]:
+    """{(key, choice, the model's): (seconds, nodes)}: each timed call's median seconds
+    credited to the contractions it runs (`choices`, by TF node), summed over the calls."""
+    out: dict = {}
+    for c in calls:
+        nodes = [n.split(" ", 1)[1] for n in c["nodes"] if " " in n]
+        for kc in {choices[n] for n in nodes if n in choices}:
+            secs, names = out.get(kc, (0.0, []))
+            out[kc] = (secs + c["seconds"], names + [n for n in nodes if n in choices])
+    return out
+
+
+def run_id(model: str, input_shapes, outputs) -> str:
+    """The profile's name for a tuning run over this model and these shapes."""
+    text = json.dumps([os.path.abspath(model), sorted((input_shapes or {}).items()),
+                       outputs], default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = None,
+         budget: float = 600.0, probes: int = 6, reps: int = 15, march: str = "native",
+         threads: int = 0, max_ops: int | None = None, fold_scales: bool = False,
+         fresh: bool = False, jobs: int | None = None, log=print) -> dict:
+    """Tune `model`'s contractions on this machine into `profile` (default: this machine's,
+    `profile.default_path`). Returns a summary: the profile's path, the probes run, and per
+    contraction key its model's and its chosen tile with their milliseconds."""
+    from ..build.compiler import c_toolchain
+    from ..cgen.codegen import generate_subgraph
+    from ..pipeline import DEFAULT_MAX_OPS, default_jobs, load_for_codegen, partition, select
+    from ..poly.target import detect, machine_threads
+
+    if probes < 1 or reps < 1:
+        raise RstfError("--probes and --reps must be at least 1")
+    t0 = time.monotonic()
+    jobs = jobs or default_jobs()
+    target = detect(march, c_toolchain("poly", march, threads).cc)
+    machine = {"cpu": cpu_model(), "target": target.name,
+               "threads": threads or machine_threads()}
+    path = profile or default_path(target.name, machine["cpu"])
+    prof = Profile.open(path, machine)
+    rid = run_id(model, input_shapes, outputs)
+    run = prof.runs.get(rid)
+    if fresh or run is None or run.get("probes") != probes or run.get("reps") != reps:
+        run = {"model": os.path.abspath(model), "probes": probes, "reps": reps, "done": [],
+               "keys": []}
+    prof.runs[rid] = run
+
+    quiet = lambda _msg: None  # noqa: E731 (the loader's own messages: optimize prints them)
+    graph, _, one, keep = load_for_codegen(model, input_shapes, outputs, fold_scales, quiet)
+    gen = one or graph
+    sel = select(gen, keep)
+    parts = [p for split in partition(sel, max_ops or DEFAULT_MAX_OPS, quiet) for p in split]
+    codes = [generate_subgraph(gen, nodes, i) for i, nodes in enumerate(parts)]
+    if not codes:
+        raise RstfError(f"{model}: no subgraph rstf can generate code for, nothing to tune")
+    consts = [frozenset(s.cname for s in sg.inputs if gen.is_const(s.tensor)) for sg in codes]
+    log(f"tuning {model}: {len(codes)} subgraphs, {probes} probes of {reps} runs each, "
+        f"budget {budget:.0f} s, profile {path}")
+    stopped = None
+    for v in range(probes):
+        if v in run["done"]:
+            continue
+        if time.monotonic() - t0 > budget:
+            stopped = "budget"
+            break
+        probe = _probe_target(target, v, probes)
+        try:
+            measured = _probe(codes, consts, probe, jobs, reps, threads)
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+            break
+        for (key, choice, is_model), (secs, nodes) in sorted(measured.items(),
+                                                              key=lambda kv: not kv[0][2]):
+            prof.record(key, choice, secs * 1e3, nodes, model=choice if is_model else None)
+        run["keys"] = sorted(set(run.get("keys", [])) | {kc[0] for kc in measured})
+        run["done"] = sorted(set(run["done"]) | {v})
+        prof.save()
+        log(f"  probe {v + 1}/{probes}: {len(measured)} contraction tiles timed "
+            f"({time.monotonic() - t0:.0f} s)")
+    prof.save()
+    summary = summarize(prof, run.get("keys", []), path)
+    summary.update(probes_done=len(run["done"]), probes=probes, stopped=stopped,
+                   seconds=round(time.monotonic() - t0, 1))
+    return summary
+
+
+def _probe_target(target, variant: int, limit: int):
+    return dataclasses.replace(target, tiles=TileTable(variant=variant, limit=limit))
+
+
+def _probe(codes, consts, probe, jobs: int, reps: int, threads: int) -> dict:
+    """One probe: every subgraph through the pass on target `probe`, its groups timed;
+    `charge`'s figures summed over the subgraphs."""
+    from ..evaluation.groupbench import time_calls
+    from ..parallel import run_ordered
+    from ..poly import optimize as poly_optimize
+
+    results = run_ordered(poly_optimize, [(sg.source, sg.entry, True, True, c, False, probe)
+                                          for sg, c in zip(codes, consts)],
+                          jobs, weights=[len(sg.source) for sg in codes])
+    measured: dict = {}
+    for sg, res in zip(codes, results):
+        choices = kernel_choices(res.report()) if res.optimized else {}
+        if not choices:
+            continue
+        ws = sg.workspace_bytes if res.workspace_bytes is None else res.workspace_bytes
+        _, calls = time_calls(res.source, sg.entry, ws, reps, threads)
+        for kc, (secs, nodes) in charge(calls, choices).items():
+            s0, n0 = measured.get(kc, (0.0, []))
+            measured[kc] = (s0 + secs, n0 + nodes)
+    return measured
+
+
+def summarize(prof: Profile, keys, path: str) -> dict:
+    """Per contraction: the model's and the chosen tile, with their median ms."""
+    import statistics
+    rows = []
+    for key in sorted(keys):
+        e = prof.contractions[key]
+        med = {lab: statistics.median(v) for lab, v in e["ms"].items() if v}
+        rows.append({"key": key, "model": e["model"], "model_ms": med.get(e["model"]),
+                     "choice": e["choice"], "choice_ms": med.get(e["choice"]),
+                     "candidates": len(med), "nodes": e["nodes"][:3]})
+    return {"profile": path, "contractions": rows}

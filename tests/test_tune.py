@@ -1,0 +1,167 @@
+"""`rstf tune` (rstf/tune/): each contraction's candidate tiles measured into this
+machine's profile, resumed rather than measured twice, and read back by `rstf optimize
+--tuning`; a bad profile or budget is one line and a non-zero exit."""
+import json
+import os
+
+import numpy as np
+import pytest
+from test_cli_inputs import assert_one_line_error, rstf
+
+from harness import make_graph_def, save_graph_def, tf
+from rstf import api
+from rstf.poly.tiles import TileChoice, candidates
+from rstf.tune.profile import FORMAT, MARGIN, Profile, default_path, tuning_dir
+from rstf.tune.search import parse_budget
+
+rng = np.random.RandomState(11)
+
+
+def two_contractions():
+    """A 3x3 conv, a 1x1 conv and a dense layer: three contractions of different shapes."""
+    w3 = rng.standard_normal((3, 3, 32, 48)).astype(np.float32) * 0.1
+    w1 = rng.standard_normal((1, 1, 48, 64)).astype(np.float32) * 0.1
+    m = rng.standard_normal((64, 40)).astype(np.float32) * 0.1
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 12, 12, 32], name="x")
+        y = tf.nn.relu(tf.nn.conv2d(x, w3, 1, "SAME"))
+        y = tf.nn.relu(tf.nn.conv2d(y, w1, 1, "SAME"))
+        tf.matmul(tf.reduce_mean(y, [1, 2]), m, name="out")
+    return build
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """(model path, profile path, first run's stdout) after `rstf tune --probes 3`."""
+    d = tmp_path_factory.mktemp("tune")
+    pb = save_graph_def(make_graph_def(two_contractions()), str(d))
+    prof = str(d / "machine.json")
+    r = rstf("tune", pb, "--profile", prof, "--probes", "3", "--reps", "3")
+    assert r.returncode == 0, r.stderr
+    return pb, prof, r.stdout
+
+
+def test_tune_writes_a_profile_of_measured_candidates(tuned):
+    _, path, out = tuned
+    data = json.load(open(path))
+    assert data["format"] == FORMAT and data["version"] == 1
+    assert data["machine"]["target"] and data["machine"]["cpu"] and data["machine"]["threads"]
+    entries = data["contractions"]
+    assert len(entries) >= 2
+    for key, e in entries.items():
+        assert "rows=" in key and "threads=" in key
+        assert e["ms"][e["model"]], e  # the model's own tile is always measured
+        assert len(e["ms"]) >= 2, e  # and at least one other candidate
+        assert all(ms > 0 for v in e["ms"].values() for ms in v)
+        assert e["nodes"]
+        # The choice is the fastest, where it beats the model's by the margin.
+        med = {k: float(np.median(v)) for k, v in e["ms"].items()}
+        best = min(med, key=med.get)
+        want = best if med[best] < med[e["model"]] * (1 - MARGIN) else e["model"]
+        assert e["choice"] == want
+    (run,) = data["runs"].values()
+    assert run["done"] == [0, 1, 2] and sorted(run["keys"]) == sorted(entries)
+    assert "probes 3/3" in out and path in out
+
+
+def test_tune_resumes_rather_than_measuring_again(tuned):
+    pb, path, _ = tuned
+    before = json.load(open(path))["contractions"]
+    r = rstf("tune", pb, "--profile", path, "--probes", "3", "--reps", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.load(open(path))["contractions"] == before
+    summary = json.loads(r.stdout)
+    assert summary["probes_done"] == 3 and len(summary["contractions"]) == len(before)
+
+
+def test_optimize_takes_the_profiles_choice_and_matches_tf(tuned, tmp_path):
+    """A profile that names another candidate for every contraction: optimize builds those
+    tiles, says so in report.json, and the graph still matches TF."""
+    pb, path, _ = tuned
+    prof = Profile.load(path)
+    for key, e in prof.contractions.items():
+        model = TileChoice.parse(e["model"])
+        e["choice"] = next(c for c in sorted(TileChoice.parse(x) for x in e["ms"])
+                           if c != model).label
+    forced = str(tmp_path / "forced.json")
+    prof.path = forced
+    prof.save()
+    out = str(tmp_path / "out.rstf")
+    res = api.optimize(pb, out, tuning=forced, jobs=1, verbosity=0)
+    t = res.report["tuning"]
+    assert t["profile"] == forced and t["kernels_from_profile"] >= len(prof.contractions)
+    chosen = {x["key"]: x["choice"] for sg in res.report["subgraphs"]
+              for x in sg["poly"]["tiled"] if x.get("chosen_by") == "profile"}
+    assert chosen == {k: e["choice"] for k, e in prof.contractions.items()}
+    check = api.compare(pb, out, reps=1)
+    assert check["passed"], check["outputs"]
+    # --tuning off: the model's tiles alone, and no key asked.
+    res = api.optimize(pb, str(tmp_path / "off.rstf"), tuning="off", jobs=1, verbosity=0)
+    assert res.report["tuning"] == {"profile": None, "kernels_from_profile": 0,
+                                    "kernels": res.report["tuning"]["kernels"]}
+    assert all("key" not in x for sg in res.report["subgraphs"] for x in sg["poly"]["tiled"])
+
+
+def test_auto_finds_this_machines_profile(tuned, tmp_path, monkeypatch):
+    pb, path, _ = tuned
+    monkeypatch.setenv("RSTF_CACHE_DIR", str(tmp_path / "cache"))
+    prof = Profile.load(path)
+    target = prof.machine["target"]
+    assert default_path(target).startswith(tuning_dir())
+    res = api.optimize(pb, str(tmp_path / "a.rstf"), jobs=1, verbosity=0)
+    assert res.report["tuning"]["profile"] is None  # none for this machine yet
+    prof.path = default_path(target)
+    prof.save()
+    res = api.optimize(pb, str(tmp_path / "b.rstf"), jobs=1, verbosity=0)
+    assert res.report["tuning"]["profile"] == prof.path
+
+
+def test_candidates_the_tuner_probes_are_the_models_ranking(tuned):
+    _, path, _ = tuned
+    prof = Profile.load(path)
+    for key, e in prof.contractions.items():
+        assert set(e["ms"]) <= {c.label for c in _candidates_of(key, e, prof)}
+
+
+def _candidates_of(key, e, prof):
+    from rstf.poly.target import TARGETS
+    from rstf.poly.tiles import Extents
+    f = dict(x.split("=") for x in key.split() if "=" in x)
+    loops = tuple(x for x in key.split() if "=" not in x)
+    ext = Extents(int(f["rows"]), int(f["cols"]), int(f["outer"]), int(f["depth"]),
+                  int(f["call"]), loops)
+    target = TARGETS[prof.machine["target"]]
+    return candidates(TileChoice.parse(e["model"]), ext, target, 3)
+
+
+@pytest.mark.parametrize("text,secs", [("600", 600), ("90s", 90), ("10m", 600), ("1h", 3600),
+                                        ("2.5m", 150)])
+def test_budget_parses(text, secs):
+    assert parse_budget(text) == secs
+
+
+def test_bad_budget_and_profiles_are_one_line_errors(tuned, tmp_path):
+    pb, path, _ = tuned
+    assert_one_line_error(rstf("tune", pb, "--budget", "soon"), "--budget")
+    assert_one_line_error(rstf("tune", pb, "--budget=-1m"), "--budget")
+    junk = tmp_path / "junk.json"
+    junk.write_text("{not json")
+    assert_one_line_error(rstf("optimize", pb, "-o", str(tmp_path / "o1"), "--tuning",
+                               str(junk)), "not readable JSON")
+    assert_one_line_error(rstf("optimize", pb, "-o", str(tmp_path / "o2"), "--tuning",
+                               str(tmp_path / "missing.json")), "no such file")
+    other = json.load(open(path))
+    other["machine"]["target"] = "sse" if other["machine"]["target"] != "sse" else "avx2"
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps(other))
+    assert_one_line_error(rstf("optimize", pb, "-o", str(tmp_path / "o3"), "--tuning",
+                               str(wrong)), "measured for vector target")
+    bad = json.load(open(path))
+    next(iter(bad["contractions"].values()))["choice"] = "lots"
+    badf = tmp_path / "bad.json"
+    badf.write_text(json.dumps(bad))
+    assert_one_line_error(rstf("optimize", pb, "-o", str(tmp_path / "o4"), "--tuning",
+                               str(badf)), "no valid 'choice'")
+    # Nothing was written for the refused runs.
+    assert not any(os.path.exists(tmp_path / f"o{i}") for i in range(1, 5))
