@@ -55,11 +55,15 @@ def test_tune_writes_a_profile_of_measured_candidates(tuned):
         assert len(e["ms"]) >= 2, e  # and at least one other candidate
         assert all(ms > 0 for v in e["ms"].values() for ms in v)
         assert e["nodes"]
-        # The choice is the fastest, where it beats the model's by the margin.
-        med = {k: float(np.median(v)) for k, v in e["ms"].items()}
+        # Every figure has its ratio to the model's tile timed beside it; the model's own
+        # probe is 1.
+        assert {k: len(v) for k, v in e["ms"].items()} == {
+            k: len(v) for k, v in e["vs_model"].items()}
+        assert e["vs_model"][e["model"]][0] == 1.0
+        # The choice is the least median ratio, where it beats the model's by the margin.
+        med = {k: float(np.median(v)) for k, v in e["vs_model"].items() if k != e["model"]}
         best = min(med, key=med.get)
-        want = best if med[best] < med[e["model"]] * (1 - MARGIN) else e["model"]
-        assert e["choice"] == want
+        assert e["choice"] == (best if med[best] < 1 - MARGIN else e["model"])
     (run,) = data["runs"].values()
     assert run["done"] == [0, 1, 2] and sorted(run["keys"]) == sorted(entries)
     assert "probes 3/3" in out and path in out

@@ -11,6 +11,7 @@ No TensorFlow in the loop. `rstf tune` and `benchmarks/group_profile.py` time th
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -179,23 +180,41 @@ int main(int argc, char **argv) {{
 """
 
 
-def time_calls(source: str, entry: str, workspace_bytes: int, reps: int = 20,
-               threads: int = 0) -> tuple[float, list[dict]]:
-    """(median seconds of a whole run, the calls in order: {"call", "nodes", "seconds"})
-    of `entry` in the subgraph C `source`, on `threads` of the team (default: every
-    core this process may use)."""
+@dataclasses.dataclass(frozen=True)
+class Timer:
+    """A built timing program: its executable and the calls it times, in order."""
+    exe: str
+    calls: tuple[tuple[str, tuple[str, ...]], ...]  # (call, its "Type name" nodes)
+
+    def run(self, threads: int = 0) -> tuple[float, list[dict]]:
+        """(median seconds of a whole run, the calls in order: {"call", "nodes",
+        "seconds"}), on `threads` of the team (default: every core this process may
+        use)."""
+        out = subprocess.run([self.exe, str(threads or machine_threads())],
+                             capture_output=True, text=True, check=True).stdout
+        med = {int(k): float(v) for k, v in (line.split() for line in out.splitlines())}
+        total = med.pop(len(self.calls))
+        return total, [{"call": c, "nodes": list(n), "seconds": med[k]}
+                       for k, (c, n) in enumerate(self.calls)]
+
+
+def build_timer(source: str, entry: str, workspace_bytes: int, reps: int,
+                workdir: str) -> Timer:
+    """The timing program of `entry` in the subgraph C `source` (`reps` timed runs a
+    start), built in `workdir`, which must outlive the Timer."""
     code, calls = instrument(source, entry)
     code += harness(entry, tensor_shapes(source), workspace_bytes, reps, len(calls),
                     tensor_ctypes(source))
+    d = tempfile.mkdtemp(dir=workdir)
+    c, exe = os.path.join(d, "p.c"), os.path.join(d, "p")
+    with open(c, "w") as f:
+        f.write(code)
+    team_build(c, exe, d)
+    return Timer(exe, tuple((x["call"], tuple(x["nodes"])) for x in calls))
+
+
+def time_calls(source: str, entry: str, workspace_bytes: int, reps: int = 20,
+               threads: int = 0) -> tuple[float, list[dict]]:
+    """`Timer.run` of a program built and run once."""
     with tempfile.TemporaryDirectory() as d:
-        c, exe = os.path.join(d, "p.c"), os.path.join(d, "p")
-        with open(c, "w") as f:
-            f.write(code)
-        team_build(c, exe, d)
-        out = subprocess.run([exe, str(threads or machine_threads())], capture_output=True,
-                             text=True, check=True).stdout
-    med = {int(k): float(v) for k, v in (line.split() for line in out.splitlines())}
-    total = med.pop(len(calls))
-    for k, c in enumerate(calls):
-        c["seconds"] = med[k]
-    return total, calls
+        return build_timer(source, entry, workspace_bytes, reps, d).run(threads)

@@ -8,7 +8,8 @@ File format (version 1), one file a machine:
      "contractions": {
         "<key>": {"model": "8x3 rows",           # the analytic model's choice
                   "choice": "6x4 rows",          # what `rstf optimize` takes
-                  "ms": {"8x3 rows": [2.25, 2.21], "6x4 rows": [1.96, 1.98], ...},
+                  "ms": {"8x3 rows": [2.25, 2.21], "6x4 rows": [1.96], ...},
+                  "vs_model": {"8x3 rows": [1.0, 0.998], "6x4 rows": [0.874], ...},
                   "nodes": ["<a TF node with this contraction>", ...]}},
      "runs": {"<model id>": {"model": "<path>", "variants": 6, "reps": 15,
                              "done": [0, 1, 2]}}}
@@ -16,9 +17,11 @@ File format (version 1), one file a machine:
 A key (`tiles.Extents.key`) names a contraction by the extents the tile decision reads, so
 one measurement serves every layer, and every model, with that contraction. `ms` holds one
 figure a probe: the median milliseconds of the groups that run the contraction, summed over
-them, with that choice. `choice` is the fastest choice's label where its median beats the
-model's by more than `MARGIN`, else the model's (a difference inside the host's noise is
-no reason to leave the model). `runs` lets a stopped `rstf tune` resume where it stopped.
+them, with that choice; `vs_model` the same over the model's choice timed beside it in the
+same probe (`search._paired`), the figure the choice is made on: a ratio taken in one
+window of the machine's load, where two absolute times from different minutes of a shared
+host differ by more than the tiles do. `choice` is the label of the least median ratio
+where that is under 1 - `MARGIN`, else the model's. `runs` lets a stopped `rstf tune` resume where it stopped.
 """
 from __future__ import annotations
 
@@ -115,29 +118,32 @@ class Profile:
             raise RstfError(f"tuning profile {self.path} was measured for vector target "
                             f"{self.machine.get('target')!r}, this build's is {target!r}")
 
-    def record(self, key: str, choice: TileChoice, ms: float, nodes: list[str],
-               model: TileChoice | None = None) -> None:
-        """One probe's figure for `choice` of contraction `key`; `model`: the analytic
-        model's choice, where this probe ran it (a key's first record must say)."""
+    def record(self, key: str, choice: TileChoice, ms: float, ratio: float,
+               nodes: list[str], model: TileChoice | None = None) -> None:
+        """One probe's figures for `choice` of contraction `key`: its milliseconds, and
+        their ratio to the model's choice timed beside it. `model`: the analytic model's
+        choice, where this probe ran it (a key's first record must say)."""
         e = self.contractions.get(key)
         if e is None:
             if model is None:
                 raise ValueError(f"contraction {key!r}: its model's choice is not known")
             e = self.contractions[key] = {"model": model.label, "choice": model.label,
-                                          "ms": {}, "nodes": []}
+                                          "ms": {}, "vs_model": {}, "nodes": []}
         e["ms"].setdefault(choice.label, []).append(round(ms, 5))
+        e["vs_model"].setdefault(choice.label, []).append(round(ratio, 4))
         e["nodes"] = sorted(set(e["nodes"]) | set(nodes))[:8]
         e["choice"] = self.best(key)
 
     def best(self, key: str) -> str:
-        """The label `optimize` takes for `key` (see MARGIN)."""
+        """The label `optimize` takes for `key`: the candidate of the least median time
+        relative to the model's where that is under 1 - MARGIN, else the model's."""
         e = self.contractions[key]
-        med = {label: statistics.median(v) for label, v in e["ms"].items() if v}
-        model = med.get(e["model"])
-        if not med or model is None:
+        med = {label: statistics.median(v) for label, v in e.get("vs_model", {}).items()
+               if v and label != e["model"]}
+        if not med:
             return e["model"]
         label = min(med, key=med.get)
-        return label if med[label] < model * (1 - MARGIN) else e["model"]
+        return label if med[label] < 1 - MARGIN else e["model"]
 
     def table(self) -> TileTable:
         """The measured choices as the pass takes them (those that differ from the

@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import tempfile
 import time
 
 from ..errors import RstfError
@@ -115,26 +116,31 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
     log(f"tuning {model}: {len(codes)} subgraphs, {probes} probes of {reps} runs each, "
         f"budget {budget:.0f} s, profile {path}")
     stopped = None
-    for v in range(probes):
-        if v in run["done"]:
-            continue
-        if time.monotonic() - t0 > budget:
-            stopped = "budget"
-            break
-        probe = _probe_target(target, v, probes)
-        try:
-            measured = _probe(codes, consts, probe, jobs, reps, threads)
-        except KeyboardInterrupt:
-            stopped = "interrupted"
-            break
-        for (key, choice, is_model), (secs, nodes) in sorted(measured.items(),
-                                                              key=lambda kv: not kv[0][2]):
-            prof.record(key, choice, secs * 1e3, nodes, model=choice if is_model else None)
-        run["keys"] = sorted(set(run.get("keys", [])) | {kc[0] for kc in measured})
-        run["done"] = sorted(set(run["done"]) | {v})
-        prof.save()
-        log(f"  probe {v + 1}/{probes}: {len(measured)} contraction tiles timed "
-            f"({time.monotonic() - t0:.0f} s)")
+    with tempfile.TemporaryDirectory(prefix="rstf-tune-") as work:
+        # The model's own tiles, built once: every probe is timed against them.
+        base = _build(codes, consts, _probe_target(target, 0, probes), jobs, reps, work)
+        for v in range(probes):
+            if v in run["done"]:
+                continue
+            if time.monotonic() - t0 > budget:
+                stopped = "budget"
+                break
+            try:
+                cand = base if v == 0 else _build(codes, consts, _probe_target(
+                    target, v, probes), jobs, reps, work)
+                measured = _paired(base, cand, threads)
+            except KeyboardInterrupt:
+                stopped = "interrupted"
+                break
+            for (key, choice, is_model), (secs, ratio, nodes) in sorted(
+                    measured.items(), key=lambda kv: not kv[0][2]):
+                prof.record(key, choice, secs * 1e3, ratio, nodes,
+                            model=choice if is_model else None)
+            run["keys"] = sorted(set(run.get("keys", [])) | {kc[0] for kc in measured})
+            run["done"] = sorted(set(run["done"]) | {v})
+            prof.save()
+            log(f"  probe {v + 1}/{probes}: {len(measured)} contraction tiles timed "
+                f"({time.monotonic() - t0:.0f} s)")
     prof.save()
     summary = summarize(prof, run.get("keys", []), path)
     summary.update(probes_done=len(run["done"]), probes=probes, stopped=stopped,
@@ -146,27 +152,54 @@ def _probe_target(target, variant: int, limit: int):
     return dataclasses.replace(target, tiles=TileTable(variant=variant, limit=limit))
 
 
-def _probe(codes, consts, probe, jobs: int, reps: int, threads: int) -> dict:
-    """One probe: every subgraph through the pass on target `probe`, its groups timed;
-    `charge`'s figures summed over the subgraphs."""
-    from ..evaluation.groupbench import time_calls
+def _build(codes, consts, probe, jobs: int, reps: int, work: str) -> list:
+    """Per subgraph, (its timing program, `kernel_choices`) with every subgraph through
+    the pass on target `probe`; None for a subgraph with no tunable kernel."""
+    from ..evaluation.groupbench import build_timer
     from ..parallel import run_ordered
     from ..poly import optimize as poly_optimize
 
     results = run_ordered(poly_optimize, [(sg.source, sg.entry, True, True, c, False, probe)
                                           for sg, c in zip(codes, consts)],
                           jobs, weights=[len(sg.source) for sg in codes])
-    measured: dict = {}
+    out = []
     for sg, res in zip(codes, results):
         choices = kernel_choices(res.report()) if res.optimized else {}
-        if not choices:
-            continue
         ws = sg.workspace_bytes if res.workspace_bytes is None else res.workspace_bytes
-        _, calls = time_calls(res.source, sg.entry, ws, reps, threads)
-        for kc, (secs, nodes) in charge(calls, choices).items():
-            s0, n0 = measured.get(kc, (0.0, []))
-            measured[kc] = (s0 + secs, n0 + nodes)
-    return measured
+        out.append((build_timer(res.source, sg.entry, ws, reps, work), choices)
+                   if choices else None)
+    return out
+
+
+def _paired(base: list, cand: list, threads: int) -> dict:
+    """{(key, choice, the model's): (seconds, seconds over the model's, nodes)} of the
+    candidate programs `cand`, each timed beside the model's (`base`) in the order model,
+    candidate, candidate, model, so that a drift of the machine's load falls on both
+    alike. Seconds are a run's, summed over the subgraphs."""
+    acc: dict = {}
+    for b, c in zip(base, cand):
+        if b is None or c is None:
+            continue
+        if c is b:  # the model's own probe: its two runs are both sides
+            ms = [_charged(b, threads), _charged(b, threads)]
+            cs = ms
+        else:
+            m1, c1, c2, m2 = (_charged(p, threads) for p in (b, c, c, b))
+            ms, cs = [m1, m2], [c1, c2]
+        for key, (_, kc, nodes) in cs[0].items():
+            if key in ms[0]:
+                s0, m0, n0 = acc.get(kc, (0.0, 0.0, []))
+                acc[kc] = (s0 + sum(r[key][0] for r in cs) / 2,
+                           m0 + sum(r[key][0] for r in ms) / 2, n0 + nodes)
+    return {kc: (secs, secs / model if model else 1.0, nodes)
+            for kc, (secs, model, nodes) in acc.items()}
+
+
+def _charged(prog, threads: int) -> dict:
+    """{key: (seconds, (key, choice, the model's), nodes)} of one run of a built program."""
+    timer, choices = prog
+    return {kc[0]: (secs, kc, nodes)
+            for kc, (secs, nodes) in charge(timer.run(threads)[1], choices).items()}
 
 
 def summarize(prof: Profile, keys, path: str) -> dict:
