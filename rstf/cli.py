@@ -176,6 +176,8 @@ def _tune_parser(sub) -> None:
     t.add_argument("--probes", type=int, default=6, help="candidate tiles measured per "
                    "contraction, the model's own first (default 6)")
     t.add_argument("--reps", type=int, default=15, help="timed runs per probe (default 15)")
+    t.add_argument("--confirm", type=int, default=2, help="rounds that time the winning "
+                   "tiles again beside the model's before they are kept (default 2)")
     t.add_argument("--fresh", action="store_true", help="measure again what an earlier run "
                    "of this model measured")
     t.add_argument("--input-shape", action="append", default=[], metavar="NAME:d0,d1,...",
@@ -197,6 +199,7 @@ def _tune(a) -> int:
     r = tune(a.model, parse_input_shapes(a.input_shape), _outputs(a), profile=a.profile,
              budget=budget, probes=a.probes, reps=a.reps, march=a.march, threads=a.threads,
              max_ops=a.max_ops, fold_scales=a.fold_scales == "on", fresh=a.fresh,
+             confirm=a.confirm,
              log=(lambda _m: None) if a.json else (lambda m: print(m, flush=True)))
     if a.json:
         print(json.dumps(r))
@@ -207,9 +210,9 @@ def _tune(a) -> int:
           f"probes {r['probes_done']}/{r['probes']} in {r['seconds']:.0f} s"
           + {"budget": " (stopped by the budget: run again to go on)",
              "interrupted": " (interrupted: run again to go on)"}.get(r["stopped"], ""))
-    for c in sorted(won, key=lambda c: c["choice_ms"] - c["model_ms"]):
-        print(f"  {c['model']:>11} {c['model_ms']:8.3f} ms -> {c['choice']:>11} "
-              f"{c['choice_ms']:8.3f} ms ({c['model_ms'] / c['choice_ms']:.2f}x)  {c['key']}")
+    for c in sorted(won, key=lambda c: c["vs_model"]):
+        print(f"  {c['model']:>11} -> {c['choice']:>11}: {c['vs_model']:.3f} of the model's "
+              f"time ({c['choice_ms']:.3f} ms)  {c['key']}")
     print(f"profile: {r['profile']} (rstf optimize reads it: --tuning auto)")
     return 0
 

@@ -61,7 +61,9 @@ def test_tune_writes_a_profile_of_measured_candidates(tuned):
             k: len(v) for k, v in e["vs_model"].items()}
         assert e["vs_model"][e["model"]][0] == 1.0
         # The choice is the least median ratio, where it beats the model's by the margin.
-        med = {k: float(np.median(v)) for k, v in e["vs_model"].items() if k != e["model"]}
+        others = {k: v for k, v in e["vs_model"].items() if k != e["model"]}
+        most = max(map(len, others.values()))
+        med = {k: float(np.median(v)) for k, v in others.items() if len(v) == most}
         best = min(med, key=med.get)
         assert e["choice"] == (best if med[best] < 1 - MARGIN else e["model"])
     (run,) = data["runs"].values()
@@ -169,3 +171,24 @@ def test_bad_budget_and_profiles_are_one_line_errors(tuned, tmp_path):
                                str(badf)), "no valid 'choice'")
     # Nothing was written for the refused runs.
     assert not any(os.path.exists(tmp_path / f"o{i}") for i in range(1, 5))
+
+
+def test_choice_is_made_on_the_most_repeated_ratios(tmp_path):
+    prof = Profile(str(tmp_path / "p.json"), {"target": "avx512"})
+    m, a, b = TileChoice(6, 4, False), TileChoice(5, 4, False), TileChoice(8, 3, False)
+    prof.record("k", m, 1.0, 1.0, ["n"], model=m)
+    prof.record("k", a, 0.90, 0.90, ["n"])
+    prof.record("k", b, 0.95, 0.95, ["n"])
+    assert prof.best("k") == a.label
+    # Its confirmation finds a no faster than the model; b, timed once, does not take over.
+    prof.record("k", a, 1.0, 1.0, ["n"])
+    prof.record("k", a, 1.01, 1.01, ["n"])
+    assert prof.best("k") == m.label
+    # Within the margin: the model's.
+    prof.record("k2", m, 1.0, 1.0, ["n"], model=m)
+    prof.record("k2", a, 1.0, 1 - MARGIN / 2, ["n"])
+    assert prof.best("k2") == m.label
+    with pytest.raises(ValueError):
+        prof.record("k3", a, 1.0, 1.0, ["n"])  # no model's choice for a new key
+    prof.save()
+    assert Profile.load(prof.path).contractions == prof.contractions

@@ -130,18 +130,24 @@ class Profile:
             e = self.contractions[key] = {"model": model.label, "choice": model.label,
                                           "ms": {}, "vs_model": {}, "nodes": []}
         e["ms"].setdefault(choice.label, []).append(round(ms, 5))
-        e["vs_model"].setdefault(choice.label, []).append(round(ratio, 4))
+        e.setdefault("vs_model", {}).setdefault(choice.label, []).append(round(ratio, 4))
         e["nodes"] = sorted(set(e["nodes"]) | set(nodes))[:8]
         e["choice"] = self.best(key)
 
     def best(self, key: str) -> str:
-        """The label `optimize` takes for `key`: the candidate of the least median time
-        relative to the model's where that is under 1 - MARGIN, else the model's."""
+        """The label `optimize` takes for `key`: of the candidates measured most often,
+        the one of the least median time relative to the model's where that is under
+        1 - MARGIN, else the model's."""
         e = self.contractions[key]
-        med = {label: statistics.median(v) for label, v in e.get("vs_model", {}).items()
-               if v and label != e["model"]}
-        if not med:
+        ratios = {label: v for label, v in e.get("vs_model", {}).items()
+                  if v and label != e["model"]}
+        if not ratios:
             return e["model"]
+        # Only the most repeated: a candidate that won one probe was timed again
+        # (`search._confirm`), and one that lost there must not hand the choice to a
+        # runner-up measured once, whose one ratio is as likely to be luck.
+        most = max(map(len, ratios.values()))
+        med = {label: statistics.median(v) for label, v in ratios.items() if len(v) == most}
         label = min(med, key=med.get)
         return label if med[label] < 1 - MARGIN else e["model"]
 

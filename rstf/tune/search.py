@@ -79,17 +79,19 @@ def run_id(model: str, input_shapes, outputs) -> str:
 def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = None,
          budget: float = 600.0, probes: int = 6, reps: int = 15, march: str = "native",
          threads: int = 0, max_ops: int | None = None, fold_scales: bool = False,
-         fresh: bool = False, jobs: int | None = None, log=print) -> dict:
+         fresh: bool = False, jobs: int | None = None, confirm: int = 2,
+         log=print) -> dict:
     """Tune `model`'s contractions on this machine into `profile` (default: this machine's,
     `profile.default_path`). Returns a summary: the profile's path, the probes run, and per
-    contraction key its model's and its chosen tile with their milliseconds."""
+    contraction key its model's and its chosen tile with their milliseconds. `confirm`:
+    rounds that time the choices again, all together, after the probes (`_confirm`)."""
     from ..build.compiler import c_toolchain
     from ..cgen.codegen import generate_subgraph
     from ..pipeline import DEFAULT_MAX_OPS, default_jobs, load_for_codegen, partition, select
     from ..poly.target import detect, machine_threads
 
-    if probes < 1 or reps < 1:
-        raise RstfError("--probes and --reps must be at least 1")
+    if probes < 1 or reps < 1 or confirm < 0:
+        raise RstfError("--probes and --reps must be at least 1, --confirm at least 0")
     t0 = time.monotonic()
     jobs = jobs or default_jobs()
     target = detect(march, c_toolchain("poly", march, threads).cc)
@@ -141,11 +143,45 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
             prof.save()
             log(f"  probe {v + 1}/{probes}: {len(measured)} contraction tiles timed "
                 f"({time.monotonic() - t0:.0f} s)")
+        if stopped is None:
+            stopped = _confirm(prof, run, codes, consts, target, base, jobs, reps, threads,
+                               work, confirm, budget - (time.monotonic() - t0), log)
     prof.save()
     summary = summarize(prof, run.get("keys", []), path)
     summary.update(probes_done=len(run["done"]), probes=probes, stopped=stopped,
                    seconds=round(time.monotonic() - t0, 1))
     return summary
+
+
+def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, reps: int,
+             threads: int, work: str, rounds: int, left: float, log) -> str | None:
+    """Time the profile's choices for this run's keys beside the model's `rounds` more
+    times, all at once, and record them: a choice that won one probe among several by
+    chance (the least of several noisy ratios is biased low) meets its median here.
+    Returns why it stopped early, or None."""
+    t0 = time.monotonic()
+    keys = set(run.get("keys", []))
+    table = TileTable(tuple((k, c) for k, c in prof.table().measured if k in keys))
+    if not table.measured:
+        return None
+    cand = None
+    for r in range(run.get("confirmed", 0), rounds):
+        if time.monotonic() - t0 > left:
+            return "budget"
+        try:
+            cand = cand or _build(codes, consts, dataclasses.replace(target, tiles=table),
+                                  jobs, reps, work)
+            measured = _paired(base, cand, threads)
+        except KeyboardInterrupt:
+            return "interrupted"
+        for (key, choice, is_model), (secs, ratio, nodes) in measured.items():
+            if not is_model:
+                prof.record(key, choice, secs * 1e3, ratio, nodes)
+        run["confirmed"] = r + 1
+        prof.save()
+        log(f"  confirmation {r + 1}/{rounds}: {len(table.measured)} measured choices "
+            f"timed again beside the model's")
+    return None
 
 
 def _probe_target(target, variant: int, limit: int):
@@ -175,7 +211,8 @@ def _paired(base: list, cand: list, threads: int) -> dict:
     """{(key, choice, the model's): (seconds, seconds over the model's, nodes)} of the
     candidate programs `cand`, each timed beside the model's (`base`) in the order model,
     candidate, candidate, model, so that a drift of the machine's load falls on both
-    alike. Seconds are a run's, summed over the subgraphs."""
+    alike. Seconds are a run's (the faster of each side's two), summed over the
+    subgraphs."""
     acc: dict = {}
     for b, c in zip(base, cand):
         if b is None or c is None:
@@ -186,11 +223,12 @@ def _paired(base: list, cand: list, threads: int) -> dict:
         else:
             m1, c1, c2, m2 = (_charged(p, threads) for p in (b, c, c, b))
             ms, cs = [m1, m2], [c1, c2]
+        # Each side's faster run: a burst of load slows a run, nothing speeds one up.
         for key, (_, kc, nodes) in cs[0].items():
             if key in ms[0]:
                 s0, m0, n0 = acc.get(kc, (0.0, 0.0, []))
-                acc[kc] = (s0 + sum(r[key][0] for r in cs) / 2,
-                           m0 + sum(r[key][0] for r in ms) / 2, n0 + nodes)
+                acc[kc] = (s0 + min(r[key][0] for r in cs), m0 + min(r[key][0] for r in ms),
+                           n0 + nodes)
     return {kc: (secs, secs / model if model else 1.0, nodes)
             for kc, (secs, model, nodes) in acc.items()}
 
@@ -209,7 +247,9 @@ def summarize(prof: Profile, keys, path: str) -> dict:
     for key in sorted(keys):
         e = prof.contractions[key]
         med = {lab: statistics.median(v) for lab, v in e["ms"].items() if v}
+        ratio = e.get("vs_model", {}).get(e["choice"]) if e["choice"] != e["model"] else None
         rows.append({"key": key, "model": e["model"], "model_ms": med.get(e["model"]),
                      "choice": e["choice"], "choice_ms": med.get(e["choice"]),
+                     "vs_model": statistics.median(ratio) if ratio else 1.0,
                      "candidates": len(med), "nodes": e["nodes"][:3]})
     return {"profile": path, "contractions": rows}
