@@ -5,6 +5,7 @@ Public interface: the `rstf` command (rstf.cli), and its Python mirror (rstf.api
     rstf.optimize(model, out_dir=None, **options) -> OptimizeResult   (`rstf optimize`)
     rstf.compare(model, out_dir_or_result, ...) -> dict                (`rstf compare --json`)
     rstf.inspect(model, svg=None, ...) -> dict                         (`rstf inspect --json`)
+    rstf.tune(model, budget="10m", ...) -> dict                        (`rstf tune --json`)
     rstf.load(out_dir) -> callable model                               (rstf.serving.load)
 
 `model` is a .pb / .pbtxt path, a SavedModel folder, or a tf.compat.v1.GraphDef.
@@ -22,12 +23,12 @@ Everything is imported lazily: `import rstf` does not import TensorFlow.
 """
 __version__ = "0.1.0"
 
-__all__ = ["optimize", "compare", "inspect", "load", "OptimizeResult", "RstfError",
+__all__ = ["optimize", "compare", "inspect", "tune", "load", "OptimizeResult", "RstfError",
            "__version__"]
 
 
 def __getattr__(name):
-    if name in ("optimize", "inspect", "OptimizeResult"):
+    if name in ("optimize", "inspect", "tune", "OptimizeResult"):
         from . import api
 
         return getattr(api, name)

@@ -149,3 +149,25 @@ def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None,
     with model_path(model) as path:
         return run(path, shapes, list(outputs) if outputs else None, max_ops, svg,
                    fold_scales)
+
+
+def tune(model, *, input_shapes=None, outputs=None, profile: str | None = None,
+         budget="10m", probes: int = 6, reps: int = 15, confirm: int = 2,
+         march: str = "native", threads: int = 0, max_ops=None, fold_scales: bool = False,
+         fresh: bool = False, log=None) -> dict:
+    """`rstf tune` from Python: the dict `rstf tune --json` prints (`profile`, the
+    `contractions` with the model's and the chosen tile, `probes_done`, `stopped`). The
+    keywords are the command's options; `budget` is seconds or a string such as "10m".
+    `log` receives the progress lines (default: none).
+
+        >>> rstf.tune("model.pb", budget="5m")["profile"]
+    """
+    from .tuner.search import parse_budget, tune as run
+
+    secs = parse_budget(str(budget))
+    shapes = {k: tuple(v) for k, v in input_shapes.items()} if input_shapes else None
+    with model_path(model) as path:
+        return run(path, shapes, list(outputs) if outputs else None, profile=profile,
+                   budget=secs, probes=probes, reps=reps, confirm=confirm, march=march,
+                   threads=threads, max_ops=max_ops, fold_scales=fold_scales, fresh=fresh,
+                   log=log or (lambda _m: None))

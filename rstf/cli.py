@@ -193,7 +193,7 @@ def _tune_parser(sub) -> None:
 
 def _tune(a) -> int:
     from .frontend.graph import parse_input_shapes
-    from .tune.search import parse_budget, tune
+    from .tuner.search import parse_budget, tune
 
     budget = parse_budget(a.budget)
     r = tune(a.model, parse_input_shapes(a.input_shape), _outputs(a), profile=a.profile,

@@ -207,7 +207,7 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
     and 7x1 convs as Winograd (rstf/poly/winograd.py); False keeps every conv bit-identical to
     the textbook C. `fold_scales` (poly only): per-channel multiplies after a conv or matmul
     (batch norm's scale) go into its weights (rstf/frontend/scalefold.py); False keeps them.
-    `tuning` (poly only): the register tiles measured by `rstf tune` (rstf/tune/profile.py):
+    `tuning` (poly only): the register tiles measured by `rstf tune` (rstf/tuner/profile.py):
     'auto' this machine's profile where there is one, 'off' the analytic model's alone, or
     a profile's path.
     """
@@ -243,10 +243,10 @@ def optimize(model: str, out_dir: str | None = None, input_shapes=None, outputs=
 def poly_target(march: str, cc: str, tuning: str = "off"):
     """(the polyhedral pass's target, the profile it carries or None): the vector ISA that
     `cc -march=<march>` compiles for (poly/target.py), with the tiles of the profile
-    `tuning` names (`tune.profile.resolve`: 'auto', 'off' or a path). A bad profile fails
+    `tuning` names (`tuner.profile.resolve`: 'auto', 'off' or a path). A bad profile fails
     here, before any work."""
     from .poly.target import detect
-    from .tune.profile import resolve
+    from .tuner.profile import resolve
 
     target = detect(march, cc)
     prof = resolve(tuning, target.name)

@@ -11,8 +11,8 @@ from test_cli_inputs import assert_one_line_error, rstf
 from harness import make_graph_def, save_graph_def, tf
 from rstf import api
 from rstf.poly.tiles import TileChoice, candidates
-from rstf.tune.profile import FORMAT, MARGIN, Profile, default_path, tuning_dir
-from rstf.tune.search import parse_budget
+from rstf.tuner.profile import FORMAT, MARGIN, Profile, default_path, tuning_dir
+from rstf.tuner.search import parse_budget
 
 rng = np.random.RandomState(11)
 
@@ -192,3 +192,12 @@ def test_choice_is_made_on_the_most_repeated_ratios(tmp_path):
         prof.record("k3", a, 1.0, 1.0, ["n"])  # no model's choice for a new key
     prof.save()
     assert Profile.load(prof.path).contractions == prof.contractions
+
+
+def test_a_spent_budget_stops_before_the_first_probe_and_says_so(tuned, tmp_path):
+    import rstf
+    pb, _, _ = tuned
+    path = str(tmp_path / "p.json")
+    r = rstf.tune(pb, profile=path, budget=0.001)
+    assert r["stopped"] == "budget" and r["probes_done"] == 0 and r["contractions"] == []
+    assert json.load(open(path))["contractions"] == {}

@@ -4,7 +4,7 @@ measurement chooses among.
 The analytic model (`microkernel.choose_tile`, `choose_order`, `single_vector_tile`) picks
 one tile and one order for each contraction from constants; `rstf tune` measures the
 model's choice against the next candidates the same model ranks, on this machine, and
-keeps the fastest in a per-machine profile (`rstf.tune.profile`). A `TileTable` carries
+keeps the fastest in a per-machine profile (`rstf.tuner.profile`). A `TileTable` carries
 those measured choices into the pass (`Target.tiles`); `schedule._order` asks it once per
 kernel, after the model has decided, and records on the kernel which of the two decided
 (`Kernel.chosen_by`).
