@@ -3,6 +3,8 @@ from setuptools import find_packages, setup
 
 BENCH = ["onnxruntime==1.32.0", "tf2onnx==1.17.0", "onnx==1.23.2", "openvino==2026.4.1"]
 
+TUNE = ["scikit-learn==1.9.1", "scipy==1.17.1"]
+
 setup(
     name="rstf",
     version="0.1.0",
@@ -26,7 +28,9 @@ setup(
     extras_require={
         # The other engines of `rstf bench`; without them they show as "not installed".
         "bench": BENCH,
-        "test": ["pytest==9.0.3", "hypothesis==6.155.2", *BENCH],
+        # `rstf tune`'s learned tile model (rstf/tuner/learned.py).
+        "tune": TUNE,
+        "test": ["pytest==9.0.3", "hypothesis==6.155.2", *BENCH, *TUNE],
     },
     entry_points={"console_scripts": ["rstf=rstf.cli:main"]},
 )

@@ -72,6 +72,11 @@ class Extents:
                 f"call={self.call}{extra} threads={t.threads}")
 
 
+def tile_cost_of(c: TileChoice, ext: Extents, t: Target) -> float:
+    """The analytic model's cost per output of choice `c` (its tile; the order aside)."""
+    return tile_cost(c.rb, c.nv, ext.rows, ext.cols, t)
+
+
 def candidates(model: TileChoice, ext: Extents, t: Target, limit: int) -> list[TileChoice]:
     """At most `limit` choices for a kernel of extents `ext` on `t`: the model's first (see
     the module docstring). Every one fits the registers and the columns."""
@@ -82,7 +87,7 @@ def candidates(model: TileChoice, ext: Extents, t: Target, limit: int) -> list[T
     for nv in range(4, 0, -1):
         if ext.cols < t.vlen * nv:
             continue
-        tiles = [(tile_cost(rb, nv, ext.rows, ext.cols, t), rb)
+        tiles = [(tile_cost_of(TileChoice(rb, nv, False), ext, t), rb)
                  for rb in range(1, min(ext.rows, MAX_RB) + 1) if fits_registers(rb, nv, t)]
         per_nv[nv] = sorted(tiles)
     level = 0

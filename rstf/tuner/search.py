@@ -56,17 +56,35 @@ def kernel_choices(report: dict) -> dict[str, tuple[str, TileChoice, bool]]:
     return out
 
 
-def charge(calls: list[dict], choices: dict[str, tuple[str, TileChoice, bool]]
-           ) -> dict[tuple[str, TileChoice, bool], tuple[float, list[str]]]:
-    """{(key, choice, the model's): (seconds, nodes)}: each timed call's median seconds
-    credited to the contractions it runs (`choices`, by TF node), summed over the calls."""
-    out: dict = {}
-    for c in calls:
-        nodes = [n.split(" ", 1)[1] for n in c["nodes"] if " " in n]
-        for kc in {choices[n] for n in nodes if n in choices}:
-            secs, names = out.get(kc, (0.0, []))
-            out[kc] = (secs + c["seconds"], names + [n for n in nodes if n in choices])
+def _names(call: dict) -> frozenset[str]:
+    """The TF node names a timed call runs (its nodes are "Type name")."""
+    return frozenset(n.split(" ", 1)[1] for n in call["nodes"] if " " in n)
+
+
+def regions(programs: list[list[dict]], choices: list[dict]) -> dict[str, frozenset[str]]:
+    """{key: the TF nodes whose calls are charged to it}: the nodes of its kernels, grown
+    by every call of any of `programs` that runs one of them, until no call adds more.
+    A tile choice can change which groups fuse (a band refuses column tiles outermost):
+    one program may run a contraction and its neighbour in one call and another in two,
+    and each must then be charged both."""
+    calls = [_names(c) for prog in programs for c in prog]
+    out = {}
+    for key in {kc[0] for ch in choices for kc in ch.values()}:
+        nodes = {n for ch in choices for n, kc in ch.items() if kc[0] == key}
+        grown = True
+        while grown:
+            grown = False
+            for names in calls:
+                if names & nodes and not names <= nodes:
+                    nodes |= names
+                    grown = True
+        out[key] = frozenset(nodes)
     return out
+
+
+def charge(calls: list[dict], region: frozenset[str]) -> float:
+    """Seconds of the timed calls that run any node of `region`."""
+    return sum(c["seconds"] for c in calls if _names(c) & region)
 
 
 def run_id(model: str, input_shapes, outputs) -> str:
@@ -211,33 +229,30 @@ def _paired(base: list, cand: list, threads: int) -> dict:
     """{(key, choice, the model's): (seconds, seconds over the model's, nodes)} of the
     candidate programs `cand`, each timed beside the model's (`base`) in the order model,
     candidate, candidate, model, so that a drift of the machine's load falls on both
-    alike. Seconds are a run's (the faster of each side's two), summed over the
-    subgraphs."""
+    alike. A key's seconds are a run's (the faster of each side's two) over its `regions`,
+    summed over the subgraphs."""
     acc: dict = {}
     for b, c in zip(base, cand):
         if b is None or c is None:
             continue
         if c is b:  # the model's own probe: its two runs are both sides
-            ms = [_charged(b, threads), _charged(b, threads)]
+            ms = [b[0].run(threads)[1], b[0].run(threads)[1]]
             cs = ms
         else:
-            m1, c1, c2, m2 = (_charged(p, threads) for p in (b, c, c, b))
+            m1, c1, c2, m2 = (p[0].run(threads)[1] for p in (b, c, c, b))
             ms, cs = [m1, m2], [c1, c2]
-        # Each side's faster run: a burst of load slows a run, nothing speeds one up.
-        for key, (_, kc, nodes) in cs[0].items():
-            if key in ms[0]:
-                s0, m0, n0 = acc.get(kc, (0.0, 0.0, []))
-                acc[kc] = (s0 + min(r[key][0] for r in cs), m0 + min(r[key][0] for r in ms),
-                           n0 + nodes)
+        by_key = {kc[0]: kc for kc in c[1].values()}
+        for key, region in regions([ms[0], cs[0]], [b[1], c[1]]).items():
+            if key not in by_key:
+                continue
+            # Each side's faster run: a burst of load slows a run, nothing speeds one up.
+            secs = min(charge(r, region) for r in cs)
+            model = min(charge(r, region) for r in ms)
+            nodes = sorted(n for n, kc in c[1].items() if kc[0] == key)
+            s0, m0, n0 = acc.get(by_key[key], (0.0, 0.0, []))
+            acc[by_key[key]] = (s0 + secs, m0 + model, n0 + nodes)
     return {kc: (secs, secs / model if model else 1.0, nodes)
             for kc, (secs, model, nodes) in acc.items()}
-
-
-def _charged(prog, threads: int) -> dict:
-    """{key: (seconds, (key, choice, the model's), nodes)} of one run of a built program."""
-    timer, choices = prog
-    return {kc[0]: (secs, kc, nodes)
-            for kc, (secs, nodes) in charge(timer.run(threads)[1], choices).items()}
 
 
 def summarize(prof: Profile, keys, path: str) -> dict:

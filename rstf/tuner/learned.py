@@ -1,0 +1,145 @@
+"""A learned tile model: the thesis's idea (tile-size-selection-nn.txt) on `rstf tune`'s own
+measurements, as a gradient-boosted regressor (scikit-learn) rather than a hand-written
+trainer.
+
+Every measured (contraction, candidate) pair of a profile is one sample: its features are
+the contraction's extents and the candidate's tile (`features`), its target the log of the
+candidate's median time over the analytic model's choice timed beside it (`vs_model`). The
+regressor then predicts that ratio for the candidates of a contraction no probe measured,
+and `rank` orders them by it. `evaluate` trains on some tuning runs (models) and tests on
+the contractions of the others, as the thesis tests on layers of networks it never saw:
+Spearman's rank correlation of predicted and measured ratios, top-1 and top-5 hit rates,
+and how often the predicted best is within 5% of the measured best; the same for the
+analytic model's own ranking (`tiles.candidates` order) as the baseline.
+
+scikit-learn is the `tune` extra (`pip install rstf[tune]`); without it `available()` is
+False and nothing here is used.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+from ..poly.target import Target
+from ..poly.tiles import Extents, TileChoice, candidates, tile_cost_of
+from .profile import Profile
+
+MIN_KEYS = 12  # contractions a profile must hold before a model is trained on it
+NEAR = 0.05  # "within 5% of the measured best"
+
+
+def available() -> bool:
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def parse_key(key: str) -> Extents:
+    """The extents a profile key (`Extents.key`) was made from."""
+    fields = dict(x.split("=", 1) for x in key.split() if "=" in x)
+    loops = tuple(x for x in key.split() if "=" not in x)
+    return Extents(int(fields["rows"]), int(fields["cols"]), int(fields["outer"]),
+                   int(fields["depth"]), int(fields["call"]), loops)
+
+
+def features(ext: Extents, c: TileChoice, model: TileChoice, t: Target) -> list[float]:
+    """A (contraction, candidate) pair as numbers: the extents (log2), the loops a call
+    runs, the tile, the remainders it leaves, and the analytic model's cost of the
+    candidate over its cost of its own choice."""
+    vb = t.vlen * c.nv
+    lg = lambda x: math.log2(max(x, 1))  # noqa: E731
+    return [lg(ext.rows), lg(ext.cols), lg(ext.outer), lg(ext.depth), lg(ext.call),
+            float("kin" in ext.loops), float("k2" in ext.loops), float("merged" in ext.loops),
+            c.rb, c.nv, float(c.tile_outer), c.rb * c.nv,
+            (ext.rows % c.rb) / c.rb, (ext.cols % vb) / ext.cols,
+            tile_cost_of(c, ext, t) / tile_cost_of(model, ext, t),
+            float(c.tile_outer != model.tile_outer), float(c == model)]
+
+
+def samples(prof: Profile, t: Target, keys=None) -> list[tuple[str, TileChoice, list, float]]:
+    """(key, candidate, features, log median ratio) for every measured pair of `prof`
+    (of `keys` only, when given)."""
+    out = []
+    for key, e in prof.contractions.items():
+        if keys is not None and key not in keys:
+            continue
+        ext, model = parse_key(key), TileChoice.parse(e["model"])
+        for label, ratios in e.get("vs_model", {}).items():
+            if ratios:
+                c = TileChoice.parse(label)
+                out.append((key, c, features(ext, c, model, t),
+                            math.log(statistics.median(ratios))))
+    return out
+
+
+def train(rows: list):
+    """A regressor fitted on `samples` rows (fixed seed: the same data, the same model)."""
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    reg = GradientBoostingRegressor(n_estimators=200, max_depth=3, learning_rate=0.05,
+                                    subsample=0.8, random_state=0)
+    reg.fit([r[2] for r in rows], [r[3] for r in rows])
+    return reg
+
+
+def rank(reg, ext: Extents, model: TileChoice, t: Target, limit: int
+         ) -> list[tuple[float, TileChoice]]:
+    """The candidates of a contraction, (predicted ratio to the model's, choice), best
+    first."""
+    cands = candidates(model, ext, t, limit)
+    pred = reg.predict([features(ext, c, model, t) for c in cands])
+    return sorted(((math.exp(p), c) for p, c in zip(pred, cands)),
+                  key=lambda pc: (pc[0], cands.index(pc[1])))
+
+
+def evaluate(prof: Profile, t: Target, test_runs: list[str]) -> dict:
+    """Train on the contractions of the profile's other runs, test on those only
+    `test_runs` measured (run ids, or model paths as the runs record them)."""
+    runs = prof.runs
+    chosen = {r for r, info in runs.items() if r in test_runs or info.get("model") in test_runs}
+    test_keys = {k for r in chosen for k in runs[r].get("keys", [])}
+    train_keys = {k for r in runs if r not in chosen for k in runs[r].get("keys", [])}
+    train_keys -= test_keys
+    if not test_keys or not train_keys:
+        raise ValueError("the profile needs contractions measured in both the training "
+                         "and the test runs")
+    reg = train(samples(prof, t, train_keys))
+    learned, analytic = [], []
+    for key in sorted(test_keys):
+        e = prof.contractions.get(key)
+        rows = [r for r in samples(prof, t, {key})]
+        if e is None or len(rows) < 2:
+            continue
+        measured = {r[1]: math.exp(r[3]) for r in rows}
+        pred = dict(zip([r[1] for r in rows], reg.predict([r[2] for r in rows])))
+        by_pred = sorted(measured, key=pred.get)
+        model = TileChoice.parse(e["model"])
+        order = candidates(model, parse_key(key), t, 64)
+        by_model = sorted(measured, key=lambda c: order.index(c) if c in order else 99)
+        learned.append(_scores(measured, by_pred, pred))
+        analytic.append(_scores(measured, by_model,
+                                {c: by_model.index(c) for c in by_model}))
+    return {"train_contractions": len(train_keys), "test_contractions": len(learned),
+            "learned": _summary(learned), "analytic": _summary(analytic)}
+
+
+def _scores(measured: dict, ranking: list, score: dict) -> dict:
+    from scipy.stats import spearmanr
+
+    best = min(measured, key=measured.get)
+    top5 = ranking[:5]
+    rho = spearmanr([score[c] for c in measured], list(measured.values())).statistic \
+        if len(measured) > 2 else float("nan")
+    return {"top1": ranking[0] == best, "top5": best in top5,
+            "near": measured[ranking[0]] <= measured[best] * (1 + NEAR), "rho": rho}
+
+
+def _summary(scores: list[dict]) -> dict:
+    n = len(scores)
+    rhos = [s["rho"] for s in scores if not math.isnan(s["rho"])]
+    return {"top1": sum(s["top1"] for s in scores) / n if n else None,
+            "top5": sum(s["top5"] for s in scores) / n if n else None,
+            "within_5pct": sum(s["near"] for s in scores) / n if n else None,
+            "spearman": statistics.median(rhos) if rhos else None}
