@@ -26,12 +26,8 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import TYPE_CHECKING
 
 from .tuning import Tuning
-
-if TYPE_CHECKING:
-    from .tiles import TileTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,20 +41,17 @@ class Target:
     fma_chains: float = 10.0
     load_cost: float = 0.5
     # A depthwise conv's channel tiles run inside each chunk of rows (`schedule.tile_time`):
-    # on AVX2 (Zen 3) MobileNet v2's kernels 0.971x; on AVX-512 (Zen 4) it changes nothing
-    # (1.008 and 1/1.003, `ab_kernels.py`, 300 pairs each order, 2026-11-25), so off there.
+    # with 16 registers the chunk's input rows stay in L1 across its tiles; with 32 the
+    # order does not matter.
     depthwise_tiles_in_chunks: bool = False
     # A small map's 1x1 conv runs its pixels as one row of chunks (`contraction.merge_rows`):
-    # on AVX2 (Zen 3) MobileNet v2's kernels 0.94-0.95x; on AVX-512 (Zen 4) 1.077x and
-    # 1/0.929 the time (the same A/B as above): with 32 registers the per-row 7x48 tiles of
-    # the 7- and 14-row maps already hold enough accumulators, and the merged maps' 9x48
-    # chunks lose to them. Off there.
+    # with 16 registers a 7-pixel row leaves a tile too few accumulators; with 32 on
+    # half-width FMA pipes the per-row 7x48 tiles already hold enough, and the merged
+    # maps' 9x48 chunks lose to them.
     merge_rows: bool = False
     # A 1x1 conv with a short reduction runs in tiles one vector wide, RB x 16
-    # (`microkernel.single_vector_tile`): measured faster on Zen 4 (see there). Why is not
-    # established (no performance counters in that VM): it is not the separate broadcast
-    # instructions of wider tiles, since an 8x48 kernel whose FMAs all took their broadcast
-    # from memory (`{1to16}`, inline asm) ran slower, 0.407 against 0.378 ms.
+    # (`microkernel.single_vector_tile`), where that measured faster: half-width FMA
+    # pipes. Why is not established.
     single_vector_tiles: bool = False
     # The machine the tile-order model (`microkernel.choose_order`) plans for: bytes of L2
     # a core, and the threads the generated code runs with. 0: this machine's (sysfs, and
@@ -69,7 +62,7 @@ class Target:
     tuning: Tuning = Tuning()
     # Register tiles and loop orders measured on this machine (`tiles.TileTable`, from
     # `rstf tune`'s profile), which override the model's where they name a contraction.
-    tiles: "TileTable | None" = None
+    tiles: object = None  # a tiles.TileTable (tiles.py imports this module)
 
     @property
     def l2_bytes(self) -> int:
@@ -95,20 +88,13 @@ class Target:
         return f"rstf_v{floats or self.vlen}"
 
 
-# The model's constants were tuned on Zen 4 (AVX-512, the tiles measured in microkernel.py)
-# and fitted on Zen 3 (AVX2): there 7 chains and loads at 0.2 of an FMA pick 7x8 tiles for
-# the 7-row convs of 7x7 maps instead of 4x16 + 3x16 (MobileNet v2's kernels 0.956x, one
-# thread, `ab_kernels.py` over 100 pairs) and keep every other tile; the AVX-512 constants
-# there pick the 4x16s, and 7x8 for 14 rows too was slower (1.046x).
+# The targets' defaults. Where each value came from, host by host: docs/tuning-constants.md;
+# `rstf tune` measures the tiles they lead to on the machine that serves. AVX2 and SSE cores
+# hide the FMA latency with fewer chains and load relatively cheaper than AVX-512 ones.
 AVX512 = Target("avx512", 16, 32, single_vector_tiles=True)
-# AVX-512 on cores whose FMA pipes are 512 bits wide (`fma_full_width`: Zen 5 does two
-# 512-bit FMAs a cycle, Zen 4 one, in two 256-bit halves). Measured on Zen 5 (MobileNet v2's
-# kernels, `ab_kernels.py`, B/A each order, 2026-11-25): single-vector tiles off 0.974 and
-# 1/1.018 (200 pairs), merged rows on 0.980 and 1/1.016, both 0.982 (the 7x7 maps' 1x1
-# expansions 18% faster); ResNet-50 0.988 and 1/1.000, Inception v3 1.005 and 1/0.999
-# (60 pairs). With an FMA a cycle to spare, a tile's loads weigh more: the wider tiles
-# load fewer operands per FMA. Other model constants measured neutral there (fma_chains 16,
-# load_cost 0.3 or 0.8, Tuning.b_stream 0.15 or 0.6, chunks of 128K or 512K: 0.995-1.007).
+# AVX-512 on cores whose FMA pipes are 512 bits wide (`fma_full_width`: two 512-bit FMAs a
+# cycle, not one in two 256-bit halves). With an FMA a cycle to spare, a tile's loads weigh
+# more, and the wider tiles load fewer operands per FMA.
 AVX512_FULL = Target("avx512-full", 16, 32, merge_rows=True)
 AVX2 = Target("avx2", 8, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True,
               merge_rows=True)
