@@ -199,3 +199,36 @@ def test_group_profile_feeds_integer_inputs(tmp_path):
     res = profile(_outdir(str(tmp_path), "int", new, info["workspace_bytes"], sg.flops),
                   reps=2, threads=1)
     assert res["total_seconds"] > 0 and res["calls"]
+
+
+def test_layer_sweep_builds_each_distinct_layer_alone(tmp_path):
+    """benchmarks/layer_sweep.py: a model's distinct Conv2D/MatMul layers at the asked
+    batch, each rebuilt as one component (op, BiasAdd, Relu) with the same attributes."""
+    from benchmarks.layer_sweep import build, layers
+
+    w3 = rng.randn(3, 3, 8, 16).astype(np.float32)
+    m = rng.randn(16, 10).astype(np.float32)
+
+    def model():
+        x = tf.compat.v1.placeholder(tf.float32, (None, 9, 9, 8), name="x")
+        y = tf.nn.relu(tf.nn.conv2d(x, w3, 2, "SAME"))
+        y = tf.nn.conv2d(tf.nn.relu(tf.nn.conv2d(x, w3, 2, "SAME") + y), rng.randn(
+            1, 1, 16, 16).astype(np.float32), 1, "VALID")
+        tf.matmul(tf.reduce_mean(y, [1, 2]), m, name="out")
+
+    pb = save_graph_def(make_graph_def(model), str(tmp_path))
+    specs = layers(pb, 4)
+    ops = sorted((s["op"], tuple(s["weight"]), len(s["nodes"])) for s in specs)
+    assert ops == [("Conv2D", (1, 1, 16, 16), 1), ("Conv2D", (3, 3, 8, 16), 2),
+                   ("MatMul", (16, 10), 1)]
+    conv = next(s for s in specs if s["weight"] == [3, 3, 8, 16])
+    assert conv["input"] == [4, 9, 9, 8] and conv["attrs"]["strides"] == [1, 2, 2, 1]
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.import_graph_def(build(specs), name="")
+    for i, s in enumerate(specs):
+        y = g.get_tensor_by_name(f"y{i}:0")
+        assert y.op.type == "Relu" and g.get_tensor_by_name(f"x{i}:0").shape == s["input"]
+    want = {(3, 3, 8, 16): [4, 5, 5, 16], (1, 1, 16, 16): [4, 5, 5, 16], (16, 10): [4, 10]}
+    for i, s in enumerate(specs):
+        assert g.get_tensor_by_name(f"y{i}:0").shape.as_list() == want[tuple(s["weight"])]
