@@ -136,9 +136,8 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
     log(f"tuning {model}: {len(codes)} subgraphs, {probes} probes of {reps} runs each, "
         f"budget {budget:.0f} s, profile {path}")
     stopped = None
+    base = None
     with tempfile.TemporaryDirectory(prefix="rstf-tune-") as work:
-        # The model's own tiles, built once: every probe is timed against them.
-        base = _build(codes, consts, _probe_target(target, 0, probes), jobs, reps, work)
         for v in range(probes):
             if v in run["done"]:
                 continue
@@ -146,6 +145,9 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
                 stopped = "budget"
                 break
             try:
+                # The model's own tiles, built once: every probe is timed against them.
+                base = base or _build(codes, consts, _probe_target(target, 0, probes), jobs,
+                                      reps, work)
                 cand = base if v == 0 else _build(codes, consts, _probe_target(
                     target, v, probes), jobs, reps, work)
                 measured = _paired(base, cand, threads)
@@ -187,6 +189,7 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
         if time.monotonic() - t0 > left:
             return "budget"
         try:
+            base = base or _build(codes, consts, _probe_target(target, 0, 1), jobs, reps, work)
             cand = cand or _build(codes, consts, dataclasses.replace(target, tiles=table),
                                   jobs, reps, work)
             measured = _paired(base, cand, threads)
