@@ -3,12 +3,22 @@ of them bit-identical to the textbook C, and a profile's choice taken where it n
 contraction, refused where it cannot apply."""
 import dataclasses
 
+import poly_cases
 import pytest
 from poly_cases import NATIVE, _bitwise_case
 
 from rstf.poly.microkernel import choose_tile, fits_registers
 from rstf.poly.target import AVX2, AVX512
 from rstf.poly.tiles import Extents, TileChoice, TileTable, candidates, valid
+
+
+@pytest.fixture(autouse=True)
+def _shared_inputs_unchanged():
+    """These tests draw inputs from poly_cases' shared RandomState: put it back as it was,
+    so that the test modules after this one get the inputs they always got."""
+    state = poly_cases.rng.get_state()
+    yield
+    poly_cases.rng.set_state(state)
 
 
 @pytest.mark.parametrize("target", [AVX512, AVX2])
