@@ -170,6 +170,9 @@ CASES = {
         tf.reduce_mean(tf.math.squared_difference(x, m), -1, keepdims=True) + 1e-12))(
         tf.reduce_mean(x, -1, keepdims=True))),
     "matmul_transposed_b": ((3, 33), lambda x: tf.matmul(x, _w(48, 33), transpose_b=True)),
+    # Attention's key to [heads, depth, tokens]: a transpose that moves the input's innermost
+    # axis, written in cache-line tiles of the output's last axis (opgen/shape.py).
+    "transpose_key_tiled": ((48, 2, 24), lambda x: tf.transpose(x, [1, 2, 0]) + 1.0),
     # A depthwise conv: a kernel that reads the input as vectors, all 9 taps (kh too) in
     # one call; the rows and columns at the padding border run in kernels with fewer taps,
     # so no point is left to the textbook loops and the BN/ReLU6 chain runs in registers.

@@ -213,6 +213,34 @@ def test_transpose(shape, perm):
         assert "y[i0][i1][i2] = x[i1][i2][i0];" in sg.source
 
 
+@pytest.mark.parametrize("shape,perm,dtype,tiled", [
+    ((48, 40), [1, 0], np.float32, "y[i0][16 * t + l] = x[16 * t + l][i0];"),
+    ((1, 64, 3, 20), [0, 2, 3, 1], np.float32,  # attention's key: [b, h, d, s]
+     "y[i0][i1][i2][16 * t + l] = x[0][16 * t + l][i1][i2];"),
+    ((32, 5, 7), [2, 1, 0], np.int32, "y[i0][i1][16 * t + l] = x[16 * t + l][i1][i0];"),
+    ((128, 3), [1, 0], np.bool_, "y[i0][64 * t + l] = x[64 * t + l][i0];"),  # 1-byte lanes
+    ((40, 24), [1, 0], np.float32, None),  # 40 is not whole tiles: the plain loops
+    ((16, 24), [1, 0], np.float32, None),  # one tile: nothing to gain
+    ((4, 32, 48), [1, 0, 2], np.float32, None),  # the innermost axis stays innermost
+])
+def test_transpose_in_cache_line_tiles(shape, perm, dtype, tiled):
+    """A transpose that moves the input's innermost axis writes the output's last axis a
+    cache line at a time (Transpose.emit); the values are TensorFlow's, exactly."""
+    x = (rng.random_sample(shape) > 0.5 if dtype == np.bool_
+         else (rng.standard_normal(shape) * 100).astype(dtype))
+
+    def build():
+        tf.identity(tf.transpose(ph(shape, dtype=tf.as_dtype(dtype)), perm), name="out")
+
+    got, want = generated_and_tf(build, {"x": x})
+    np.testing.assert_array_equal(got, want)
+    _, sg = check_against_tf(build, {"x": x}, rtol=0.0)
+    if tiled:
+        assert tiled in sg.source
+    else:
+        assert " t < " not in sg.source
+
+
 def test_transpose_refuses_a_non_permutation():
     def build():
         tf.identity(tf.raw_ops.Transpose(x=ph([2, 3]), perm=tf.constant([0, 0])), name="out")

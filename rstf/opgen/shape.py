@@ -203,6 +203,56 @@ class Transpose(_AffineGather):
         reads = [_Read(0, 1, perm.index(d)) for d in range(rank)]
         return reads, [in_shape[d] for d in perm]
 
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        """Where the input's innermost dimension moves (a true transpose of the two innermost
+        axes, such as attention's key to [heads, depth, tokens]), the output's innermost
+        loop is split into cache-line tiles and the input's innermost dimension runs between
+        the tile and the lanes (`transpose_tiles`): a row of the output is written a cache line
+        at a time while the lines it reads are used again by the next input column, instead
+        of one line read per element at a stride that, at a power of two, keeps evicting
+        itself from the same cache sets. A copy, so the order changes no value."""
+        in_shape = graph.tensor_shape(node.inputs[0])
+        reads, out_shape = self.reads(node, graph, in_shape)
+        tiles = transpose_tiles(reads, out_shape, node.out_dtypes[0].itemsize)
+        if tiles is None:
+            return super().emit(node, graph)
+        q, lanes = tiles
+        rank = len(out_shape)
+        idx = index_names("i", rank)
+        last = f"{lanes} * t + l"
+        out_sub = idx[:-1] + [last]
+        in_sub = ["0" if out_shape[r.out_dim] == 1 else
+                  (last if r.out_dim == rank - 1 else idx[r.out_dim]) for r in reads]
+        loops = idx[:q] + ["t"] + idx[q:-1] + ["l"]
+        extents = list(out_shape[:q]) + [out_shape[-1] // lanes] + list(out_shape[q:-1]) + [lanes]
+        ct = self.ctype(node)
+        body = render("ops/transpose_tiled.c.j2", loops=loops, extents=extents, out="y",
+                      inp="x", out_sub=out_sub, in_sub=in_sub)
+        return OpFunction(body, [ArrayParam("x", tuple(in_shape), ct)],
+                          [ArrayParam("y", tuple(out_shape), ct)],
+                          summary=f"Transpose {list(in_shape)} -> {list(out_shape)}, "
+                                  f"{lanes}-element tiles of the last axis")
+
+
+# A cache line: what one tile of a tiled transpose writes (and reads, a column at a time).
+CACHE_LINE_BYTES = 64
+
+
+def transpose_tiles(reads, out_shape, itemsize: int) -> tuple[int, int] | None:
+    """(q, lanes) for a tiled transpose: the output dimension q that reads the input's
+    innermost dimension, and the tile of the output's innermost dimension (one cache line
+    of elements); None where the input's innermost dimension stays innermost, where either
+    dimension is too short for tiles to matter, or where the tile does not divide the
+    output's innermost extent."""
+    lanes = CACHE_LINE_BYTES // itemsize
+    q = reads[-1].out_dim
+    rank = len(out_shape)
+    if rank < 2 or q is None or q == rank - 1 or out_shape[q] < 2:
+        return None
+    if out_shape[-1] <= lanes or out_shape[-1] % lanes:
+        return None
+    return q, lanes
+
 
 @op_handler("Slice")
 class Slice(_AffineGather):
