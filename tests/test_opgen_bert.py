@@ -5,7 +5,8 @@ end, through the op library (it is reported by the TensorFlow wrapper)."""
 import numpy as np
 import pytest
 
-from harness import check_against_tf, make_graph_def, tf
+from harness import (check_against_tf, load_graph_def, make_graph_def, run_generated, run_tf,
+                     tf)
 
 rng = np.random.RandomState(4321)
 
@@ -105,7 +106,30 @@ def test_select_v2_broadcast():
         tf.identity(tf.raw_ops.SelectV2(condition=cond, t=ph(t.shape, "t"), e=ph(e.shape, "e")),
                     name="out")
 
-    check_against_tf(build, {"c": c, "t": t, "e": e}, rtol=0.0)
+    _, sg = check_against_tf(build, {"c": c, "t": t, "e": e}, rtol=0.0)
+    # Floats go through the helper that reads both operands (it vectorises: chelpers.SELECTF)
+    assert "rstf_selectf(x0[0][0][i2][i3], x1[i0][i1][i2][i3], x2[i3])" in sg.source
+    assert "static inline float rstf_selectf" in sg.source
+
+
+def test_select_v2_keeps_the_other_operands_non_finite_values_out():
+    """Both operands are read, one is kept: an inf or NaN in the lane not chosen, as after
+    attention's softmax of a fully masked row, never reaches the output."""
+    c = np.array([True, False, True, False])
+    t = np.array([1.5, np.nan, -np.inf, 2.0], np.float32)
+    e = np.array([np.inf, -0.0, np.nan, 3.0], np.float32)
+
+    def build():
+        tf.identity(tf.raw_ops.SelectV2(condition=ph((4,), "c", tf.bool), t=ph((4,), "t"),
+                                        e=ph((4,), "e")), name="out")
+
+    feeds = {"c": c, "t": t, "e": e}
+    gd = make_graph_def(build)
+    graph = load_graph_def(gd, outputs=["out"])
+    got = run_generated(graph, ["SelectV2", "out"], feeds)[0]["out:0"]
+    want = run_tf(gd, feeds, ["out:0"])[0]
+    np.testing.assert_array_equal(got, want)
+    assert np.signbit(got[1]) and not np.isnan(got).any()
 
 
 def test_select_v2_int32_mask_path():

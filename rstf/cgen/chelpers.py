@@ -51,6 +51,20 @@ static inline float rstf_expf(float x)
 }
 """
 
+# SelectV2 on float values: `c ? a : b` in C reads `a` only where c holds and `b` only where it
+# does not, so gcc vectorises it as masked loads, which it cannot build from a mask of bytes
+# (a TF bool) for floats: the loop stays scalar (attention's mask after its softmax was slower
+# than the softmax). As a function's arguments both are read every time, and the select of two
+# values vectorises into a blend. Both reads are in bounds: the operands are whole tensors.
+SELECTF = """\
+/* SelectV2 on floats: both operands read, then one kept, so the loop vectorises
+   (rstf/cgen/chelpers.py). */
+static inline float rstf_selectf(unsigned char c, float a, float b)
+{
+    return c ? a : b;
+}
+"""
+
 # The error channel of the generated C (a gather's out-of-range index): the first error of a
 # call is kept in a thread-local record that the op wrapper clears before the call and reads
 # after it, on the thread that ran it, turning it into TensorFlow's InvalidArgument
@@ -88,7 +102,7 @@ LIBMVEC = ("/* libm functions gcc may vectorise with glibc's libmvec (rstf/cgen/
 _LIBMVEC_CALL = re.compile(r"\b(%s)\(" % "|".join(LIBMVEC_FUNCTIONS))
 
 # The helpers' names, which the polyhedral pass's raiser accepts as pure functions.
-FUNCTIONS = frozenset({"rstf_expf"})
+FUNCTIONS = frozenset({"rstf_expf", "rstf_selectf"})
 
 
 def helpers_for(texts) -> str:
@@ -96,6 +110,7 @@ def helpers_for(texts) -> str:
     one block: nothing when they call none, so a file defines only what it uses."""
     texts = list(texts)
     parts = [EXPF if any("rstf_expf(" in t for t in texts) else "",
+             SELECTF if any("rstf_selectf(" in t for t in texts) else "",
              INDEX_ERROR if any("rstf_index_error(" in t for t in texts) else "",
              LIBMVEC if any(_LIBMVEC_CALL.search(t) for t in texts) else ""]
     return "\n".join(p for p in parts if p)

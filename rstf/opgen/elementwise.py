@@ -254,6 +254,8 @@ class SelectV2(_Elementwise):
             raise Unsupported("SelectV2 whose condition is not bool")
 
     def expression(self, node: Node, operands: list[str], graph: Graph) -> str:
+        if self.ctype(node) == "float":  # a vectorisable select (rstf/cgen/chelpers.py)
+            return f"rstf_selectf({operands[0]}, {operands[1]}, {operands[2]})"
         return f"{operands[0]} ? {operands[1]} : {operands[2]}"
 
 

@@ -42,6 +42,7 @@ from pycparser import c_ast
 
 from . import abi
 from .microkernel import guarded, kernel_text, lanes, splat, vectors
+from .cparse import c_text
 from .scop import Scop, Statement, isl_name
 from .groups import CallSchedule, Kernel, extents, flat_addr, kernel_roles
 from .target import Target
@@ -290,6 +291,8 @@ class _Vector:
             return f"({a} {n.op} {b})", va or vb
         if isinstance(n, c_ast.TernaryOp):
             return self._select(n)
+        if isinstance(n, c_ast.FuncCall) and c_text(n.name) == "rstf_selectf":
+            return self._select(c_ast.TernaryOp(*n.args.exprs))  # SelectV2: c ? a : b
         raise Refused(type(n).__name__)
 
     def _ref(self, a) -> tuple[str, bool]:
