@@ -319,3 +319,6 @@ def test_a_crashed_runner_is_reported_by_how_it_ended_not_by_tensorflow_chatter(
     proc = subprocess.run([sys.executable, "-c", "raise SystemExit(3)"], capture_output=True,
                           text=True)
     assert runner_failure(proc) == "exit status 3"
+    proc = subprocess.run([sys.executable, "-c", "import os, signal; "
+                           "os.kill(os.getpid(), signal.SIGKILL)"], capture_output=True, text=True)
+    assert runner_failure(proc) == "killed by SIGKILL (as the system does when memory runs out)"

@@ -108,6 +108,10 @@ def runner_failure(proc) -> str:
     that killed it) and the last lines of its stderr that are not start-up chatter."""
     how = (f"killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
            else f"exit status {proc.returncode}")
+    if proc.returncode == -signal.SIGKILL:
+        # What Linux's out-of-memory killer sends, and what a user meets first: tf2onnx's
+        # conversion of a BERT-base graph alone peaks at about 20 GB.
+        how += " (as the system does when memory runs out)"
     lines = [ln.strip() for ln in proc.stderr.splitlines() if not _LOG_NOISE.search(ln)]
     tail = " ".join(lines[-3:])[-400:]
     return f"{how}: {tail}" if tail else how
