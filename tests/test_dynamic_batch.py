@@ -105,3 +105,30 @@ def test_bad_occupancy(dyn_model, tmp_path):
     from rstf.errors import RstfError
     with pytest.raises(RstfError, match="occupancy"):
         optimize(dyn_model, str(tmp_path / "x"), log=lambda m: None, occupancy=0)
+
+
+
+@pytest.mark.tfbuild
+def test_rewrites_made_at_batch_one_do_not_break_a_dynamic_batch(tmp_path):
+    """A BERT encoder with an unknown batch: at batch 1 its shapes fold, and the loader's
+    rewrites (dense layers merged into BatchMatMulV2s, the projections' bias adds moved ahead
+    of their Reshapes) make nodes the dynamic-batch graph does not have. A node reading one
+    is not separable, with that reason, instead of failing the optimization with a KeyError;
+    the rest runs per sample and the model matches TensorFlow at every batch."""
+    pytest.importorskip("keras_hub")
+    from test_models_bert import TINY, _feeds, build_bert_graph_def  # (puts models/ in reach)
+
+    gd = build_bert_graph_def("tiny", seq_len=8, batch=None, config=TINY)
+    path = save_graph_def(gd, str(tmp_path))
+    report = optimize(path, str(tmp_path / "o"), log=lambda m: None)
+    assert sorted(report["dynamic_batch"]) == ["padding_mask", "segment_ids", "token_ids"]
+    assert report["subgraphs"] and report["nodes_covered"] > 0
+    assert any(v["reason"].startswith("dynamic batch: ") for v in report["unsupported"].values())
+    import rstf
+    model = rstf.load(str(tmp_path / "o"))
+    for n in (2, 3):
+        feeds = _feeds(n, 8, TINY["vocabulary_size"], seed=n)
+        want = run_tf(gd, feeds, ["sequence_output:0"])[0]
+        got = model(**{k.split(":")[0]: v for k, v in feeds.items()})
+        got = got["sequence_output"] if isinstance(got, dict) else got[0]
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)

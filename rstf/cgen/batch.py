@@ -61,6 +61,10 @@ def separable_nodes(dyn: Graph, one: Graph, supported: set[str]) -> tuple[set[st
         try:
             batched_in = 0
             for t in h.data_inputs(node):
+                if t.split(":")[0].lstrip("^") not in dyn.nodes:
+                    # made by a rewrite that needs the static batch (a dense layer merged
+                    # into a BatchMatMulV2, a pointwise op moved ahead of a Reshape)
+                    raise Unsupported(f"input {t} is not in the dynamic-batch graph")
                 if one.is_const(t):
                     if not dyn.is_const(t):
                         raise Unsupported(f"input {t} depends on the batch size")
