@@ -107,7 +107,6 @@ def test_bad_occupancy(dyn_model, tmp_path):
         optimize(dyn_model, str(tmp_path / "x"), log=lambda m: None, occupancy=0)
 
 
-
 @pytest.mark.tfbuild
 def test_rewrites_made_at_batch_one_do_not_break_a_dynamic_batch(tmp_path):
     """A BERT encoder with an unknown batch: at batch 1 its shapes fold, and the loader's

@@ -26,6 +26,7 @@ import islpy as isl
 
 from .codegen import SubgraphCode, entry_params
 from ..frontend.graph import Graph
+from ..frontend.names import input_node
 from ..opgen import get_handler
 from ..opgen.base import Unsupported, numel
 from ..poly import versioning
@@ -61,7 +62,7 @@ def separable_nodes(dyn: Graph, one: Graph, supported: set[str]) -> tuple[set[st
         try:
             batched_in = 0
             for t in h.data_inputs(node):
-                if t.split(":")[0].lstrip("^") not in dyn.nodes:
+                if input_node(t) not in dyn.nodes:
                     # made by a rewrite that needs the static batch (a dense layer merged
                     # into a BatchMatMulV2, a pointwise op moved ahead of a Reshape)
                     raise Unsupported(f"input {t} is not in the dynamic-batch graph")

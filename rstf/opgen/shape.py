@@ -166,6 +166,14 @@ class _AffineGather(OpHandler):
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         in_shape = graph.tensor_shape(node.inputs[0])
         reads, out_shape = self.reads(node, graph, in_shape)
+        body, how = self.loops(node, reads, out_shape)
+        ct = self.ctype(node)
+        return OpFunction(body, [ArrayParam("x", tuple(in_shape), ct)],
+                          [ArrayParam("y", tuple(out_shape), ct)],
+                          summary=f"{node.op} {list(in_shape)} -> {list(out_shape)}: {how}")
+
+    def loops(self, node: Node, reads: list[_Read], out_shape) -> tuple[str, str]:
+        """(the C of the copy, how it reads for the summary): the output written in order."""
         idx = index_names("i", len(out_shape))
         in_sub = []
         for r in reads:
@@ -173,12 +181,8 @@ class _AffineGather(OpHandler):
                 in_sub.append(str(r.start))
             else:
                 in_sub.append(_affine_index(idx[r.out_dim], r.start, r.stride))
-        ct = self.ctype(node)
         body = render(self.template, idx=idx, shape=out_shape, out="y", inp="x", in_sub=in_sub)
-        return OpFunction(body, [ArrayParam("x", tuple(in_shape), ct)],
-                          [ArrayParam("y", tuple(out_shape), ct)],
-                          summary=f"{node.op} {list(in_shape)} -> {list(out_shape)}: "
-                                  f"x[{', '.join(in_sub) or ''}]")
+        return body, f"x[{', '.join(in_sub)}]"
 
 
 @op_handler("Transpose")
@@ -203,7 +207,7 @@ class Transpose(_AffineGather):
         reads = [_Read(0, 1, perm.index(d)) for d in range(rank)]
         return reads, [in_shape[d] for d in perm]
 
-    def emit(self, node: Node, graph: Graph) -> OpFunction:
+    def loops(self, node: Node, reads: list[_Read], out_shape) -> tuple[str, str]:
         """Where the input's innermost dimension moves (a true transpose of the two innermost
         axes, such as attention's key to [heads, depth, tokens]), the output's innermost
         loop is split into cache-line tiles and the input's innermost dimension runs between
@@ -211,11 +215,9 @@ class Transpose(_AffineGather):
         at a time while the lines it reads are used again by the next input column, instead
         of one line read per element at a stride that, at a power of two, keeps evicting
         itself from the same cache sets. A copy, so the order changes no value."""
-        in_shape = graph.tensor_shape(node.inputs[0])
-        reads, out_shape = self.reads(node, graph, in_shape)
         tiles = transpose_tiles(reads, out_shape, node.out_dtypes[0].itemsize)
         if tiles is None:
-            return super().emit(node, graph)
+            return super().loops(node, reads, out_shape)
         q, lanes = tiles
         rank = len(out_shape)
         idx = index_names("i", rank)
@@ -225,14 +227,9 @@ class Transpose(_AffineGather):
                   (last if r.out_dim == rank - 1 else idx[r.out_dim]) for r in reads]
         loops = idx[:q] + ["t"] + idx[q:-1] + ["l"]
         extents = list(out_shape[:q]) + [out_shape[-1] // lanes] + list(out_shape[q:-1]) + [lanes]
-        ct = self.ctype(node)
         body = render("ops/transpose_tiled.c.j2", loops=loops, extents=extents, out="y",
                       inp="x", out_sub=out_sub, in_sub=in_sub)
-        return OpFunction(body, [ArrayParam("x", tuple(in_shape), ct)],
-                          [ArrayParam("y", tuple(out_shape), ct)],
-                          summary=f"Transpose {list(in_shape)} -> {list(out_shape)}, "
-                                  f"{lanes}-element tiles of the last axis")
-
+        return body, f"x[{', '.join(in_sub)}] in {lanes}-element tiles of the last axis"
 
 # A cache line: what one tile of a tiled transpose writes (and reads, a column at a time).
 CACHE_LINE_BYTES = 64
