@@ -158,8 +158,8 @@ def dynamic_graphs(model, input_shapes, outputs, graph: Graph, log,
     dynamic = batch.dynamic_inputs(graph)
     if not dynamic:
         return dynamic, None, None
-    one = load_model(model, {**(input_shapes or {}), **dynamic}, outputs, fold=True,
-                     fold_scales=fold_scales)
+    one = load_model(model, input_shapes, outputs, fold=True, fold_scales=fold_scales,
+                     batch_pins=dynamic)
     log(f"dynamic batch: {', '.join(repr(n) for n in dynamic)} keep dimension 0 unknown; "
         f"subgraphs run per sample, versioned on the batch size")
     return dynamic, one, lambda supported: batch.separable_nodes(graph, one, supported)

@@ -93,8 +93,21 @@ def test_left_alone_for_a_2d_input():
     assert names == []
 
 
-def test_left_alone_when_the_shapes_are_not_known():
+def test_merged_under_a_dynamic_batch():
+    """x [?, 5, 8]: [?, 8] holds x's elements in order whatever the batch, and [?, 5, 6]
+    has the batch back (the element count fixes the unknown)."""
     gd = _dense_graph(x_shape=(None, 5, 8))
+    graph = _loaded(gd, ["out"])
+    assert graph.tensordots_merged == ["mm"]
+    for b in (1, 3):
+        feeds = _feeds((b, 5, 8))
+        np.testing.assert_allclose(_run(graph.graph_def, feeds, "out:0"),
+                                   _run(gd, feeds, "out:0"), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("x_shape", [(2, None, 8), (None, None, 8)])
+def test_left_alone_when_the_shapes_are_not_known(x_shape):
+    gd = _dense_graph(x_shape=x_shape)
     graph = _loaded(gd, ["out"])
     assert graph.tensordots_merged == []
 

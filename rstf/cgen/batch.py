@@ -14,7 +14,11 @@ unknown in the optimized graph. rstf then:
    parameters and SPECIALIZE makes a second version for `N <= c*P - 1`, where the batch
    loop stays sequential and each sample's own parallel loops (placed by the static pass:
    their trip counts are constants) use the threads. The dispatch reads N from the input
-   tensors and P, the thread count TensorFlow gives the op, at run time.
+   tensors and P, the thread count TensorFlow gives the op, at run time. Where the batch
+   loop is parallel it runs whole rounds only (N - N % P samples, the same count on every
+   thread); the last N % P samples run one after the other on all the threads, as in the
+   second version. Otherwise N = 3 on 2 threads would take two rounds of one-thread
+   samples, slower than three samples on both threads.
 
 The inner loops' placement is not re-versioned on P: the per-sample code is compiled once,
 and its parallel loops (rows of 8 to 150 in the reference models) occupy any thread count
@@ -134,16 +138,20 @@ def wrap(sg: SubgraphCode, occupancy=1) -> list[dict]:
         placed = v.placement["S0"] == 0
         ctx = versioning.context_c(v.context)
         lines.append(f"/* Version {i}, context {ctx}: "
-                     + ("the batch loop is distributed over the P threads, each sample "
-                        "runs sequentially. */" if placed else
+                     + ("the batch loop is distributed over the P threads in whole rounds, "
+                        "each sample sequential; the last N % P samples use the threads of "
+                        "their own parallel loops. */" if placed else
                         "the batch loop is sequential, each sample uses the threads of its "
                         "own parallel loops. */"))
         lines.append(f"static void {name}({', '.join(params)})")
         lines.append("{")
         if placed:
+            lines.append("    const long rounds = N - N % P;")
             lines.append("    #pragma omp parallel for num_threads(P) schedule(static)")
-            lines.append("    for (long n = 0; n < N; ++n)")
+            lines.append("    for (long n = 0; n < rounds; ++n)")
             lines.append(f"        {sample}({args(f'(char *)ws + (size_t)omp_get_thread_num() * {ws}')});")
+            lines.append("    for (long n = rounds; n < N; ++n)")
+            lines.append(f"        {sample}({args('ws')});")
         else:
             lines.append("    (void)P;")
             lines.append("    for (long n = 0; n < N; ++n)")

@@ -69,6 +69,8 @@ class Graph:
         self.scales_folded: list[str] = []  # Muls folded into weights (rstf.frontend.scalefold)
         # MatMuls now BatchMatMulV2s (rstf.frontend.tensordot)
         self.tensordots_merged: list[str] = []
+        # nodes made constant or batch-free by rstf.frontend.batchshape
+        self.batch_shapes_fixed: list[str] = []
         # nodes rewritten by folding Transposes into batched matmuls (rstf.frontend.transposes)
         self.transposes_folded: list[str] = []
         # pointwise ops moved ahead of a Reshape that splits the last axis (.reshapes)
@@ -283,11 +285,12 @@ def infer_outputs(gd) -> list[str]:
 
 def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None,
                outputs: list[str] | None = None, fold: bool = False,
-               fold_scales: bool = False) -> Graph:
+               fold_scales: bool = False, batch_pins: dict | None = None) -> Graph:
     """Load a model file or directory into a `Graph` with static shapes where TF knows them.
 
     With `fold`, pass-through nodes are bypassed first (rstf.frontend.passthrough; the Graph's
-    `bypassed` lists those removed), then nodes computable from constants alone are
+    `bypassed` lists those removed), shape arithmetic over a dynamic batch becomes constant
+    (rstf.frontend.batchshape; `batch_shapes_fixed` lists the nodes rewritten), then nodes computable from constants alone are
     evaluated (rstf.frontend.fold); the Graph's `folded` lists them; then each Dense over a
     3-D input (Reshape, MatMul, Reshape) becomes one BatchMatMulV2 (rstf.frontend.tensordot; the Graph's
     `tensordots_merged` lists the MatMuls), pointwise ops with a constant operand move ahead of
@@ -297,6 +300,10 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     With `fold_scales` too, per-channel multiplies after a
     contraction go into its weights (rstf.frontend.scalefold); the Graph's `scales_folded` lists the
     Muls removed.
+
+    `batch_pins` pins more input shapes after the dynamic batch's shape arithmetic is made
+    constant: the batch-1 graph of a dynamic-batch model (rstf/cgen/batch.py) is so
+    rewritten exactly as the dynamic one, node for node.
     """
     gd, signature = read_graph_def(path)
     if input_shapes:
@@ -310,8 +317,9 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     for o in outs:
         if o not in names:
             raise RstfError(f"output {o!r} is not a node of the graph")
-    folded, bypassed, merged, transposes, hoisted = [], [], [], [], []
+    folded, bypassed, merged, transposes, hoisted, batch_shapes = [], [], [], [], [], []
     if fold:
+        from .batchshape import constant_batch_shapes
         from .fold import fold_constants
         from .passthrough import bypass
         from .tensordot import merge_tensordots
@@ -320,6 +328,10 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
 
         infer_shapes(gd)  # a graph TF cannot import fails here, with its one-line message
         gd, bypassed = bypass(gd, outs)
+        gd, batch_shapes = constant_batch_shapes(gd, outs)
+    if batch_pins:
+        _pin_placeholders(gd, batch_pins)
+    if fold:
         gd, folded = fold_constants(gd, outs)
         if any(n.op == "MatMul" for n in gd.node):
             gd, merged = merge_tensordots(gd, outs, infer_shapes(gd))
@@ -338,6 +350,7 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     graph.tensordots_merged = merged
     graph.transposes_folded = transposes
     graph.pointwise_hoisted = hoisted
+    graph.batch_shapes_fixed = batch_shapes
     if signature is None or outputs:
         signature = default_signature(graph)
     graph.signature = signature

@@ -83,9 +83,12 @@ def sole_data_reader(name: str, reader, nodes: dict, refs: dict, keep) -> bool:
             and not any(u.startswith("^") for u in nodes[name].input))
 
 
-def static_shape(shapes: dict, tensor: str) -> tuple | None:
-    """`tensor`'s shape in `shapes` (`graph.infer_shapes`' result) when fully known."""
+def static_shape(shapes: dict, tensor: str, batch: bool = False) -> tuple | None:
+    """`tensor`'s shape in `shapes` (`graph.infer_shapes`' result) when fully known; with
+    `batch`, also when dimension 0 alone is unknown (None): a dynamic batch's tensor."""
     name, k = split_tensor(tensor)
     outs = shapes.get(name, ([], []))[0]
     s = outs[k] if k < len(outs) else None
-    return None if s is None or None in s else tuple(s)
+    if s is None or None in (s[1:] if batch else s):
+        return None
+    return tuple(s)

@@ -8,7 +8,8 @@ in rstf's code (a view of the product's buffer), but the bias add after it runs 
 the product. Moved ahead of the Reshape, with its constant flattened to [hidden], the add
 is a pointwise op on the product itself and runs in the contraction's registers.
 
-Pattern (float32, shapes known): r = Reshape(x) with x of shape [d..., N] and r of shape
+Pattern (float32, shapes known, or all but a dynamic batch: dimension 0 of x and r, the
+same unknown since the other axes match): r = Reshape(x) with x of shape [d..., N] and r of shape
 [d..., n1, .., nk] (n1 * .. * nk = N: only the last axis is split); p = Add, AddV2, Sub,
 Mul, RealDiv, Maximum, Minimum or BiasAdd (NHWC) of r and a Const c that broadcasts along
 the leading axes d... only (c's shape, leading ones dropped, fits [n1, .., nk]); r has no
@@ -56,7 +57,7 @@ def hoist_pointwise(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
 
     def shape(tensor: str) -> tuple | None:
         name = split_tensor(tensor)[0]
-        return known[name] if name in known else static_shape(shapes, tensor)
+        return known[name] if name in known else static_shape(shapes, tensor, batch=True)
 
     while True:
         live = [n for n in gd.node if n.name not in removed]
@@ -138,7 +139,7 @@ def _flat_constant(c: np.ndarray, x_shape, r_shape) -> np.ndarray | None:
         return None
     lead = len(x_shape) - 1
     split = r_shape[lead:]
-    if (tuple(r_shape[:lead]) != tuple(x_shape[:-1]) or len(split) < 2
+    if (tuple(r_shape[:lead]) != tuple(x_shape[:-1]) or len(split) < 2 or None in split
             or math.prod(split) != x_shape[-1]):
         return None
     if c.size == 1:

@@ -10,10 +10,12 @@ axes, and it is the op Keras' `EinsumDense` freezes to), the copies are gone and
 after it fuses as it does after the attention projections. The result is the same sum of
 products: rstf's kernel chooses its order either way.
 
-Pattern (float32, shapes known):
-- r1 = Reshape(x, [M, K]), x of rank 3 or more and shape [d..., K] with prod(d) = M;
+Pattern (float32, shapes known, or all but a dynamic batch: x's dimension 0):
+- r1 = Reshape(x, [M, K]), x of rank 3 or more and shape [d..., K] with prod(d) = M (M
+  unknown where d0 is: [?, K] holds x's elements in order whatever its first dimension);
 - m = MatMul(r1, W) without transpose_a (transpose_b becomes adj_y), W of rank 2;
-- r2 = Reshape(m, [d..., N]): x's leading axes again;
+- r2 = Reshape(m, [d..., N]): x's leading axes again (an unknown d0 in the same place: the
+  element count fixes it to x's);
 - r1 and m have no reader but the next node, carry and take no control edges, and are not
   model outputs (`keep`).
 
@@ -41,7 +43,7 @@ def merge_tensordots(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
     keep = set(keep)
 
     def shape(tensor: str) -> tuple | None:
-        return static_shape(shapes, tensor)
+        return static_shape(shapes, tensor, batch=True)
 
     def only_reader(name: str, reader) -> bool:
         return sole_data_reader(name, reader, nodes, refs, keep)
@@ -59,11 +61,13 @@ def merge_tensordots(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
             continue
         x, w = r1.input[0], m.input[1]
         xs, ws, out = shape(x), shape(w), shape(r2.name)
-        if xs is None or ws is None or out is None or len(xs) < 3 or len(ws) != 2:
+        if (xs is None or ws is None or out is None or len(xs) < 3 or len(ws) != 2
+                or None in ws):
             continue
         adj_y = m.attr["transpose_b"].b
         lead = xs[:-1]
-        if shape(r1.name) != (math.prod(lead), xs[-1]) or out != lead + (ws[0 if adj_y else 1],):
+        rows = None if lead[0] is None else math.prod(lead)
+        if shape(r1.name) != (rows, xs[-1]) or out != lead + (ws[0 if adj_y else 1],):
             continue
         controls = [t for t in r2.input if t.startswith("^")]
         r2.op = "BatchMatMulV2"

@@ -303,7 +303,18 @@ class StridedSlice(_AffineGather):
     ignored_inputs = (1, 2, 3)
     const_inputs = (1, 2, 3)
 
-    def reads(self, node, graph, in_shape):
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        # At batch 1, x[0:1] and x[:] read alike; only the slice spec tells them apart.
+        dense, layout = self._dense(node, graph, len(graph.tensor_shape(node.inputs[0])))
+        b, _, s, b_masked, e_masked, shrink = dense[0] if dense else (0, 0, 0, 0, 0, 1)
+        if not (layout and layout[0] == 0 and s == 1 and not shrink and e_masked
+                and (b_masked or b == 0)):
+            raise Unsupported("StridedSlice that does not take the whole dynamic batch "
+                              "dimension")
+
+    def _dense(self, node, graph, rank) -> tuple[list, list]:
+        """(per input dimension: (begin, end, stride, begin masked, end masked, shrink); per
+        output dimension: an input dimension, or None for a new axis)."""
         begin, end, strides = (_const_ints(graph, node.inputs[k], w)
                                for k, w in ((1, "begin"), (2, "end"), (3, "strides")))
         n = len(begin)
@@ -322,7 +333,6 @@ class StridedSlice(_AffineGather):
 
         # Sparse -> dense: an ellipsis (implicitly one after the last entry) stands for as
         # many full dimensions as the entries after it, new axes aside, leave unnamed.
-        rank = len(in_shape)
         entries = n if ellipsis else n + 1
         ell = ellipsis.bit_length() - 1 if ellipsis else n
         new_after = sum(bit("new_axis_mask", i) for i in range(ell + 1, n))
@@ -346,7 +356,10 @@ class StridedSlice(_AffineGather):
                               bit("end_mask", i), shrink))
         if len(dense) != rank:
             raise Unsupported(f"the slice names {len(dense)} of {rank} dimensions")
+        return dense, layout
 
+    def reads(self, node, graph, in_shape):
+        dense, layout = self._dense(node, graph, len(in_shape))
         reads, sizes = [], []
         for d, ((b, e, s, b_masked, e_masked, shrink), dim) in enumerate(zip(dense, in_shape)):
             if s == 0:
