@@ -74,10 +74,13 @@ def build_backbone(config: dict, seed: int = 0):
     return model
 
 
-def build_bert_graph_def(name: str, seq_len: int = DEFAULT_SEQ_LEN, batch: int | None = 1,
+def build_bert_graph_def(name: str, seq_len: int | None = DEFAULT_SEQ_LEN, batch: int | None = 1,
                          seed: int = 0, config: dict | None = None):
     """The frozen inference GraphDef of BERT model ``name`` (``BERT_MODELS``), or of
     ``config`` (BertBackbone keyword arguments; then ``name`` only labels errors).
+
+    ``seq_len`` None leaves the sequence length unknown ([batch, ?] inputs), as an encoder
+    exported for requests of any length is.
 
     Raises ValueError for an unknown name or a ``seq_len`` outside [1, max_sequence_length].
     """
@@ -85,7 +88,7 @@ def build_bert_graph_def(name: str, seq_len: int = DEFAULT_SEQ_LEN, batch: int |
         if name not in BERT_MODELS:
             raise ValueError(f"unknown model {name!r}")
         config = BERT_MODELS[name]
-    if not 1 <= seq_len <= config["max_sequence_length"]:
+    if seq_len is not None and not 1 <= seq_len <= config["max_sequence_length"]:
         raise ValueError(f"{name}: --seq-len {seq_len} outside [1, "
                          f"{config['max_sequence_length']}]")
     import tensorflow as tf

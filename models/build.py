@@ -431,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave the batch dimension unknown ([?, H, H, 3] or [?, L])")
     parser.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, metavar="L",
                         help=f"BERT models: sequence length (default {DEFAULT_SEQ_LEN})")
+    parser.add_argument("--dynamic-seq", action="store_true",
+                        help="BERT models: leave the sequence length unknown ([B, ?]; "
+                        "optimize it with --input-shape NAME:?,L for each input)")
     parser.add_argument("--batch", type=int, default=1, metavar="B",
                         help="BERT models: batch size (default 1)")
     args = parser.parse_args(argv)
@@ -453,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.name in BERT_MODELS:
         return _main_bert(args)
+    if args.dynamic_seq:
+        print("error: --dynamic-seq is for the BERT models", file=sys.stderr)
+        return 2
     if args.input_size is not None and args.input_size < min_input_size(args.name):
         print(f"error: {args.name} needs --input-size >= "
               f"{min_input_size(args.name)}", file=sys.stderr)
@@ -490,7 +496,7 @@ def _main_bert(args) -> int:
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        graph_def = build_bert_graph_def(args.name, args.seq_len,
+        graph_def = build_bert_graph_def(args.name, None if args.dynamic_seq else args.seq_len,
                                          None if args.dynamic_batch else args.batch, args.seed)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

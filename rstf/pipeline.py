@@ -175,6 +175,12 @@ def load_for_codegen(model, input_shapes, outputs, fold_scales: bool, log) -> tu
         log(f"bypassed {len(graph.bypassed)} pass-through nodes (Identity, IdentityN...)")
     if graph.folded:
         log(f"folded {len(graph.folded)} constant subexpressions")
+    if graph.batch_shapes_fixed:
+        log(f"made {len(graph.batch_shapes_fixed)} shapes computed from the dynamic batch "
+            f"constant (Reshapes take -1 for it)")
+    if graph.einsums_lowered:
+        log(f"lowered {len(graph.einsums_lowered)} Einsums by constant weights to batched "
+            f"matmuls between Reshapes")
     if graph.tensordots_merged:
         log(f"merged {len(graph.tensordots_merged)} dense layers over 3-D inputs (Reshape, "
             f"MatMul, Reshape) into BatchMatMulV2s")
@@ -423,6 +429,8 @@ def _report(graph: Graph, placeholders, codes: list[SubgraphCode], op_types, nod
         "nodes_folded": len(graph.folded),
         "scales_folded": len(graph.scales_folded),
         "tensordots_merged": len(graph.tensordots_merged),
+        "einsums_lowered": len(graph.einsums_lowered),
+        "batch_shapes_fixed": len(graph.batch_shapes_fixed),
         "transposes_folded": len(graph.transposes_folded),
         "pointwise_hoisted": len(graph.pointwise_hoisted),
         "nodes_total": len(counted),

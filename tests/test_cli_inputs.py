@@ -71,6 +71,14 @@ def test_bad_input_shape_flag(tiny_pb):
     assert_one_line_error(rstf("optimize", tiny_pb, "--input-shape", "nosuch:1,4"), "nosuch")
     assert_one_line_error(rstf("optimize", tiny_pb, "--input-shape", "x:1,5"), "incompatible")
     assert_one_line_error(rstf("optimize", tiny_pb, "--input-shape", "x:a,b"), "integers")
+    assert_one_line_error(rstf("optimize", tiny_pb, "--input-shape", "x:1,?"),
+                          "only dimension 0")
+
+
+def test_input_shape_keeps_the_batch_unknown_with_a_question_mark():
+    assert parse_input_shapes(["x:?,4", "y:2,3"]) == {"x": (None, 4), "y": (2, 3)}
+    with pytest.raises(RstfError, match="positive"):
+        parse_input_shapes(["x:?,0"])
 
 
 def test_march_must_be_an_architecture_name(tmp_path, tiny_pb):

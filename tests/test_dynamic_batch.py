@@ -157,3 +157,29 @@ def test_rewrites_made_at_batch_one_do_not_break_a_dynamic_batch(tmp_path):
         got = model(**{k.split(":")[0]: v for k, v in feeds.items()})
         got = got["sequence_output"] if isinstance(got, dict) else got[0]
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.tfbuild
+def test_bert_exported_for_any_length_runs_at_a_pinned_length_and_any_batch(tmp_path):
+    """keras-hub's BERT traced with [?, ?] ids freezes its projections to Einsum ops
+    (rstf/frontend/einsum.py lowers them). Pinned to [?, 8] (`--input-shape NAME:?,8`),
+    the whole encoder is generated, keeps its dynamic batch and matches TensorFlow."""
+    pytest.importorskip("keras_hub")
+    from test_models_bert import TINY, _feeds, build_bert_graph_def
+
+    gd = build_bert_graph_def("tiny", seq_len=None, batch=None, config=TINY)
+    assert any(n.op == "Einsum" for n in gd.node)
+    path = save_graph_def(gd, str(tmp_path))
+    pins = {n: (None, 8) for n in ("token_ids", "segment_ids", "padding_mask")}
+    report = optimize(path, str(tmp_path / "o"), input_shapes=pins, log=lambda m: None)
+    assert report["einsums_lowered"] > 0
+    assert report["unsupported"] == {}
+    assert report["flops_covered"] == report["flops_total"] > 0
+    import rstf
+    model = rstf.load(str(tmp_path / "o"))
+    for n in (2, 3):  # (_feeds pads the second sequence)
+        feeds = _feeds(n, 8, TINY["vocabulary_size"], seed=n)
+        want = run_tf(gd, feeds, ["sequence_output:0"])[0]
+        got = model(**{k.split(":")[0]: v for k, v in feeds.items()})
+        got = got["sequence_output"] if isinstance(got, dict) else got[0]
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)

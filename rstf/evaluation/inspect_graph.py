@@ -86,6 +86,7 @@ def inspect(model: str, input_shapes=None, outputs=None, max_ops: int | None = N
         "fold_scales": fold_scales,
         "scales_folded": len(graph.scales_folded),
         "tensordots_merged": len(graph.tensordots_merged),
+        "einsums_lowered": len(graph.einsums_lowered),
         "nodes_computing": len(sel.supported) + len(sel.reasons),
         "nodes_supported": len(sel.supported),
         "nodes_in_partitions": sum(p["nodes"] for p in partitions),

@@ -71,6 +71,8 @@ class Graph:
         self.tensordots_merged: list[str] = []
         # nodes made constant or batch-free by rstf.frontend.batchshape
         self.batch_shapes_fixed: list[str] = []
+        # Einsums now batched matmuls between Reshapes (rstf.frontend.einsum)
+        self.einsums_lowered: list[str] = []
         # nodes rewritten by folding Transposes into batched matmuls (rstf.frontend.transposes)
         self.transposes_folded: list[str] = []
         # pointwise ops moved ahead of a Reshape that splits the last axis (.reshapes)
@@ -218,18 +220,26 @@ def _read_saved_model(path: str):
 # --------------------------------------------------------------------------- shapes
 
 
-def parse_input_shapes(specs: Iterable[str]) -> dict[str, tuple[int, ...]]:
-    """Parse `--input-shape NAME:d0,d1,...` values."""
+def parse_input_shapes(specs: Iterable[str]) -> dict[str, tuple]:
+    """Parse `--input-shape NAME:d0,d1,...` values. d0 may be `?`: dimension 0 stays
+    unknown (None), a dynamic batch, while the others are pinned (a BERT exported with
+    [?, ?] ids, served at one sequence length)."""
     out = {}
     for spec in specs or ():
         name, sep, dims = spec.rpartition(":")
         if not sep or not name:
             raise RstfError(f"--input-shape {spec!r}: expected NAME:d0,d1,...")
+        parts = dims.split(",") if dims else []
+        if "?" in parts[1:]:
+            raise RstfError(f"--input-shape {spec!r}: only dimension 0 (the batch) may stay "
+                            "unknown ('?')")
         try:
-            shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+            shape = tuple(None if (k == 0 and d == "?") else int(d)
+                          for k, d in enumerate(parts))
         except ValueError:
-            raise RstfError(f"--input-shape {spec!r}: dimensions must be integers") from None
-        if any(d <= 0 for d in shape):
+            raise RstfError(f"--input-shape {spec!r}: dimensions must be integers, or '?' "
+                            "for dimension 0") from None
+        if any(d is not None and d <= 0 for d in shape):
             raise RstfError(f"--input-shape {spec!r}: dimensions must be positive")
         out[name] = shape
     return out
@@ -288,18 +298,22 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
                fold_scales: bool = False, batch_pins: dict | None = None) -> Graph:
     """Load a model file or directory into a `Graph` with static shapes where TF knows them.
 
-    With `fold`, pass-through nodes are bypassed first (rstf.frontend.passthrough; the Graph's
-    `bypassed` lists those removed), shape arithmetic over a dynamic batch becomes constant
-    (rstf.frontend.batchshape; `batch_shapes_fixed` lists the nodes rewritten), then nodes computable from constants alone are
-    evaluated (rstf.frontend.fold); the Graph's `folded` lists them; then each Dense over a
-    3-D input (Reshape, MatMul, Reshape) becomes one BatchMatMulV2 (rstf.frontend.tensordot; the Graph's
-    `tensordots_merged` lists the MatMuls), pointwise ops with a constant operand move ahead of
-    a Reshape that splits the last axis (rstf.frontend.reshapes; `pointwise_hoisted` lists
-    them), and Transposes around batched matmuls go into their
-    adjoint flags (rstf.frontend.transposes; `transposes_folded` lists the nodes rewritten).
-    With `fold_scales` too, per-channel multiplies after a
-    contraction go into its weights (rstf.frontend.scalefold); the Graph's `scales_folded` lists the
-    Muls removed.
+    With `fold`, the loader's rewrites run in this order (each lists what it did in an
+    attribute of the Graph):
+    - pass-through nodes are bypassed (rstf.frontend.passthrough; `bypassed`);
+    - shape arithmetic over a dynamic batch becomes constant (rstf.frontend.batchshape;
+      `batch_shapes_fixed`);
+    - nodes computable from constants alone are evaluated (rstf.frontend.fold; `folded`);
+    - each Einsum by a constant weight becomes a batched matmul between Reshapes
+      (rstf.frontend.einsum; `einsums_lowered`);
+    - each Dense over a 3-D input (Reshape, MatMul, Reshape) becomes one BatchMatMulV2
+      (rstf.frontend.tensordot; `tensordots_merged`, the MatMuls);
+    - pointwise ops with a constant operand move ahead of a Reshape that splits the last
+      axis (rstf.frontend.reshapes; `pointwise_hoisted`);
+    - Transposes around batched matmuls go into their adjoint flags
+      (rstf.frontend.transposes; `transposes_folded`).
+    With `fold_scales` too, per-channel multiplies after a contraction go into its weights
+    (rstf.frontend.scalefold; `scales_folded`, the Muls removed).
 
     `batch_pins` pins more input shapes after the dynamic batch's shape arithmetic is made
     constant: the batch-1 graph of a dynamic-batch model (rstf/cgen/batch.py) is so
@@ -317,9 +331,10 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     for o in outs:
         if o not in names:
             raise RstfError(f"output {o!r} is not a node of the graph")
-    folded, bypassed, merged, transposes, hoisted, batch_shapes = [], [], [], [], [], []
+    folded, bypassed, merged, transposes, hoisted, batch_shapes, einsums = ([] for _ in range(7))
     if fold:
         from .batchshape import constant_batch_shapes
+        from .einsum import lower_einsums
         from .fold import fold_constants
         from .passthrough import bypass
         from .tensordot import merge_tensordots
@@ -333,6 +348,8 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
         _pin_placeholders(gd, batch_pins)
     if fold:
         gd, folded = fold_constants(gd, outs)
+        if any(n.op == "Einsum" for n in gd.node):
+            gd, einsums = lower_einsums(gd, outs, infer_shapes(gd))
         if any(n.op == "MatMul" for n in gd.node):
             gd, merged = merge_tensordots(gd, outs, infer_shapes(gd))
         if hoist_candidates(gd):
@@ -351,6 +368,7 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     graph.transposes_folded = transposes
     graph.pointwise_hoisted = hoisted
     graph.batch_shapes_fixed = batch_shapes
+    graph.einsums_lowered = einsums
     if signature is None or outputs:
         signature = default_signature(graph)
     graph.signature = signature
