@@ -277,7 +277,7 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
         if not p.is_static(0) and p.name not in dynamic:
             log(f"input {p.name!r} has shape {_fmt_shape(p.shape(0))}: nodes depending on its "
                 f"unknown dimensions stay in TensorFlow; pin it with --input-shape "
-                f"{p.name}:d0,d1,...")
+                f"{p.name}:d0,d1,... ('?' for d0 keeps the batch dynamic)")
     gen = one or graph
     with rep.stage("select"):
         sel = select(gen, keep)
@@ -310,7 +310,8 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
                      for sg in codes]
             results = run_ordered(poly_optimize, tasks, jobs, st.advance,
                                   [len(sg.source) for sg in codes])
-        poly = [apply_poly(sg, r, log) for sg, r in zip(codes, results)]
+        poly = [apply_poly(sg, r, log, [gen.nodes[n].op for n in sg.nodes])
+                for sg, r in zip(codes, results)]
     for sg, info in zip(codes, poly):
         if one is not None:
             batch.mark_batched(sg, graph, one)
@@ -367,16 +368,22 @@ def tuning_report(target, poly: list[dict]) -> dict:
             "kernels": len(tiled)}
 
 
-def apply_poly(sg: SubgraphCode, result, log) -> dict:
+def apply_poly(sg: SubgraphCode, result, log, ops: list[str] | None = None) -> dict:
     """Install one subgraph's polyhedral result (a `poly.PassResult`): its source gains
-    parallel loops. Returns the result's report."""
+    parallel loops. Returns the result's report. `ops`: the subgraph's op types, which say
+    whether its C was expected to stay outside the polyhedral model (`OpHandler.isolated`)."""
     sg.source = result.source
     if result.workspace_bytes is not None:  # the pass re-plans the workspace
         sg.workspace_bytes = result.workspace_bytes
     sg.prepacked = dict(result.prepacked)
     # The op's inputs as it is fed them: a Winograd weight is a tensor of another shape.
     sg.inputs = as_fed(sg.inputs, sg.prepacked)
-    if not result.optimized:
+    if not result.optimized and ops and all(get_handler(op).isolated for op in ops):
+        # A gather's subscripts are data: its C was never raisable, and it was cut into an
+        # op of its own for that reason (select). Not a failure worth alarming anyone.
+        log(f"subgraph {sg.index} ({', '.join(sorted(set(ops)))}) runs its generated C as it "
+            f"is: subscripts that read data are outside the polyhedral model")
+    elif not result.optimized:
         log(f"subgraph {sg.index} left unoptimized: {result.diagnostic}")
     else:
         LOGGER.info("subgraph %d: poly in %.2f s: %d tiled, %d fused, %d parallel loops, "

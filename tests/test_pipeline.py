@@ -278,3 +278,22 @@ def test_weights_on_huge_pages_and_concurrent_calls(tmp_path):
         thp = ""
     if "[always]" in thp or "[madvise]" in thp:  # where huge pages may be had at all
         assert int(huge_kb) >= 2048, "the weights are not on 2 MB pages"
+
+
+def test_a_gather_left_to_its_generated_c_is_reported_as_expected():
+    """A gather's C is never raisable (its subscripts are data), so its op says so plainly;
+    any other subgraph the pass leaves is reported as left unoptimized, with the reason."""
+    import types
+
+    from rstf.pipeline import apply_poly
+
+    sg = types.SimpleNamespace(index=3, source="", workspace_bytes=0, prepacked={}, inputs=[])
+    result = types.SimpleNamespace(
+        source="int x;", workspace_bytes=None, prepacked={}, optimized=False,
+        diagnostic="line 30: local declaration in op_0 is outside the raisable subset",
+        report=lambda: {"optimizer": "poly"})
+    said = []
+    apply_poly(sg, result, said.append, ["GatherV2"])
+    apply_poly(sg, result, said.append, ["GatherV2", "AddV2"])
+    assert said[0].startswith("subgraph 3 (GatherV2) runs its generated C as it is")
+    assert said[1] == f"subgraph 3 left unoptimized: {result.diagnostic}"
