@@ -179,8 +179,8 @@ def load_for_codegen(model, input_shapes, outputs, fold_scales: bool, log) -> tu
         log(f"made {len(graph.batch_shapes_fixed)} shapes computed from the dynamic batch "
             f"constant (Reshapes take -1 for it)")
     if graph.einsums_lowered:
-        log(f"lowered {len(graph.einsums_lowered)} Einsums by constant weights to batched "
-            f"matmuls between Reshapes")
+        log(f"lowered {len(graph.einsums_lowered)} Einsums to batched matmuls between "
+            f"Transposes and Reshapes")
     if graph.tensordots_merged:
         log(f"merged {len(graph.tensordots_merged)} dense layers over 3-D inputs (Reshape, "
             f"MatMul, Reshape) into BatchMatMulV2s")

@@ -1,28 +1,39 @@
-"""Einsums by a constant weight lowered to a batched matmul between two Reshapes.
+"""Two-operand Einsums lowered to a batched matmul between Transposes and Reshapes.
 
-Keras' `EinsumDense` (attention's query, key, value and output projections) freezes to a
-BatchMatMulV2 when every shape is known, but to an `Einsum` op when one is not: a BERT
-exported for requests of any length ([?, ?] ids) has sixteen of them, `abc,cde->abde` and
-`abcd,cde->abe`. Pinned to one length they have static shapes again, but rstf has no code
-generator for Einsum, so they stayed in TensorFlow and cut the encoder into pieces.
+rstf has no code generator for `Einsum`, and Keras freezes to it in two common places:
+- `EinsumDense` (attention's query, key, value and output projections) when a shape is
+  unknown: a BERT exported for requests of any length ([?, ?] ids) has sixteen,
+  `abc,cde->abde` and `abcd,cde->abe`, by constant weights. With every shape known it
+  freezes to a BatchMatMulV2 instead.
+- attention written as einsums of two activations, ALBERT's `BTNH,BSNH->BNTS` (scores)
+  and `BNTS,BSNH->BTNH` (the weighted values).
+Left in TensorFlow they cut an encoder into pieces. TensorFlow's own Einsum kernel computes
+them as one batched matmul; this pass writes that out in the graph, where rstf generates
+every piece.
 
-Lowered, x [P..., C...] by W [C..., F...] into [P..., F...] is
-Reshape(BatchMatMulV2(Reshape(x, [P..., prod C]), W as [prod C, prod F]), [P..., F...]):
-the contraction rstf tiles, with the Reshapes free (views of a buffer) in its code. The
-same products are summed; rstf's kernel chooses their order either way. Later passes see
-what a fixed-length export gives: the bias add after the output Reshape moves ahead of it
-(rstf.frontend.reshapes) into the contraction's epilogue.
+The letters are sorted into batch letters B (in both operands and the output), the first
+operand's free letters X (in it and the output), the contracted letters C (in both
+operands, not in the output) and the second operand's free letters W. Then
 
-Pattern: a float32 Einsum of two operands, the second a Const; no ellipsis and no letter
-twice in one operand; the contracted letters (in both operands, not in the output) are the
-trailing letters of the first operand and the leading letters of the second, in the same
-order; the output is the first operand's other letters then the second's. The first
-operand's shape is known, or all but a dynamic batch (dimension 0; the Reshapes then say
--1 for it).
+    out = Transpose(Reshape(BatchMatMulV2(x as [B..., prod X, prod C],
+                                          w as [B..., prod C, prod W]), [B..., X..., W...]))
+
+where "as" is a Transpose into that letter order (left out where it is the identity) and a
+Reshape (left out where it changes nothing). A constant second operand with no batch
+letters becomes one 2-D Const. Later passes then see what a fixed-length export gives:
+Transposes around a batched matmul fold into its adjoint flags (rstf.frontend.transposes),
+a bias add after the output Reshape moves ahead of it (rstf.frontend.reshapes), and the
+Reshapes are free in rstf's code (views of a buffer). The same products are summed; rstf's
+kernel chooses their order either way.
+
+Pattern: a float32 Einsum of two operands without control inputs; no ellipsis, no letter
+twice in one operand or in the output, none in one operand alone (a sum over it), every
+output letter in an operand. Shapes known, or all but a dynamic batch: the first operand's
+dimension 0 (the Reshapes then say -1 for it).
 
 Contract: `lower_einsums(graph_def, keep, shapes)` returns (a new GraphDef, names of the
-Einsums lowered). The lowered product keeps the Einsum's name, so its readers and the
-model's signature are unchanged. The input GraphDef is not changed.
+Einsums lowered). The last node of each lowering keeps the Einsum's name, so its readers
+and the model's signature are unchanged. The input GraphDef is not changed.
 """
 from __future__ import annotations
 
@@ -39,99 +50,133 @@ DT_FLOAT = 1
 def lower_einsums(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
     """`shapes`: `graph.infer_shapes(graph_def)`."""
     gd, keep, nodes = working_copy(graph_def, keep)
-    lowered = []
-    order = []
+    lowered, order = [], []
     for e in list(gd.node):
         plan = _plan(e, nodes, shapes)
         if plan is None:
             order.append(e)
             continue
-        x, lead, contract_size, w2d, free = plan
-        new = []
-
-        def node(op: str, base: str, inputs: list[str]):
-            n = tf.compat.v1.NodeDef(name=fresh_name(nodes, base), op=op)
-            n.input.extend(inputs)
-            n.device = e.device
-            nodes[n.name] = n
-            new.append(n)
-            return n
-
-        def const(base: str, value: np.ndarray):
-            c = node("Const", base, [])
-            c.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
-            c.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
-            return c.name
-
-        def reshape(n, tensor: str, dims: list, shape_base: str) -> None:
-            n.op = "Reshape"
-            n.input.extend([tensor, const(shape_base, np.asarray(dims, np.int32))])
-            n.attr["T"].type = DT_FLOAT
-            n.attr["Tshape"].type = tf.int32.as_datatype_enum
-
-        lead_dims = [-1 if d is None else d for d in lead]
-        if len(x[1]) != 1:  # the contracted axes made one
-            flat = node("Reshape", f"{e.name}/flat_input", [])
-            reshape(flat, x[0], lead_dims + [contract_size], f"{e.name}/flat_input/shape")
-            x_in = flat.name
-        else:
-            x_in = x[0]
-        w_in = const(f"{e.name}/weight_2d", w2d)
-        e.ClearField("input")
-        e.ClearField("attr")
-        if len(free) == 1:  # the product is the Einsum's result
-            _batch_matmul(e, x_in, w_in)
-        else:
-            mm = node("BatchMatMulV2", f"{e.name}/matmul", [])
-            _batch_matmul(mm, x_in, w_in)
-            reshape(e, mm.name, lead_dims + list(free), f"{e.name}/shape")
-        order += new + [e]
+        new = _Lowering(e, nodes).emit(*plan)
+        order += new
         lowered.append(e.name)
     if not lowered:
         return graph_def, []
     return rebuilt(gd, order, keep), lowered
 
 
-def _batch_matmul(n, x: str, w: str) -> None:
-    """`n` (in place) the float32 BatchMatMulV2 x @ w."""
-    n.op = "BatchMatMulV2"
-    n.input.extend([x, w])
-    n.attr["T"].type = DT_FLOAT
-    n.attr["adj_x"].b = False
-    n.attr["adj_y"].b = False
+class _Lowering:
+    """The nodes of one Einsum's lowering, the last under the Einsum's name."""
+
+    def __init__(self, e, nodes: dict):
+        self.e, self.nodes, self.new = e, nodes, []
+
+    def node(self, op: str, suffix: str, inputs: list[str], t: bool = True):
+        n = tf.compat.v1.NodeDef(name=fresh_name(self.nodes, f"{self.e.name}/{suffix}"), op=op)
+        n.input.extend(inputs)
+        n.device = self.e.device
+        if t:
+            n.attr["T"].type = DT_FLOAT
+        self.nodes[n.name] = n
+        self.new.append(n)
+        return n
+
+    def const(self, suffix: str, value: np.ndarray) -> str:
+        c = self.node("Const", suffix, [], t=False)
+        c.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
+        c.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+        return c.name
+
+    def transpose(self, tensor: str, perm: list[int], suffix: str) -> str:
+        if perm == sorted(perm):
+            return tensor
+        n = self.node("Transpose", suffix, [tensor, self.const(f"{suffix}/perm",
+                                                               np.asarray(perm, np.int32))])
+        n.attr["Tperm"].type = tf.int32.as_datatype_enum
+        return n.name
+
+    def reshape(self, tensor: str, dims: list, suffix: str) -> str:
+        n = self.node("Reshape", suffix, [tensor, self.const(
+            f"{suffix}/shape", np.asarray([-1 if d is None else d for d in dims], np.int32))])
+        n.attr["Tshape"].type = tf.int32.as_datatype_enum
+        return n.name
+
+    def emit(self, x: str, xl: str, w, wl: str, out: str, size: dict, letters) -> list:
+        """x, w: the operands (w a tensor name, or the Const's array); xl, wl, out: the
+        equation's letters; size: letter -> dimension (None: the dynamic batch)."""
+        b, xf, c, wf = letters
+        name = self.e.name
+        dims = lambda ls: [size[k] for k in ls]  # noqa: E731
+        prod = lambda ls: None if None in dims(ls) else math.prod(dims(ls))  # noqa: E731
+        weight = isinstance(w, np.ndarray)  # a Const, and no batch letters
+        # By a weight, x's free axes stay axes (BatchMatMulV2 broadcasts a 2-D operand over
+        # them): the output then still leads with them, as the bias add after it expects.
+        rows = dims(xf) if weight else [prod(xf)]
+        x_in = self.transpose(x, [xl.index(k) for k in b + xf + c], "x_transposed")
+        if dims(b) + rows + [prod(c)] != dims(b + xf + c):
+            x_in = self.reshape(x_in, dims(b) + rows + [prod(c)], "x_as_matrix")
+        if weight:
+            value = w.transpose([wl.index(k) for k in c + wf]).reshape(prod(c), prod(wf))
+            w_in = self.const("weight_2d", np.ascontiguousarray(value))
+        else:
+            w_in = self.transpose(w, [wl.index(k) for k in b + c + wf], "w_transposed")
+            if len(c) != 1 or len(wf) != 1:
+                w_in = self.reshape(w_in, dims(b) + [prod(c), prod(wf)], "w_as_matrix")
+        mm = self.node("BatchMatMulV2", "matmul", [x_in, w_in])
+        mm.attr["adj_x"].b = False
+        mm.attr["adj_y"].b = False
+        y = mm.name
+        if dims(b) + rows + [prod(wf)] != dims(b + xf + wf):
+            y = self.reshape(y, dims(b + xf + wf), "unflattened")
+        self.transpose(y, [(b + xf + wf).index(k) for k in out], "transposed")
+        # The last node made takes the Einsum's place and name.
+        last = self.new.pop()
+        del self.nodes[last.name]
+        self.e.Clear()
+        self.e.CopyFrom(last)
+        self.e.name = name
+        return self.new + [self.e]
 
 
 def _plan(e, nodes: dict, shapes: dict):
-    """((x tensor, its contracted letters), x's other dims, prod of the contracted dims, the
-    weight as a 2-D array, the weight's free dims), or None where the pattern fails."""
+    """`_Lowering.emit`'s arguments, or None where the pattern fails."""
     if e.op != "Einsum" or e.attr["T"].type != DT_FLOAT or e.attr["N"].i != 2:
         return None
     data = list(e.input)
     eq = e.attr["equation"].s.decode("ascii", "replace").replace(" ", "")
-    if len(data) != 2 or any(t.startswith("^") for t in data) or "." in eq or "->" not in eq:
+    if len(data) != 2 or any(t.startswith("^") for t in data) or "->" not in eq:
         return None
     ins, out = eq.split("->")
     ops = ins.split(",")
-    if len(ops) != 2 or not all(s.isalpha() for s in ops + [out]):
+    if len(ops) != 2 or not all(s.isalpha() and s.isascii() for s in ops + [out]):
         return None
     xl, wl = ops
-    if len(set(xl)) != len(xl) or len(set(wl)) != len(wl) or len(set(out)) != len(out):
+    if any(len(set(s)) != len(s) for s in (xl, wl, out)):
         return None
-    contract = [c for c in xl if c in wl and c not in out]
-    k = len(contract)
-    if (not k or xl[len(xl) - k:] != "".join(contract) or wl[:k] != "".join(contract)
-            or out != xl[:len(xl) - k] + wl[k:] or not xl[:len(xl) - k]):
-        return None
-    w = nodes.get(input_node(data[1]))
-    if w is None or w.op != "Const" or split_tensor(data[1])[1]:
-        return None
+    if any(k not in out and k not in (wl if k in xl else xl) for k in xl + wl) or \
+            any(k not in xl + wl for k in out):
+        return None  # a letter summed within one operand, or an output letter from nowhere
+    b = "".join(k for k in out if k in xl and k in wl)
+    xf = "".join(k for k in out if k in xl and k not in wl)
+    wf = "".join(k for k in out if k in wl and k not in xl)
+    c = "".join(k for k in xl if k in wl and k not in out)
     xs = static_shape(shapes, data[0], batch=True)
-    value = tf.make_ndarray(w.attr["value"].tensor)
-    if xs is None or len(xs) != len(xl) or value.ndim != len(wl) or value.dtype != np.float32:
+    w = nodes.get(input_node(data[1]))
+    if w is not None and w.op == "Const" and not split_tensor(data[1])[1] and not b:
+        w_arg = tf.make_ndarray(w.attr["value"].tensor)
+        if w_arg.dtype != np.float32:
+            return None
+        ws = w_arg.shape
+    else:
+        w_arg, ws = data[1], static_shape(shapes, data[1], batch=True)
+    if xs is None or ws is None or len(xs) != len(xl) or len(ws) != len(wl):
         return None
-    if tuple(xs[len(xl) - k:]) != value.shape[:k]:
-        return None
-    size = math.prod(value.shape[:k])
-    free = list(value.shape[k:])
-    w2d = np.ascontiguousarray(value.reshape(size, math.prod(free)))
-    return (data[0], contract), list(xs[:len(xl) - k]), size, w2d, free
+    size = dict(zip(xl, xs))
+    for k, d in zip(wl, ws):
+        if size.setdefault(k, d) != d:
+            return None
+    if list(size.values()).count(None) > (0 if xs[0] is not None else 1) or \
+            (xs[0] is None and size[xl[0]] is not None):
+        return None  # an unknown other than the first operand's dynamic batch
+    if not xf or not wf:
+        return None  # a matrix-vector product or an elementwise one: not handled
+    return data[0], xl, w_arg, wl, out, size, (b, xf, c, wf)

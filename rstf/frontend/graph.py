@@ -71,7 +71,7 @@ class Graph:
         self.tensordots_merged: list[str] = []
         # nodes made constant or batch-free by rstf.frontend.batchshape
         self.batch_shapes_fixed: list[str] = []
-        # Einsums now batched matmuls between Reshapes (rstf.frontend.einsum)
+        # Einsums now batched matmuls between Transposes and Reshapes (rstf.frontend.einsum)
         self.einsums_lowered: list[str] = []
         # nodes rewritten by folding Transposes into batched matmuls (rstf.frontend.transposes)
         self.transposes_folded: list[str] = []
@@ -304,7 +304,7 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     - shape arithmetic over a dynamic batch becomes constant (rstf.frontend.batchshape;
       `batch_shapes_fixed`);
     - nodes computable from constants alone are evaluated (rstf.frontend.fold; `folded`);
-    - each Einsum by a constant weight becomes a batched matmul between Reshapes
+    - each two-operand Einsum becomes a batched matmul between Transposes and Reshapes
       (rstf.frontend.einsum; `einsums_lowered`);
     - each Dense over a 3-D input (Reshape, MatMul, Reshape) becomes one BatchMatMulV2
       (rstf.frontend.tensordot; `tensordots_merged`, the MatMuls);
