@@ -162,3 +162,35 @@ def test_reshape_views_compile_and_match_tensorflow(config):
     v = check_kernels(gd, {"x": rng.standard_normal((1, 3, 3, 8)).astype(np.float32)},
                       Options.of(config, 400))
     assert v.passed, v.why
+
+
+def _adjoint_graph(y_kind: str):
+    """x [1, 2, 6, 8] by y read as an adjoint: `activation` (a placeholder), `const3`
+    (a per-head constant [1, 2, 5, 8]) or `const2` (a 2-D weight [5, 8])."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 2, 6, 8], name="x")
+        if y_kind == "activation":
+            y = tf.compat.v1.placeholder(tf.float32, [1, 2, 5, 8], name="y")
+        else:
+            shape = (1, 2, 5, 8) if y_kind == "const3" else (5, 8)
+            y = tf.constant(rng.standard_normal(shape).astype(np.float32))
+        tf.identity(tf.linalg.matmul(x, y, adjoint_b=True), name="out")
+    return g.as_graph_def()
+
+
+@pytest.mark.parametrize("y_kind,rewritten", [("activation", True), ("const3", True),
+                                              ("const2", False)])
+def test_an_adjoint_right_operand_is_read_by_rows(y_kind, rewritten):
+    """Rule 3: the kernels read the right operand by rows. A computed one gets a Transpose,
+    a per-head constant is transposed now, a 2-D weight is left to the kernel's layout."""
+    gd = _adjoint_graph(y_kind)
+    out, changed = fold_transposes(gd, ["out"])
+    mm = next(n for n in out.node if n.op == "BatchMatMulV2")
+    assert bool(changed) is rewritten and mm.attr["adj_y"].b is not rewritten
+    assert ("Transpose" in {n.op for n in out.node}) is (y_kind == "activation")
+    feeds = {"x": rng.random_sample((1, 2, 6, 8)).astype(np.float32)}
+    if y_kind == "activation":
+        feeds["y"] = rng.random_sample((1, 2, 5, 8)).astype(np.float32)
+    np.testing.assert_allclose(run_tf(out, feeds, ["out:0"])[0],
+                               run_tf(gd, feeds, ["out:0"])[0], rtol=1e-6, atol=1e-6)
