@@ -165,33 +165,33 @@ def dynamic_graphs(model, input_shapes, outputs, graph: Graph, log,
     return dynamic, one, lambda supported: batch.separable_nodes(graph, one, supported)
 
 
+# What the loader's rewrites did, as `optimize` says it: (the Graph's list, the message).
+_LOAD_REWRITES = (
+    ("bypassed", "bypassed {n} pass-through nodes (Identity, IdentityN...)"),
+    ("folded", "folded {n} constant subexpressions"),
+    ("batch_shapes_fixed", "made {n} shapes computed from the dynamic batch constant "
+                           "(Reshapes take -1 for it)"),
+    ("einsums_lowered", "lowered {n} Einsums to batched matmuls between Transposes and "
+                        "Reshapes"),
+    ("tensordots_merged", "merged {n} dense layers over 3-D inputs (Reshape, MatMul, "
+                          "Reshape) into BatchMatMulV2s"),
+    ("pointwise_hoisted", "moved {n} pointwise ops ahead of the Reshapes that split their "
+                          "operand's last axis"),
+    ("transposes_folded", "rewrote {n} batched matmuls so that they read no Transpose of "
+                          "their product and no adjoint operand"),
+    ("scales_folded", "folded {n} per-channel scales into conv/matmul weights"),
+)
+
+
 def load_for_codegen(model, input_shapes, outputs, fold_scales: bool, log) -> tuple:
     """(graph, dynamic inputs, batch-1 graph or None, `keep`): the model loaded as
     `optimize` generates code from it (constants folded, batch norm's scales too with
     `fold_scales`, then `dynamic_graphs`). `rstf inspect` loads through here as well, so
     its counts and partitions are those `optimize` cuts."""
     graph = load_model(model, input_shapes, outputs, fold=True, fold_scales=fold_scales)
-    if graph.bypassed:
-        log(f"bypassed {len(graph.bypassed)} pass-through nodes (Identity, IdentityN...)")
-    if graph.folded:
-        log(f"folded {len(graph.folded)} constant subexpressions")
-    if graph.batch_shapes_fixed:
-        log(f"made {len(graph.batch_shapes_fixed)} shapes computed from the dynamic batch "
-            f"constant (Reshapes take -1 for it)")
-    if graph.einsums_lowered:
-        log(f"lowered {len(graph.einsums_lowered)} Einsums to batched matmuls between "
-            f"Transposes and Reshapes")
-    if graph.tensordots_merged:
-        log(f"merged {len(graph.tensordots_merged)} dense layers over 3-D inputs (Reshape, "
-            f"MatMul, Reshape) into BatchMatMulV2s")
-    if graph.pointwise_hoisted:
-        log(f"moved {len(graph.pointwise_hoisted)} pointwise ops ahead of the Reshapes that "
-            f"split their operand's last axis")
-    if graph.transposes_folded:
-        log(f"folded Transposes into the adjoint flags of {len(graph.transposes_folded)} "
-            f"batched matmuls")
-    if graph.scales_folded:
-        log(f"folded {len(graph.scales_folded)} per-channel scales into conv/matmul weights")
+    for attr, text in _LOAD_REWRITES:
+        if getattr(graph, attr):
+            log(text.format(n=len(getattr(graph, attr))))
     return (graph, *dynamic_graphs(model, input_shapes, outputs, graph, log, fold_scales))
 
 
