@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .fold import is_stateful, topo_order
 from .names import fresh_name, input_node, split_tensor, working_copy
+from .shapes import infer_shapes
 from .tfutil import tf
 
 SIZES = (2, 3, 5)
@@ -62,8 +64,6 @@ def dynamic_batch_inputs(graph_def) -> dict[str, list]:
 
 
 def constant_batch_shapes(graph_def, keep) -> tuple[object, list[str]]:
-    from .graph import infer_shapes  # graph imports this module while loading
-
     dynamic = dynamic_batch_inputs(graph_def)
     if not dynamic:
         return graph_def, []
@@ -121,11 +121,9 @@ def constant_batch_shapes(graph_def, keep) -> tuple[object, list[str]]:
 def _shape_arithmetic(graph_def, info) -> set[str]:
     """Nodes whose value follows from Consts and tensors' shapes alone: Consts, Shape / Size /
     Rank, and stateless single-output integer ops over such nodes, none with control edges."""
-    from .fold import _is_stateful, _topo
-
     nodes = {n.name: n for n in graph_def.node}
     pure: set[str] = set()
-    for name in _topo(graph_def):
+    for name in topo_order(graph_def):
         n = nodes[name]
         if any(t.startswith("^") for t in n.input):
             continue
@@ -138,7 +136,7 @@ def _shape_arithmetic(graph_def, info) -> set[str]:
             if dtypes[0] in _INT:
                 pure.add(name)
         elif (n.input and dtypes[0] in _INT and n.op != "Placeholder"
-              and not _is_stateful(n.op)
+              and not is_stateful(n.op)
               and all(input_node(t) in pure and split_tensor(t)[1] == 0 for t in n.input)):
             pure.add(name)
     return pure
@@ -163,9 +161,6 @@ def _evaluate(graph_def, dynamic: dict, b: int, pure: set, frontier: list):
     """({frontier node: value}, inferred shapes) with every dynamic-batch input's dimension
     0 pinned to b. A frontier node that reads the shape of a tensor whose shape is not
     fully known at b has no value; None where TensorFlow fails."""
-    from .fold import _topo
-    from .graph import infer_shapes
-
     pinned = _shapes_only(graph_def)
     for n in pinned.node:
         if n.name in dynamic:
@@ -177,7 +172,7 @@ def _evaluate(graph_def, dynamic: dict, b: int, pure: set, frontier: list):
     small = tf.compat.v1.GraphDef()
     unknown: set[str] = set()  # pure nodes that read a shape not known at b
     nodes = {n.name: n for n in graph_def.node}
-    for name in _topo(graph_def):
+    for name in topo_order(graph_def):
         n = nodes[name]
         if name not in pure:
             continue

@@ -41,7 +41,7 @@ FOLD_BUDGET_BYTES = 1 << 30  # all folded values together, beyond the graph's ow
 _NEVER_FOLD = {"Placeholder", "PlaceholderWithDefault", "NoOp", "Const"}
 
 
-def _is_stateful(op_type: str) -> bool:
+def is_stateful(op_type: str) -> bool:
     from tensorflow.python.framework import op_def_registry
 
     op_def = op_def_registry.get(op_type)
@@ -98,10 +98,10 @@ def fold_constants(graph_def, keep: list[str], max_bytes: int = MAX_FOLDED_BYTES
     foldable: set[str] = set()
     charged: set[str] = set()  # Consts whose materialized bytes are already charged
     spent = 0
-    order = _topo(graph_def)
+    order = topo_order(graph_def)
     for name in order:
         n = nodes[name]
-        if n.op in _NEVER_FOLD or _is_stateful(n.op):
+        if n.op in _NEVER_FOLD or is_stateful(n.op):
             continue
         outputs = g.get_operation_by_name(name).outputs
         if len(outputs) != 1:
@@ -204,7 +204,7 @@ def _live_nodes(graph_def, now_const: set[str], keep, consumers) -> set[str]:
     return live
 
 
-def _topo(graph_def) -> list[str]:
+def topo_order(graph_def) -> list[str]:
     indeg, users = {}, {}
     for n in graph_def.node:
         indeg.setdefault(n.name, 0)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import RstfError
 from .names import FORWARDING_OPS, input_node, split_tensor, tensor_name  # noqa: F401
+from .shapes import infer_shapes, one_line
 from .tfutil import tf
 
 # Nodes that never count as computation in coverage figures.
@@ -173,19 +174,15 @@ def read_graph_def(path: str):
         try:
             text_format.Parse(data.decode("utf-8"), gd)
         except (text_format.ParseError, UnicodeDecodeError) as e:
-            raise RstfError(f"{path}: not a text GraphDef ({_one_line(e)})") from None
+            raise RstfError(f"{path}: not a text GraphDef ({one_line(e)})") from None
     else:
         try:
             gd.ParseFromString(data)
         except message.DecodeError as e:
-            raise RstfError(f"{path}: not a binary GraphDef ({_one_line(e)})") from None
+            raise RstfError(f"{path}: not a binary GraphDef ({one_line(e)})") from None
     if not gd.node:
         raise RstfError(f"{path}: the graph has no nodes (is it a TensorFlow GraphDef?)")
     return gd, None
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())[:300] or type(e).__name__
 
 
 def _read_saved_model(path: str):
@@ -199,7 +196,7 @@ def _read_saved_model(path: str):
     try:
         loaded = tf.saved_model.load(path)
     except Exception as e:  # TF raises many types here; all mean "cannot load"
-        raise RstfError(f"{path}: cannot load the SavedModel ({_one_line(e)})") from None
+        raise RstfError(f"{path}: cannot load the SavedModel ({one_line(e)})") from None
     sig = loaded.signatures.get("serving_default")
     if sig is None:
         raise RstfError(f"{path}: the SavedModel has no 'serving_default' signature")
@@ -259,31 +256,6 @@ def _pin_placeholders(gd, input_shapes: dict[str, tuple[int, ...]]) -> None:
             raise RstfError(f"--input-shape {name}: {list(shape)} is incompatible with the "
                             f"graph's {old}")
         node.attr["shape"].shape.CopyFrom(new.as_proto())
-
-
-def infer_shapes(gd) -> dict[str, tuple[list, list]]:
-    """Run TensorFlow's shape inference by importing the GraphDef into a tf.Graph.
-
-    Returns {node name: (output shapes, output numpy dtypes)}.
-    """
-    g = tf.Graph()
-    try:
-        with g.as_default():
-            tf.graph_util.import_graph_def(gd, name="")
-    except Exception as e:  # ValueError / InvalidArgumentError / NotFoundError for unknown ops
-        raise RstfError(f"TensorFlow cannot import the graph ({_one_line(e)})") from None
-    result = {}
-    for op in g.get_operations():
-        shapes, dtypes = [], []
-        for t in op.outputs:
-            s = t.shape
-            shapes.append(None if s.rank is None else tuple(s.as_list()))
-            try:
-                dtypes.append(np.dtype(t.dtype.as_numpy_dtype))
-            except (TypeError, AttributeError):
-                dtypes.append(None)  # resource and variant tensors
-        result[op.name] = (shapes, dtypes)
-    return result
 
 
 def infer_outputs(gd) -> list[str]:

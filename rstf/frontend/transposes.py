@@ -41,6 +41,7 @@ import numpy as np
 
 from .names import (fresh_name, input_node, rebuilt, references, sole_data_reader,
                     split_tensor, working_copy)
+from .shapes import infer_shapes
 from .tfutil import tf
 
 DT_FLOAT = 1
@@ -182,9 +183,7 @@ def _materialize_adjoint(gd, live, nodes) -> list[str]:
             ahead[m.name] = [c]
             continue
         if shapes is None:
-            from .graph import infer_shapes  # graph imports this module while loading
-
-            shapes = infer_shapes(gd)
+                    shapes = infer_shapes(gd)
         name, k = split_tensor(m.input[1])
         outs = shapes.get(name, ([], []))[0]
         if k >= len(outs) or outs[k] is None or len(outs[k]) < 2:
