@@ -86,6 +86,17 @@ def _perm(nodes: dict, tensor: str) -> list[int] | None:
     return [int(v) for v in np.asarray(tf.make_ndarray(c.attr["value"].tensor)).ravel()]
 
 
+def _add_const(gd, nodes: dict, base: str, value: np.ndarray):
+    """A new Const node of `gd` holding `value`, named `base` or a fresh variant of it."""
+    c = gd.node.add()
+    c.name = fresh_name(nodes, base)
+    nodes[c.name] = c
+    c.op = "Const"
+    c.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
+    c.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+    return c
+
+
 def _swapped(p: list[int]) -> list[int]:
     return p[:-2] + [p[-1], p[-2]]
 
@@ -138,12 +149,7 @@ def _absorb_adjoint(gd, live, nodes, refs, keep):
             if q == list(range(len(q))):
                 m.input[k] = t.input[0]
                 return {t.name}, m.name
-            perm = gd.node.add()
-            perm.name = fresh_name(nodes, f"{t.name}/perm_swapped")
-            nodes[perm.name] = perm
-            perm.op = "Const"
-            perm.attr["dtype"].type = DT_INT32
-            perm.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.array(q, np.int32)))
+            perm = _add_const(gd, nodes, f"{t.name}/perm_swapped", np.array(q, np.int32))
             t.input[1] = perm.name
             t.attr["Tperm"].type = DT_INT32
             return set(), m.name
@@ -170,13 +176,8 @@ def _materialize_adjoint(gd, live, nodes) -> list[str]:
             if value.ndim < 3:
                 continue  # a 2-D weight is laid out for the kernel at optimize time
             # A per-head constant (DeBERTa's relative-position keys, folded): transposed now.
-            c = gd.node.add()
-            c.name = fresh_name(nodes, f"{m.name}/adjoint_value")
-            nodes[c.name] = c
-            c.op = "Const"
-            c.attr["dtype"].type = y.attr["dtype"].type
-            c.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(
-                np.ascontiguousarray(np.swapaxes(value, -1, -2))))
+            c = _add_const(gd, nodes, f"{m.name}/adjoint_value",
+                           np.ascontiguousarray(np.swapaxes(value, -1, -2)))
             m.input[1] = c.name
             m.attr["adj_y"].b = False
             made.append(m.name)
@@ -188,13 +189,8 @@ def _materialize_adjoint(gd, live, nodes) -> list[str]:
         outs = shapes.get(name, ([], []))[0]
         if k >= len(outs) or outs[k] is None or len(outs[k]) < 2:
             continue
-        perm = gd.node.add()
-        perm.name = fresh_name(nodes, f"{m.name}/adjoint_perm")
-        nodes[perm.name] = perm
-        perm.op = "Const"
-        perm.attr["dtype"].type = DT_INT32
-        perm.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(
-            np.array(_swapped(list(range(len(outs[k])))), np.int32)))
+        perm = _add_const(gd, nodes, f"{m.name}/adjoint_perm",
+                          np.array(_swapped(list(range(len(outs[k])))), np.int32))
         t = gd.node.add()
         t.name = fresh_name(nodes, f"{m.name}/adjoint")
         nodes[t.name] = t
