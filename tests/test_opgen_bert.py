@@ -77,6 +77,27 @@ def test_gather_v2(params, ids, axis, idt):
     assert "rstf_index_error(" in sg.source
 
 
+@pytest.mark.parametrize("params,ids,axis,batch_dims", [
+    ((1, 2, 5, 9), (1, 2, 5, 6), 3, 3),  # DeBERTa: take_along_axis over the last axis
+    ((3, 7, 4), (3, 5), 1, 1),  # per-sample rows of a computed table
+    ((2, 6, 4), (2, 3, 2), 1, -2),  # a negative batch_dims counts from the indices' end
+    ((2, 3, 8), (2, 4), 2, 1),  # an axis past the shared ones
+])
+def test_gather_v2_batch_dims(params, ids, axis, batch_dims):
+    """The first batch_dims axes of params and indices are shared; params computed (DeBERTa's
+    is a transposed score tensor), indices fed."""
+    x = randn(*params)
+    idx = rng.randint(0, params[axis], ids).astype(np.int32)
+
+    def build():
+        table = tf.nn.relu(ph(params, "x"))  # a computed table, not a Const
+        tf.identity(tf.gather(table, ph(ids, "ids", tf.int32), axis=axis,
+                              batch_dims=batch_dims), name="out")
+
+    _, sg = check_against_tf(build, {"x": x, "ids": idx}, rtol=0.0)
+    assert "rstf_index_error(" in sg.source
+
+
 def test_gather_int_table_and_isolated():
     """A gather of an int32 table (position ids) works, and is selected alone: its C is
     outside the raisable subset, so it must not drag its neighbours out of the poly pass."""

@@ -10,8 +10,11 @@ from .base import (ALL_DTYPES, INTEGER, ArrayParam, OpFunction, OpHandler, Unsup
 
 @op_handler("GatherV2")
 class GatherV2(OpHandler):
-    """y = gather(params, indices, axis) with a constant axis and batch_dims 0: output shape
-    params[:axis] + indices + params[axis+1:]. Indices int32 or int64, params any dtype.
+    """y = gather(params, indices, axis, batch_dims=b) with a constant axis: output shape
+    params[:axis] + indices[b:] + params[axis+1:]. The first b axes are shared: output
+    element [o..][i..][j..] reads params[o..][ids[o[:b]..][i..]][j..] (b = 0 is the plain
+    lookup; DeBERTa's relative-position scores take b = axis = 3, numpy's
+    take_along_axis). Indices int32 or int64, params any dtype.
 
     An index outside [0, params.shape[axis]) fails the op with InvalidArgument, as
     TensorFlow's CPU kernel does, through the generated C's error channel
@@ -33,25 +36,36 @@ class GatherV2(OpHandler):
             raise Unsupported(f"axis {axis} out of range for params of rank {rank}")
         return axis % rank
 
+    def _batch_dims(self, node: Node, graph: Graph) -> int:
+        # TF counts a negative batch_dims from the end of the indices' shape.
+        b = node.attr["batch_dims"].i if "batch_dims" in node.attr else 0
+        rank = len(graph.tensor_shape(node.inputs[1]))
+        return b + rank if b < 0 else b
+
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)
         if graph.tensor_dtype(node.inputs[1]) not in INTEGER:
             raise Unsupported(f"indices of dtype {graph.tensor_dtype(node.inputs[1])}")
-        if node.attr["batch_dims"].i if "batch_dims" in node.attr else 0:
-            raise Unsupported("GatherV2 with batch_dims")
         params = graph.tensor_shape(node.inputs[0])
-        axis = self._axis(node, graph)
-        want = (*params[:axis], *graph.tensor_shape(node.inputs[1]), *params[axis + 1:])
+        ids = graph.tensor_shape(node.inputs[1])
+        axis, b = self._axis(node, graph), self._batch_dims(node, graph)
+        if not 0 <= b <= min(axis, len(ids)) or tuple(params[:b]) != tuple(ids[:b]):
+            raise Unsupported(f"batch_dims {b} with params {list(params)}, axis {axis} and "
+                              f"indices {list(ids)}")
+        want = (*params[:axis], *ids[b:], *params[axis + 1:])
         if tuple(node.out_shapes[0]) != want:
             raise Unsupported(f"output {list(node.out_shapes[0])} is not {list(want)}")
         if params[axis] == 0:
             raise Unsupported("an empty table: every index is out of range")
 
     def check_batch(self, node: Node, graph: Graph) -> None:
-        # Sample n of the output is the rows that sample n's ids pick, from a constant table.
+        # Sample n of the output is the rows that sample n's ids pick, from a constant table,
+        # or (batch_dims >= 1) from sample n of the params.
+        if self._batch_dims(node, graph) >= 1:
+            return
         if self._axis(node, graph) != 0 or not graph.is_const(node.inputs[0]):
-            raise Unsupported("GatherV2 other than rows of a constant table, under a "
-                              "dynamic batch")
+            raise Unsupported("GatherV2 other than rows of a constant table or with "
+                              "batch_dims, under a dynamic batch")
 
     # flops: the default, one per output element (a bounds check per read), not 0: a
     # subgraph of data movers alone stays in TensorFlow (pipeline.select), and a lookup
@@ -60,10 +74,11 @@ class GatherV2(OpHandler):
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         params = tuple(graph.tensor_shape(node.inputs[0]))
         ids = tuple(graph.tensor_shape(node.inputs[1]))
-        axis = self._axis(node, graph)
+        axis, b = self._axis(node, graph), self._batch_dims(node, graph)
         oshape, jshape = list(params[:axis]), list(params[axis + 1:])
-        body = render("ops/gather.c.j2", oidx=index_names("o", axis), oshape=oshape,
-                      iidx=index_names("i", len(ids)), ishape=list(ids),
+        oidx = index_names("o", axis)
+        body = render("ops/gather.c.j2", oidx=oidx, oshape=oshape, shared=oidx[:b],
+                      iidx=index_names("i", len(ids) - b), ishape=list(ids[b:]),
                       jidx=index_names("j", len(jshape)), jshape=jshape, rows=params[axis],
                       ids="ids", table="x", out="y")
         ct = self.ctype(node)
@@ -71,4 +86,5 @@ class GatherV2(OpHandler):
             body, [ArrayParam("x", params, ct),
                    ArrayParam("ids", ids, self.input_ctype(graph, node.inputs[1]))],
             [ArrayParam("y", tuple(node.out_shapes[0]), ct)],
-            summary=f"GatherV2 {list(params)} axis {axis} by {list(ids)}")
+            summary=f"GatherV2 {list(params)} axis {axis} by {list(ids)}"
+                    + (f" batch_dims {b}" if b else ""))
