@@ -117,7 +117,7 @@ class _Read:
     out_dim: int | None = None  # None: a single index, `start`
 
 
-def _affine_index(var: str, start: int, stride: int) -> str:
+def affine_index(var: str, start: int, stride: int) -> str:
     """'i1', 3, -2 -> '3 - i1 * 2'; 'i0', 1, 1 -> 'i0 + 1'."""
     if stride < 0:
         return f"{start} - {var}" + (f" * {-stride}" if stride != -1 else "")
@@ -125,7 +125,7 @@ def _affine_index(var: str, start: int, stride: int) -> str:
     return f"{text} + {start}" if start else text
 
 
-def _const_ints(graph: Graph, tensor: str, what: str) -> list[int]:
+def const_ints(graph: Graph, tensor: str, what: str) -> list[int]:
     value = np.asarray(graph.const_value(tensor))
     if value.ndim != 1 or value.dtype.kind not in "iu":
         raise Unsupported(f"{what} must be a 1-D integer constant, got {value.dtype} "
@@ -133,7 +133,7 @@ def _const_ints(graph: Graph, tensor: str, what: str) -> list[int]:
     return [int(v) for v in value]
 
 
-def _axis(a: int, rank: int, what: str) -> int:
+def checked_axis(a: int, rank: int, what: str) -> int:
     if not -rank <= a < rank:
         raise Unsupported(f"{what} {a} out of range for rank {rank}")
     return a % rank
@@ -180,7 +180,7 @@ class _AffineGather(OpHandler):
             if r.out_dim is None or out_shape[r.out_dim] == 1:
                 in_sub.append(str(r.start))
             else:
-                in_sub.append(_affine_index(idx[r.out_dim], r.start, r.stride))
+                in_sub.append(affine_index(idx[r.out_dim], r.start, r.stride))
         body = render(self.template, idx=idx, shape=out_shape, out="y", inp="x", in_sub=in_sub)
         return body, f"x[{', '.join(in_sub)}]"
 
@@ -195,13 +195,14 @@ class Transpose(_AffineGather):
     template = "ops/transpose.c.j2"
 
     def check_batch(self, node: Node, graph: Graph) -> None:
-        perm = _const_ints(graph, node.inputs[1], "perm")
+        perm = const_ints(graph, node.inputs[1], "perm")
         if perm and perm[0] % len(perm) != 0:
             raise Unsupported("Transpose that moves the dynamic batch dimension")
 
     def reads(self, node, graph, in_shape):
         rank = len(in_shape)
-        perm = [_axis(p, rank, "perm entry") for p in _const_ints(graph, node.inputs[1], "perm")]
+        perm = [checked_axis(p, rank, "perm entry")
+                for p in const_ints(graph, node.inputs[1], "perm")]
         if sorted(perm) != list(range(rank)):
             raise Unsupported(f"perm {perm} is not a permutation of {rank} dimensions")
         reads = [_Read(0, 1, perm.index(d)) for d in range(rank)]
@@ -259,8 +260,8 @@ class Slice(_AffineGather):
     const_inputs = (1, 2)
 
     def reads(self, node, graph, in_shape):
-        begin = _const_ints(graph, node.inputs[1], "begin")
-        size = _const_ints(graph, node.inputs[2], "size")
+        begin = const_ints(graph, node.inputs[1], "begin")
+        size = const_ints(graph, node.inputs[2], "size")
         if len(begin) != len(in_shape) or len(size) != len(in_shape):
             raise Unsupported(f"begin {begin} / size {size} do not match rank {len(in_shape)}")
         reads, out_shape = [], []
@@ -283,7 +284,7 @@ class ReverseV2(_AffineGather):
 
     def reads(self, node, graph, in_shape):
         rank = len(in_shape)
-        axes = [_axis(a, rank, "axis") for a in _const_ints(graph, node.inputs[1], "axis")]
+        axes = [checked_axis(a, rank, "axis") for a in const_ints(graph, node.inputs[1], "axis")]
         if len(set(axes)) != len(axes):
             raise Unsupported(f"an axis is reversed twice in {axes}")
         reads = [_Read(dim - 1, -1, d) if d in axes else _Read(0, 1, d)
@@ -315,7 +316,7 @@ class StridedSlice(_AffineGather):
     def _dense(self, node, graph, rank) -> tuple[list, list]:
         """(per input dimension: (begin, end, stride, begin masked, end masked, shrink); per
         output dimension: an input dimension, or None for a new axis)."""
-        begin, end, strides = (_const_ints(graph, node.inputs[k], w)
+        begin, end, strides = (const_ints(graph, node.inputs[k], w)
                                for k, w in ((1, "begin"), (2, "end"), (3, "strides")))
         n = len(begin)
         if len(end) != n or len(strides) != n:
@@ -410,7 +411,7 @@ class Pack(OpHandler):
     @staticmethod
     def _axis(node: Node) -> int:
         rank = len(node.out_shapes[0])
-        return _axis(node.attr["axis"].i if "axis" in node.attr else 0, rank, "axis")
+        return checked_axis(node.attr["axis"].i if "axis" in node.attr else 0, rank, "axis")
 
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)
@@ -435,3 +436,4 @@ class Pack(OpHandler):
         body = render("ops/pack.c.j2", parts=parts, out="y")
         return OpFunction(body, ins, [ArrayParam("y", out_shape, ct)],
                           summary=f"Pack axis {axis} of {len(ins)} -> {list(out_shape)}")
+

@@ -1,0 +1,131 @@
+"""Split, SplitV and Tile: copies whose every read is an affine subscript of the output's
+loop indices, so the polyhedral pass schedules them with their neighbours."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..frontend.graph import Graph, Node
+from .base import (ALL_DTYPES, ArrayParam, OpFunction, OpHandler, Unsupported, index_names,
+                   numel, op_handler, render)
+from .shape import affine_index, checked_axis, const_ints
+
+
+class _Split(OpHandler):
+    """Consecutive slices along a constant axis: output k is the input's indices
+    [offset_k, offset_k + n_k) along it, n_k the extent of output k (TensorFlow's shape
+    inference gives them; `check` verifies they tile the axis)."""
+
+    dtypes = ALL_DTYPES  # moves values: any element type
+    value_input = 0
+    axis_input = 0
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        return 0
+
+    def _axis(self, node: Node, graph: Graph) -> int:
+        rank = len(graph.tensor_shape(node.inputs[self.value_input]))
+        value = np.asarray(graph.const_value(node.inputs[self.axis_input]))
+        return checked_axis(int(value.reshape(())), rank, "split axis")
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        shape = list(graph.tensor_shape(node.inputs[self.value_input]))
+        axis = self._axis(node, graph)
+        others = shape[:axis] + shape[axis + 1:]
+        if any(list(s[:axis]) + list(s[axis + 1:]) != others for s in node.out_shapes) \
+                or sum(s[axis] for s in node.out_shapes) != shape[axis]:
+            raise Unsupported(f"outputs {[list(s) for s in node.out_shapes]} do not split "
+                              f"{shape} along axis {axis}")
+        if any(numel(s) == 0 for s in node.out_shapes):
+            raise Unsupported("an empty output")
+
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        if self._axis(node, graph) == 0:
+            raise Unsupported(f"{node.op} along the dynamic batch dimension")
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        in_shape = tuple(graph.tensor_shape(node.inputs[self.value_input]))
+        axis = self._axis(node, graph)
+        ct = self.ctype(node)
+        idx = index_names("i", len(in_shape))
+        bodies, outs, offset = [], [], 0
+        for k, shape in enumerate(node.out_shapes):
+            in_sub = list(idx)
+            in_sub[axis] = affine_index(idx[axis], offset, 1)
+            bodies.append(render("ops/slice.c.j2", idx=idx, shape=list(shape), out=f"y{k}",
+                                 inp="x", in_sub=in_sub))
+            outs.append(ArrayParam(f"y{k}", tuple(shape), ct))
+            offset += shape[axis]
+        return OpFunction("\n".join(bodies), [ArrayParam("x", in_shape, ct)], outs,
+                          summary=f"{node.op} {list(in_shape)} axis {axis} into "
+                                  f"{[s[axis] for s in node.out_shapes]}")
+
+
+@op_handler("Split")
+class Split(_Split):
+    """Split(split_dim, value): equal parts; the axis is input 0."""
+
+    ignored_inputs = (0,)
+    const_inputs = (0,)
+    value_input, axis_input = 1, 0
+
+
+@op_handler("SplitV")
+class SplitV(_Split):
+    """SplitV(value, size_splits, split_dim): parts of the given sizes (one may be -1)."""
+
+    ignored_inputs = (1, 2)
+    const_inputs = (1, 2)
+    value_input, axis_input = 0, 2
+
+
+@op_handler("Tile")
+class Tile(OpHandler):
+    """The input repeated multiples[d] times along each dimension d: dimension d of the
+    output is walked as (copy t, index i) with output subscript t * n + i, all affine, and
+    reads input index i, so the output is written in order."""
+
+    dtypes = ALL_DTYPES  # moves values: any element type
+    ignored_inputs = (1,)
+    const_inputs = (1,)
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        return 0
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        shape = graph.tensor_shape(node.inputs[0])
+        reps = const_ints(graph, node.inputs[1], "multiples")
+        if len(reps) != len(shape) or any(m < 0 for m in reps):
+            raise Unsupported(f"multiples {reps} for an input of rank {len(shape)}")
+        if [n * m for n, m in zip(shape, reps)] != list(node.out_shapes[0]):
+            raise Unsupported(f"output {list(node.out_shapes[0])} is not {list(shape)} "
+                              f"tiled {reps} times")
+        if numel(node.out_shapes[0]) == 0:
+            raise Unsupported(f"empty result {list(node.out_shapes[0])}")
+
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        if const_ints(graph, node.inputs[1], "multiples")[:1] != [1]:
+            raise Unsupported("Tile that repeats along the dynamic batch dimension")
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        shape = tuple(graph.tensor_shape(node.inputs[0]))
+        reps = const_ints(graph, node.inputs[1], "multiples")
+        loops, extents, out_sub, in_sub = [], [], [], []
+        for d, (n, m) in enumerate(zip(shape, reps)):
+            i = f"i{d}"
+            if m > 1:
+                loops.append(f"t{d}")
+                extents.append(m)
+                out_sub.append(f"t{d} * {n} + {i}")
+            else:
+                out_sub.append(i)
+            loops.append(i)
+            extents.append(n)
+            in_sub.append(i)
+        body = render("ops/tile.c.j2", idx=loops, shape=extents, out="y", inp="x",
+                      out_sub=out_sub, in_sub=in_sub)
+        ct = self.ctype(node)
+        return OpFunction(body, [ArrayParam("x", shape, ct)],
+                          [ArrayParam("y", tuple(node.out_shapes[0]), ct)],
+                          summary=f"Tile {list(shape)} by {reps}")

@@ -1,0 +1,88 @@
+"""Split, SplitV and Tile (rstf/opgen/split_tile.py) against TensorFlow, exact: every output
+of a split is read (concatenated in reverse order, so a part written to the wrong output
+shows), and the ops' C is run through ctypes."""
+import numpy as np
+import pytest
+
+from harness import check_against_tf, load_graph_def, make_graph_def, tf
+
+from rstf.opgen import check_node
+
+rng = np.random.RandomState(99)
+
+
+def ph(shape, name="x", dtype=tf.float32):
+    return tf.compat.v1.placeholder(dtype, shape, name=name)
+
+
+@pytest.mark.parametrize("shape,axis,sizes,dtype", [
+    ((1, 4, 128, 16), -1, 2, tf.float32),  # Llama's rotary embedding: halves of the last axis
+    ((6, 5), 0, 3, tf.int32),
+    ((2, 9, 3), 1, [2, 4, 3], tf.float32),  # SplitV
+    ((2, 9, 3), -2, [2, -1, 5], tf.float32),  # SplitV with an inferred part
+])
+def test_split(shape, axis, sizes, dtype):
+    x = (rng.standard_normal(shape) * 5).astype(dtype.as_numpy_dtype)
+
+    def build():
+        parts = tf.split(ph(shape, dtype=dtype), sizes, axis=axis)
+        tf.identity(tf.concat(parts[::-1], axis=axis), name="out")
+
+    node_op = "Split" if isinstance(sizes, int) else "SplitV"
+    g = load_graph_def(make_graph_def(build), outputs=["out"])
+    assert [n for n in g.nodes.values() if n.op == node_op]
+    _, sg = check_against_tf(build, {"x": x}, rtol=0.0)
+    assert node_op in sg.source
+
+
+@pytest.mark.parametrize("shape,multiples,dtype", [
+    ((1, 2, 1, 128, 16), [1, 1, 2, 1, 1], tf.float32),  # Llama's grouped-query key repeat
+    ((3, 4), [2, 3], tf.int32),
+    ((2, 1, 3), [1, 4, 1], tf.bool),
+])
+def test_tile(shape, multiples, dtype):
+    x = rng.standard_normal(shape) > 0 if dtype == tf.bool else \
+        (rng.standard_normal(shape) * 5).astype(dtype.as_numpy_dtype)
+
+    def build():
+        tf.identity(tf.tile(ph(shape, dtype=dtype), multiples), name="out")
+
+    _, sg = check_against_tf(build, {"x": x}, rtol=0.0)
+    assert "Tile" in sg.source
+
+
+def test_dynamic_batch_rules():
+    """Under a dynamic batch (check_batch), a split or a tile keeps the samples apart only
+    when it leaves axis 0 alone."""
+    from rstf.opgen import get_handler
+    from rstf.opgen.base import Unsupported
+
+    def build():
+        v = ph((2, 6))
+        a, b = tf.split(v, 2, axis=0)
+        c, d = tf.split(v, 2, axis=1)
+        t0, t1 = tf.tile(v, [2, 1]), tf.tile(v, [1, 2])
+        tf.identity(tf.reduce_sum(a + b) + tf.reduce_sum(c * d) + tf.reduce_sum(t0)
+                    + tf.reduce_sum(t1), name="out")
+
+    g = load_graph_def(make_graph_def(build), outputs=["out"])
+    verdicts = {}
+    for n in g.nodes.values():
+        if n.op in ("Split", "Tile"):
+            try:
+                get_handler(n.op).check_batch(n, g)
+                verdicts[n.name] = "apart"
+            except Unsupported as e:
+                verdicts[n.name] = str(e)
+    assert sorted(v == "apart" for v in verdicts.values()) == [False, False, True, True], verdicts
+    assert all("dynamic batch" in v for v in verdicts.values() if v != "apart")
+
+
+def test_computed_multiples_stay_in_tensorflow():
+    def build():
+        reps = tf.compat.v1.placeholder(tf.int32, [2], name="reps")
+        tf.identity(tf.tile(ph((3, 4)), reps), name="out")
+
+    g = load_graph_def(make_graph_def(build), outputs=["out"])
+    node = next(n for n in g.nodes.values() if n.op == "Tile")
+    assert check_node(node, g)  # its shape, and multiples, are known only at run time
