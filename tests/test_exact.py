@@ -92,3 +92,20 @@ def test_a_graph_without_float64_kernels_is_reported(tmp_path):
     x = np.zeros((1, 4, 4, 2), np.float32)
     outs, why = compare_mod.run_exact(graph, {"x:0": x}, ["out:0"], str(tmp_path))
     assert outs is None and "float64" in why and "FusedBatchNorm" in why
+
+
+def test_a_resize_is_widened_after_it(tmp_path):
+    """ResizeBilinear gives float32 for a float64 input (it has no output type): the widened
+    graph casts what it gives its readers, so a U-Net's reference runs."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 3, 3, 2], name="x")
+        up = tf.compat.v1.image.resize_bilinear(x * 3.0, [6, 6], half_pixel_centers=True)
+        tf.identity(tf.nn.conv2d(up, W[:, :, :2, :], 1, "SAME"), name="out")
+
+    gd = make_graph_def(build)
+    graph = load_graph_def(gd)
+    x = np.random.RandomState(2).uniform(0, 1, (1, 3, 3, 2)).astype(np.float32)
+    outs, why = compare_mod.run_exact(graph, {"x:0": x}, ["out:0"], str(tmp_path))
+    assert why is None and outs[0].dtype == np.float64
+    (f32,) = run_tf(gd, {"x:0": x}, ["out:0"])
+    assert compare_mod.worst_rel_err([outs[0]], [f32]) < 1e-5

@@ -29,7 +29,11 @@ def widen_graph_def(graph_def):
     """A copy of `graph_def` computing in float64 wherever it computed in float32: every
     float32 type attribute (`T`, `dtype`, `DstT`...), every float32 entry of a type-list
     attribute (`IdentityN`'s `T`) and every float32 tensor attribute (a `Const`'s value),
-    in the graph and in its function library."""
+    in the graph and in its function library.
+
+    Ops whose output is float32 whatever their input (`FLOAT_RESULT_OPS`: the image resizes)
+    keep computing in float32 there, then a Cast widens what they give their readers: the
+    reference carries one float32 rounding at that point, and the graph still runs."""
     from tensorflow.core.framework import types_pb2
 
     from ..frontend.tfutil import tf
@@ -52,7 +56,19 @@ def widen_graph_def(graph_def):
             elif which == "tensor" and attr.tensor.dtype == types_pb2.DT_FLOAT:
                 value = tf.make_ndarray(attr.tensor).astype(np.float64)
                 attr.tensor.CopyFrom(tf.make_tensor_proto(value))
+    for node in list(out.node):
+        if node.op in FLOAT_RESULT_OPS:
+            original = node.name
+            node.name = f"{original}/rstf_float32_result"
+            cast = out.node.add(name=original, op="Cast", input=[node.name])
+            cast.device = node.device
+            cast.attr["SrcT"].type = types_pb2.DT_FLOAT
+            cast.attr["DstT"].type = types_pb2.DT_DOUBLE
     return out
+
+
+# TensorFlow ops whose output dtype is float32 for every input dtype (no output type attr).
+FLOAT_RESULT_OPS = frozenset({"ResizeBilinear", "ResizeBicubic", "ResizeArea"})
 
 
 def widen_feeds(feeds: dict) -> dict:
