@@ -173,6 +173,8 @@ _LOAD_REWRITES = (
                            "(Reshapes take -1 for it)"),
     ("einsums_lowered", "lowered {n} Einsums to batched matmuls between Transposes and "
                         "Reshapes"),
+    ("transposed_convs_lowered", "lowered {n} transposed convolutions to a Conv2D and a "
+                                 "depth-to-space shuffle"),
     ("tensordots_merged", "merged {n} dense layers over 3-D inputs (Reshape, MatMul, "
                           "Reshape) into BatchMatMulV2s"),
     ("pointwise_hoisted", "moved {n} pointwise ops ahead of the Reshapes that split their "
@@ -437,6 +439,7 @@ def _report(graph: Graph, placeholders, codes: list[SubgraphCode], op_types, nod
         "scales_folded": len(graph.scales_folded),
         "tensordots_merged": len(graph.tensordots_merged),
         "einsums_lowered": len(graph.einsums_lowered),
+        "transposed_convs_lowered": len(graph.transposed_convs_lowered),
         "batch_shapes_fixed": len(graph.batch_shapes_fixed),
         "transposes_folded": len(graph.transposes_folded),
         "pointwise_hoisted": len(graph.pointwise_hoisted),

@@ -41,10 +41,9 @@ import math
 
 import numpy as np
 
-from .names import fresh_name, input_node, rebuilt, split_tensor, static_shape, working_copy
+from .lowering import DT_FLOAT, Lowering
+from .names import input_node, rebuilt, split_tensor, static_shape, working_copy
 from .tfutil import tf
-
-DT_FLOAT = 1
 
 
 def lower_einsums(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
@@ -64,47 +63,13 @@ def lower_einsums(graph_def, keep, shapes: dict) -> tuple[object, list[str]]:
     return rebuilt(gd, order, keep), lowered
 
 
-class _Lowering:
+class _Lowering(Lowering):
     """The nodes of one Einsum's lowering, the last under the Einsum's name."""
-
-    def __init__(self, e, nodes: dict):
-        self.e, self.nodes, self.new = e, nodes, []
-
-    def node(self, op: str, suffix: str, inputs: list[str], t: bool = True):
-        n = tf.compat.v1.NodeDef(name=fresh_name(self.nodes, f"{self.e.name}/{suffix}"), op=op)
-        n.input.extend(inputs)
-        n.device = self.e.device
-        if t:
-            n.attr["T"].type = DT_FLOAT
-        self.nodes[n.name] = n
-        self.new.append(n)
-        return n
-
-    def const(self, suffix: str, value: np.ndarray) -> str:
-        c = self.node("Const", suffix, [], t=False)
-        c.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
-        c.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
-        return c.name
-
-    def transpose(self, tensor: str, perm: list[int], suffix: str) -> str:
-        if perm == sorted(perm):
-            return tensor
-        n = self.node("Transpose", suffix, [tensor, self.const(f"{suffix}/perm",
-                                                               np.asarray(perm, np.int32))])
-        n.attr["Tperm"].type = tf.int32.as_datatype_enum
-        return n.name
-
-    def reshape(self, tensor: str, dims: list, suffix: str) -> str:
-        n = self.node("Reshape", suffix, [tensor, self.const(
-            f"{suffix}/shape", np.asarray([-1 if d is None else d for d in dims], np.int32))])
-        n.attr["Tshape"].type = tf.int32.as_datatype_enum
-        return n.name
 
     def emit(self, x: str, xl: str, w, wl: str, out: str, size: dict, letters) -> list:
         """x, w: the operands (w a tensor name, or the Const's array); xl, wl, out: the
         equation's letters; size: letter -> dimension (None: the dynamic batch)."""
         b, xf, c, wf = letters
-        name = self.e.name
         dims = lambda ls: [size[k] for k in ls]  # noqa: E731
         prod = lambda ls: None if None in dims(ls) else math.prod(dims(ls))  # noqa: E731
         weight = isinstance(w, np.ndarray)  # a Const, and no batch letters
@@ -128,13 +93,7 @@ class _Lowering:
         if dims(b) + rows + [prod(wf)] != dims(b + xf + wf):
             y = self.reshape(y, dims(b + xf + wf), "unflattened")
         self.transpose(y, [(b + xf + wf).index(k) for k in out], "transposed")
-        # The last node made takes the Einsum's place and name.
-        last = self.new.pop()
-        del self.nodes[last.name]
-        self.e.Clear()
-        self.e.CopyFrom(last)
-        self.e.name = name
-        return self.new + [self.e]
+        return self.finish()  # the last node made takes the Einsum's place and name
 
 
 def _plan(e, nodes: dict, shapes: dict):

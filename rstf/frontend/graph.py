@@ -74,6 +74,8 @@ class Graph:
         self.batch_shapes_fixed: list[str] = []
         # Einsums now batched matmuls between Transposes and Reshapes (rstf.frontend.einsum)
         self.einsums_lowered: list[str] = []
+        # Conv2DBackpropInputs now a Conv2D and a depth-to-space (rstf.frontend.deconv)
+        self.transposed_convs_lowered: list[str] = []
         # nodes rewritten by folding Transposes into batched matmuls (rstf.frontend.transposes)
         self.transposes_folded: list[str] = []
         # pointwise ops moved ahead of a Reshape that splits the last axis (.reshapes)
@@ -278,6 +280,8 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     - nodes computable from constants alone are evaluated (rstf.frontend.fold; `folded`);
     - each two-operand Einsum becomes a batched matmul between Transposes and Reshapes
       (rstf.frontend.einsum; `einsums_lowered`);
+    - each transposed convolution becomes a Conv2D and a depth-to-space shuffle
+      (rstf.frontend.deconv; `transposed_convs_lowered`);
     - each Dense over a 3-D input (Reshape, MatMul, Reshape) becomes one BatchMatMulV2
       (rstf.frontend.tensordot; `tensordots_merged`, the MatMuls);
     - pointwise ops with a constant operand move ahead of a Reshape that splits the last
@@ -303,9 +307,11 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     for o in outs:
         if o not in names:
             raise RstfError(f"output {o!r} is not a node of the graph")
-    folded, bypassed, merged, transposes, hoisted, batch_shapes, einsums = ([] for _ in range(7))
+    folded, bypassed, merged, transposes, hoisted, batch_shapes, einsums, deconvs = (
+        [] for _ in range(8))
     if fold:
         from .batchshape import constant_batch_shapes
+        from .deconv import lower_transposed_convs
         from .einsum import lower_einsums
         from .fold import fold_constants
         from .passthrough import bypass
@@ -322,6 +328,8 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
         gd, folded = fold_constants(gd, outs)
         if any(n.op == "Einsum" for n in gd.node):
             gd, einsums = lower_einsums(gd, outs, infer_shapes(gd))
+        if any(n.op == "Conv2DBackpropInput" for n in gd.node):
+            gd, deconvs = lower_transposed_convs(gd, outs, infer_shapes(gd))
         if any(n.op == "MatMul" for n in gd.node):
             gd, merged = merge_tensordots(gd, outs, infer_shapes(gd))
         if hoist_candidates(gd):
@@ -341,6 +349,7 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     graph.pointwise_hoisted = hoisted
     graph.batch_shapes_fixed = batch_shapes
     graph.einsums_lowered = einsums
+    graph.transposed_convs_lowered = deconvs
     if signature is None or outputs:
         signature = default_signature(graph)
     graph.signature = signature
