@@ -1,6 +1,6 @@
-"""Split, SplitV and Tile (rstf/opgen/split_tile.py) against TensorFlow, exact: every output
-of a split is read (concatenated in reverse order, so a part written to the wrong output
-shows), and the ops' C is run through ctypes."""
+"""Split, SplitV and Tile (rstf/opgen/split_tile.py) and ResizeNearestNeighbor (resize.py)
+against TensorFlow, exact: every output of a split is read (concatenated in reverse order,
+so a part written to the wrong output shows), and the ops' C is run through ctypes."""
 import numpy as np
 import pytest
 
@@ -86,3 +86,40 @@ def test_computed_multiples_stay_in_tensorflow():
     g = load_graph_def(make_graph_def(build), outputs=["out"])
     node = next(n for n in g.nodes.values() if n.op == "Tile")
     assert check_node(node, g)  # its shape, and multiples, are known only at run time
+
+
+@pytest.mark.parametrize("shape,size,align,half", [
+    ((1, 4, 5, 3), (8, 10), False, True),  # Keras' UpSampling2D (TF2: half-pixel centers)
+    ((2, 3, 3, 2), (9, 6), False, False),  # legacy rule, unequal factors, batch 2
+    ((1, 8, 8, 2), (4, 4), False, False),  # a downscale by 2
+    ((1, 5, 7, 2), (3, 4), True, False),  # align_corners: rows 0, 2, 4 (a step rule)
+    ((1, 3, 4, 2), (5, 7), True, False),  # align_corners up: rows 0, 1, 1, 2, 2 (refused)
+])
+def test_resize_nearest(shape, size, align, half):
+    from rstf.opgen.resize import affine_rows, nearest_rows
+
+    x = (rng.standard_normal(shape) * 5).astype(np.float32)
+
+    def build():
+        tf.identity(tf.compat.v1.image.resize_nearest_neighbor(
+            ph(shape), size, align_corners=align, half_pixel_centers=half), name="out")
+
+    g = load_graph_def(make_graph_def(build), outputs=["out"])
+    node = next(n for n in g.nodes.values() if n.op == "ResizeNearestNeighbor")
+    affine = all(affine_rows(nearest_rows(shape[1 + d], size[d], align, half), shape[1 + d])
+                 for d in (0, 1))
+    if not affine:
+        assert "not affine" in check_node(node, g)
+        return
+    _, sg = check_against_tf(build, {"x": x}, rtol=0.0)
+    assert "ResizeNearestNeighbor" in sg.source
+
+
+def test_resize_nearest_non_integer_ratio_stays():
+    def build():
+        tf.identity(tf.compat.v1.image.resize_nearest_neighbor(ph((1, 4, 4, 2)), (6, 6)),
+                    name="out")
+
+    g = load_graph_def(make_graph_def(build), outputs=["out"])
+    node = next(n for n in g.nodes.values() if n.op == "ResizeNearestNeighbor")
+    assert "not affine" in check_node(node, g)
