@@ -2,7 +2,7 @@
 
 Importing this package registers every handler family.
 """
-from . import elementwise, gather, linalg, nn, pool, reduce, resize, shape, split_tile  # noqa: F401  (registration)
+from . import copies, elementwise, gather, linalg, nn, pool, reduce, resize, shape  # noqa: F401
 from .base import HANDLERS, OpFunction, OpHandler, check_node, get_handler, op_handler
 
 __all__ = ["HANDLERS", "OpFunction", "OpHandler", "check_node", "get_handler", "op_handler"]

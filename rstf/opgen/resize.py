@@ -97,7 +97,7 @@ class ResizeNearestNeighbor(OpHandler):
         extents.append(shape[3])
         out_sub.append("c")
         in_sub.append("c")
-        body = render("ops/tile.c.j2", idx=loops, shape=extents, out="y", inp="x",
+        body = render("ops/remap.c.j2", idx=loops, shape=extents, out="y", inp="x",
                       out_sub=out_sub, in_sub=in_sub)
         ct = self.ctype(node)
         return OpFunction(body, [ArrayParam("x", shape, ct)], [ArrayParam("y", out_shape, ct)],

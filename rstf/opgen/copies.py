@@ -1,6 +1,9 @@
-"""Split, SplitV and Tile: copies whose every read is an affine subscript of the output's
-loop indices, so the polyhedral pass schedules them with their neighbours."""
+"""Split, SplitV, Unpack, Tile and Roll: copies whose every read is an affine subscript of
+the output's loop indices (a Roll in one piece per wrapped range), so the polyhedral pass
+schedules them with their neighbours."""
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -123,9 +126,112 @@ class Tile(OpHandler):
             loops.append(i)
             extents.append(n)
             in_sub.append(i)
-        body = render("ops/tile.c.j2", idx=loops, shape=extents, out="y", inp="x",
+        body = render("ops/remap.c.j2", idx=loops, shape=extents, out="y", inp="x",
                       out_sub=out_sub, in_sub=in_sub)
         ct = self.ctype(node)
         return OpFunction(body, [ArrayParam("x", shape, ct)],
                           [ArrayParam("y", tuple(node.out_shapes[0]), ct)],
                           summary=f"Tile {list(shape)} by {reps}")
+
+
+@op_handler("Unpack")
+class Unpack(OpHandler):
+    """tf.unstack: output k is the input at index k of `axis`, that axis removed."""
+
+    dtypes = ALL_DTYPES  # moves values: any element type
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        return 0
+
+    def _axis(self, node: Node, graph: Graph) -> int:
+        rank = len(graph.tensor_shape(node.inputs[0]))
+        return checked_axis(node.attr["axis"].i if "axis" in node.attr else 0, rank, "axis")
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        shape = list(graph.tensor_shape(node.inputs[0]))
+        axis = self._axis(node, graph)
+        rest = shape[:axis] + shape[axis + 1:]
+        if len(node.out_shapes) != shape[axis] or \
+                any(list(s) != rest for s in node.out_shapes):
+            raise Unsupported(f"outputs {[list(s) for s in node.out_shapes]} do not unstack "
+                              f"{shape} along axis {axis}")
+        if numel(rest) == 0:
+            raise Unsupported("empty outputs")
+
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        if self._axis(node, graph) == 0:
+            raise Unsupported("Unpack along the dynamic batch dimension")
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        shape = tuple(graph.tensor_shape(node.inputs[0]))
+        axis = self._axis(node, graph)
+        rest = list(shape[:axis] + shape[axis + 1:])
+        idx = index_names("i", len(rest))
+        ct = self.ctype(node)
+        bodies = [render("ops/slice.c.j2", idx=idx, shape=rest, out=f"y{k}", inp="x",
+                         in_sub=idx[:axis] + [str(k)] + idx[axis:])
+                  for k in range(shape[axis])]
+        return OpFunction("\n".join(bodies), [ArrayParam("x", shape, ct)],
+                          [ArrayParam(f"y{k}", tuple(rest), ct) for k in range(shape[axis])],
+                          summary=f"Unpack {list(shape)} along axis {axis}")
+
+
+@op_handler("Roll")
+class Roll(OpHandler):
+    """A cyclic shift by constant amounts along constant axes (Swin's shifted windows):
+    y[j] = x[(j - s) mod n] per rolled axis, written as one copy per combination of each
+    axis's two ranges, j < s (reads j - s + n) and j >= s (reads j - s), all affine."""
+
+    dtypes = ALL_DTYPES  # moves values: any element type
+    ignored_inputs = (1, 2)
+    const_inputs = (1, 2)
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        return 0
+
+    def _shifts(self, node: Node, graph: Graph) -> dict[int, int]:
+        """{axis: shift in [1, n)}: TF adds up shifts along the same axis."""
+        shape = graph.tensor_shape(node.inputs[0])
+        shift = np.asarray(graph.const_value(node.inputs[1])).reshape(-1)
+        axes = np.asarray(graph.const_value(node.inputs[2])).reshape(-1)
+        if shift.size != axes.size or shift.dtype.kind not in "iu" or axes.dtype.kind not in "iu":
+            raise Unsupported(f"shift {shift.tolist()} and axis {axes.tolist()}")
+        out: dict[int, int] = {}
+        for s, a in zip(shift.tolist(), axes.tolist()):
+            a = checked_axis(int(a), len(shape), "axis")
+            out[a] = out.get(a, 0) + int(s)
+        return {a: s % shape[a] for a, s in out.items() if shape[a] and s % shape[a]}
+
+    def check(self, node: Node, graph: Graph) -> None:
+        super().check(node, graph)
+        if numel(graph.tensor_shape(node.inputs[0])) == 0:
+            raise Unsupported("an empty tensor")
+        self._shifts(node, graph)
+
+    def check_batch(self, node: Node, graph: Graph) -> None:
+        if 0 in self._shifts(node, graph):
+            raise Unsupported("Roll along the dynamic batch dimension")
+
+    def emit(self, node: Node, graph: Graph) -> OpFunction:
+        shape = tuple(graph.tensor_shape(node.inputs[0]))
+        shifts = self._shifts(node, graph)
+        idx = index_names("i", len(shape))
+        bodies = []
+        # Per rolled axis: (loop extent, output subscript, input subscript) of each range.
+        ranges = []
+        for d, n in enumerate(shape):
+            s = shifts.get(d)
+            if s is None:
+                ranges.append([(n, idx[d], idx[d])])
+            else:
+                ranges.append([(s, idx[d], affine_index(idx[d], n - s, 1)),
+                               (n - s, affine_index(idx[d], s, 1), idx[d])])
+        for combo in itertools.product(*ranges):
+            bodies.append(render("ops/remap.c.j2", idx=idx, shape=[r[0] for r in combo],
+                                 out="y", inp="x", out_sub=[r[1] for r in combo],
+                                 in_sub=[r[2] for r in combo]))
+        ct = self.ctype(node)
+        return OpFunction("\n".join(bodies), [ArrayParam("x", shape, ct)],
+                          [ArrayParam("y", shape, ct)],
+                          summary=f"Roll {list(shape)} by {shifts}")

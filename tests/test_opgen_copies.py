@@ -1,4 +1,4 @@
-"""Split, SplitV and Tile (rstf/opgen/split_tile.py) and ResizeNearestNeighbor (resize.py)
+"""Split, SplitV, Unpack, Tile, Roll (rstf/opgen/copies.py) and ResizeNearestNeighbor (resize.py)
 against TensorFlow, exact: every output of a split is read (concatenated in reverse order,
 so a part written to the wrong output shows), and the ops' C is run through ctypes."""
 import numpy as np
@@ -123,3 +123,32 @@ def test_resize_nearest_non_integer_ratio_stays():
     g = load_graph_def(make_graph_def(build), outputs=["out"])
     node = next(n for n in g.nodes.values() if n.op == "ResizeNearestNeighbor")
     assert "not affine" in check_node(node, g)
+
+
+@pytest.mark.parametrize("shape,axis", [((3, 4, 5), 1), ((2, 3), 0), ((2, 3, 4), -1)])
+def test_unpack(shape, axis):
+    x = (rng.standard_normal(shape) * 5).astype(np.float32)
+
+    def build():
+        parts = tf.unstack(ph(shape), axis=axis)
+        tf.identity(tf.stack(parts[::-1], axis=axis), name="out")
+
+    _, sg = check_against_tf(build, {"x": x}, rtol=0.0)
+    assert "Unpack" in sg.source
+
+
+@pytest.mark.parametrize("shape,shift,axis", [
+    ((1, 14, 14, 8), [-3, -3], [1, 2]),  # Swin's shifted windows
+    ((1, 14, 14, 8), [3, 3], [1, 2]),  # and back
+    ((5, 7), [2, 3, -1], [1, 0, 1]),  # two shifts on one axis add up
+    ((4, 6), [6], [1]),  # a whole turn: a copy
+    ((4, 6), [-13], [-1]),
+])
+def test_roll(shape, shift, axis):
+    x = (rng.standard_normal(shape) * 5).astype(np.float32)
+
+    def build():
+        tf.identity(tf.roll(ph(shape), shift, axis), name="out")
+
+    _, sg = check_against_tf(build, {"x": x}, rtol=0.0)
+    assert "Roll" in sg.source
