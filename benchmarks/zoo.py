@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Generality and speed sweep: keras.applications image classifiers (and Inception v4)
-through rstf and every other engine.
+through rstf and every other engine; with ``--models breadth``, the other model classes of
+``models/breadth.py`` (vision and decoder transformers, more encoders, U-Net and FPN
+decoders; keras-hub needed), each at its own fixed size.
 
-    python benchmarks/zoo.py [--models all|quick|NAME[@SIZE],...] [--quick] [--input-size H]
+    python benchmarks/zoo.py [--models all|quick|breadth|NAME[@SIZE],...] [--quick] [--input-size H]
                              [--engines LIST|none] [--reps N] [--out DIR] [--docs]
                              [--timeout-per-model S] [--keep] [--no-latency]
 
@@ -70,6 +72,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from models.breadth import BREADTH, DECODERS, HUB, IMAGE, SEQ_LEN  # noqa: E402  (no TF import)
 from models.build import MODELS, UNIT_RANGE, min_input_size  # noqa: E402  (no TF import)
 
 # Every image classifier in keras.applications (keras 3.15) plus Inception v4 and RegNetX
@@ -106,16 +109,29 @@ ENGINE_FIELDS = ("status", "reason", "median_ms", "q1_ms", "q3_ms", "max_rel_err
 
 def build_name(model: str) -> str:
     """models/build.py's name for a zoo model name."""
-    return model if model in MODELS else f"keras:{model}"
+    return model if model in MODELS or model in BREADTH else f"keras:{model}"
+
+
+def breadth_size(name: str) -> int:
+    """A breadth model's fixed input size: the image side, or a token model's length."""
+    if name in DECODERS:
+        return 128
+    return IMAGE if "image_shape" in HUB[name][1] else SEQ_LEN
 
 
 def parse_models(spec: str, default_size: int) -> list[tuple[str, int]]:
-    """'all', 'quick' or 'NAME[@SIZE],...' -> [(name, input size)]; a size not given is
-    `default_size` raised to the model's minimum."""
-    names = {"all": ALL, "quick": QUICK}.get(spec) or [m for m in spec.split(",") if m]
+    """'all', 'quick', 'breadth' or 'NAME[@SIZE],...' -> [(name, input size)]; a size not
+    given is `default_size` raised to the model's minimum (a breadth model's is fixed)."""
+    names = {"all": ALL, "quick": QUICK, "breadth": list(BREADTH)}.get(spec) or \
+        [m for m in spec.split(",") if m]
     out = []
     for item in names:
         name, _, size = item.partition("@")
+        if name in BREADTH:
+            if size and int(size) != breadth_size(name):
+                raise ValueError(f"{name} is built at {breadth_size(name)} only")
+            out.append((name, breadth_size(name)))
+            continue
         floor = min_input_size(build_name(name))
         out.append((name, int(size) if size else max(default_size, floor)))
     return out
@@ -158,17 +174,22 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
         import numpy as np
 
         import rstf.frontend.tfutil  # noqa: F401  (quiet TF start-up)
+        from models.breadth import build_breadth
         from models.build import build_reference, write_graph_def
 
         # Fed what the model was calibrated on: [0, 1), or raw pixels for a model that
         # rescales them itself (models.build.native_input_range).
-        graph_def, input_range = build_reference(build_name(name), input_size=size)
+        if name in BREADTH:
+            graph_def, input_range = build_breadth(name)
+        else:
+            graph_def, input_range = build_reference(build_name(name), input_size=size)
         row["input_range"] = list(input_range)
         write_graph_def(graph_def, pb)
         row["build_seconds"] = round(time.perf_counter() - t0, 1)
         row["graph_nodes"] = len(graph_def.node)
         row["pb_mb"] = round(os.path.getsize(pb) / 2**20, 1)
-        row["output_max"] = _output_max(graph_def, size, np)
+        if name not in BREADTH:  # a classifier's softmax
+            row["output_max"] = _output_max(graph_def, size, np)
         del graph_def
 
         stage("optimize")

@@ -28,6 +28,10 @@ EfficientNetV2, ConvNeXt: ``native_input_range``), calibrated on and fed [0, 255
 (`rstf compare --input-range 0,255`); ``build_reference`` returns the range with the graph,
 and the script prints it.
 
+The names in ``models/breadth.py``'s ``BREADTH`` (``vit``, ``swin``, ``segformer``, ``gpt2``,
+``llama``, ``deberta``, ``unet``, ``fpn``, ...) are the breadth sweep's small transformers and
+decoders, at fixed sizes (that module's docstring gives them).
+
 ``bert_small`` (4 layers, hidden 512, 8 heads) and ``bert_base`` (BERT-base) are keras-hub
 BERT encoders, ``[batch, seq-len]`` int32 inputs, built by ``models/bert.py`` (whose
 docstring gives their contract); keras-hub: ``pip install --no-deps -r requirements-models.txt``.
@@ -61,10 +65,12 @@ from typing import TYPE_CHECKING
 
 try:  # imported as models.build, or run as a script from models/
     from .bert import BERT_MODELS, DEFAULT_SEQ_LEN, build_bert_graph_def
+    from .breadth import BREADTH, build_breadth
     from .freeze import OUTPUT_NAME, _inline_calls, _prune_to_outputs, write_graph_def
     from .regnet import REGNETX, regnet_x
 except ImportError:
     from bert import BERT_MODELS, DEFAULT_SEQ_LEN, build_bert_graph_def
+    from breadth import BREADTH, build_breadth
     from freeze import OUTPUT_NAME, _inline_calls, _prune_to_outputs, write_graph_def
     from regnet import REGNETX, regnet_x
 
@@ -143,13 +149,14 @@ def min_input_size(name: str) -> int:
 
 
 def _check_name(name: str) -> None:
-    if name in BERT_MODELS:
+    if name in BERT_MODELS or name in BREADTH:
         return
     if name.startswith("keras:") and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name[6:]):
         return  # any keras.applications constructor, checked when it is looked up
     if name not in MODELS:
         raise ValueError(
-            f"unknown model {name!r}; valid names: {', '.join(sorted([*MODELS, *BERT_MODELS]))} "
+            f"unknown model {name!r}; valid names: "
+            f"{', '.join(sorted([*MODELS, *BERT_MODELS, *BREADTH]))} "
             f"or keras:CTOR (a keras.applications constructor)"
         )
 
@@ -456,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.name in BERT_MODELS:
         return _main_bert(args)
+    if args.name in BREADTH:
+        return _main_breadth(args)
     if args.dynamic_seq:
         print("error: --dynamic-seq is for the BERT models", file=sys.stderr)
         return 2
@@ -502,6 +511,20 @@ def _main_bert(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     write_graph_def(graph_def, args.output)
+    return 0
+
+
+def _main_breadth(args) -> int:
+    """`main` for the breadth models (models/breadth.py): fixed sizes, batch 1."""
+    if (args.input_size, args.input_range, args.dynamic_batch, args.dynamic_seq,
+            args.batch, args.seq_len) != (None, None, False, False, 1, DEFAULT_SEQ_LEN):
+        print(f"error: {args.name} is built at its fixed size: only -o and --seed apply",
+              file=sys.stderr)
+        return 2
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    graph_def, (lo, hi) = build_breadth(args.name, args.seed)
+    write_graph_def(graph_def, args.output)
+    print(f"{args.output}: feed images uniform in [{lo:g}, {hi:g}) where it takes images")
     return 0
 
 

@@ -181,15 +181,21 @@ def test_arguments():
     assert a.models == [("MobileNetV3Small", 32)] and a.reps == 3 and a.docs and a.out == "/x"
     assert a.engines == ("tf-eigen", "openvino", "rstf-poly")  # the reference and rstf added
     assert zoo.parse_args(["--engines", "none"]).engines == ()
+    a = zoo.parse_args(["--models", "breadth"])  # other model classes, each at its own size
+    assert dict(a.models)["vit"] == 224 and dict(a.models)["gpt2"] == 128
+    assert {"unet", "swin", "llama", "deberta"} <= set(dict(a.models))
 
 
-@pytest.mark.parametrize("argv", [["--engines", "tf-nope"], ["--reps", "0"]])
-def test_bad_arguments(argv, capsys):
+@pytest.mark.parametrize("argv,says", [
+    (["--engines", "tf-nope"], "unknown engine 'tf-nope'"),
+    (["--reps", "0"], "--reps must be at least 1"),
+    (["--models", "vit@96"], "vit is built at 224 only"),
+])
+def test_bad_arguments(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
         zoo.parse_args(argv)
     assert e.value.code == 2
-    assert ("unknown engine 'tf-nope'" if "tf-nope" in argv else "--reps must be at least 1") \
-        in capsys.readouterr().err
+    assert says in capsys.readouterr().err
 
 
 @pytest.mark.tfbuild
