@@ -109,3 +109,18 @@ def test_a_resize_is_widened_after_it(tmp_path):
     assert why is None and outs[0].dtype == np.float64
     (f32,) = run_tf(gd, {"x:0": x}, ["out:0"])
     assert compare_mod.worst_rel_err([outs[0]], [f32]) < 1e-5
+
+
+def test_complex64_is_widened_too(tmp_path):
+    """FNet's mixing (Complex, FFT2D, Real) runs in complex128 in the reference."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 4, 8], name="x")
+        c = tf.complex(x, tf.zeros_like(x))
+        tf.identity(tf.math.real(tf.signal.fft2d(c)) * 0.5, name="out")
+
+    gd = make_graph_def(build)
+    x = np.random.RandomState(4).uniform(0, 1, (1, 4, 8)).astype(np.float32)
+    outs, why = compare_mod.run_exact(load_graph_def(gd), {"x:0": x}, ["out:0"], str(tmp_path))
+    assert why is None and outs[0].dtype == np.float64
+    want = np.real(np.fft.fft2(x.astype(np.float64))) * 0.5
+    np.testing.assert_allclose(outs[0], want, rtol=1e-12, atol=1e-12)

@@ -26,10 +26,11 @@ import numpy as np
 
 
 def widen_graph_def(graph_def):
-    """A copy of `graph_def` computing in float64 wherever it computed in float32: every
-    float32 type attribute (`T`, `dtype`, `DstT`...), every float32 entry of a type-list
-    attribute (`IdentityN`'s `T`) and every float32 tensor attribute (a `Const`'s value),
-    in the graph and in its function library.
+    """A copy of `graph_def` computing in float64 wherever it computed in float32 (and in
+    complex128 where in complex64: FNet's Fourier transforms): every such type attribute
+    (`T`, `dtype`, `DstT`, `Tcomplex`...), every such entry of a type-list attribute
+    (`IdentityN`'s `T`) and every such tensor attribute (a `Const`'s value), in the graph
+    and in its function library.
 
     Ops whose output is float32 whatever their input (`FLOAT_RESULT_OPS`: the image resizes)
     keep computing in float32 there, then a Cast widens what they give their readers: the
@@ -43,18 +44,20 @@ def widen_graph_def(graph_def):
     nodes = list(out.node)
     for fn in out.library.function:
         nodes += list(fn.node_def)
+    wide = {types_pb2.DT_FLOAT: types_pb2.DT_DOUBLE,
+            types_pb2.DT_COMPLEX64: types_pb2.DT_COMPLEX128}
     for node in nodes:
         for attr in node.attr.values():
             which = attr.WhichOneof("value")
-            if which == "type" and attr.type == types_pb2.DT_FLOAT:
-                attr.type = types_pb2.DT_DOUBLE
-            elif which == "list" and types_pb2.DT_FLOAT in attr.list.type:
-                widened = [types_pb2.DT_DOUBLE if t == types_pb2.DT_FLOAT else t
-                           for t in attr.list.type]
+            if which == "type" and attr.type in wide:
+                attr.type = wide[attr.type]
+            elif which == "list" and set(attr.list.type) & set(wide):
+                widened = [wide.get(t, t) for t in attr.list.type]
                 del attr.list.type[:]
                 attr.list.type.extend(widened)
-            elif which == "tensor" and attr.tensor.dtype == types_pb2.DT_FLOAT:
-                value = tf.make_ndarray(attr.tensor).astype(np.float64)
+            elif which == "tensor" and attr.tensor.dtype in wide:
+                value = tf.make_ndarray(attr.tensor)
+                value = value.astype(np.float64 if value.dtype == np.float32 else np.complex128)
                 attr.tensor.CopyFrom(tf.make_tensor_proto(value))
     for node in list(out.node):
         if node.op in FLOAT_RESULT_OPS:
