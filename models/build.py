@@ -524,7 +524,9 @@ def _main_breadth(args) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     graph_def, (lo, hi) = build_breadth(args.name, args.seed)
     write_graph_def(graph_def, args.output)
-    print(f"{args.output}: feed images uniform in [{lo:g}, {hi:g}) where it takes images")
+    images = any(n.op == "Placeholder" and n.attr["dtype"].type == 1 for n in graph_def.node)
+    print(f"{args.output}: " + (f"feed images uniform in [{lo:g}, {hi:g})" if images
+                                else "feed token ids below the embedding table's rows"))
     return 0
 
 
