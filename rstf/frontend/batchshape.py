@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from .fold import is_stateful, topo_order
-from .names import fresh_name, input_node, split_tensor, working_copy
+from .names import fresh_name, input_node, split_tensor, unread_nodes, working_copy
 from .shapes import infer_shapes
 from .tfutil import tf
 
@@ -110,7 +110,8 @@ def constant_batch_shapes(graph_def, keep) -> tuple[object, list[str]]:
                 changed.append(r.name)
     if not changed:
         return graph_def, []
-    gone = _unread(gd, pure | bypassed, keep)
+    dead = pure | bypassed
+    gone = unread_nodes(gd, dead, keep, within=dead)
     out = type(gd)()
     out.versions.CopyFrom(gd.versions)
     out.library.CopyFrom(gd.library)
@@ -266,23 +267,3 @@ def _make_const(node, value: np.ndarray) -> None:
     node.name, node.device, node.op = name, device, "Const"
     node.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
     node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
-
-
-def _unread(graph_def, candidates: set, keep) -> set[str]:
-    """The `candidates` that nothing reads once the others of them are gone (never a kept
-    node or a Placeholder)."""
-    readers: dict[str, set] = {n.name: set() for n in graph_def.node}
-    for n in graph_def.node:
-        for t in n.input:
-            if input_node(t) in readers:
-                readers[input_node(t)].add(n.name)
-    gone: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for n in graph_def.node:
-            if (n.name in candidates and n.name not in gone and n.name not in keep
-                    and n.op != "Placeholder" and readers[n.name] <= gone):
-                gone.add(n.name)
-                changed = True
-    return gone

@@ -42,7 +42,8 @@ import math
 import numpy as np
 
 from .lowering import DT_FLOAT, Lowering
-from .names import input_node, rebuilt, split_tensor, static_shape, working_copy
+from .names import (input_node, rebuilt, split_tensor, static_shape, unread_nodes,
+                    working_copy)
 from .tfutil import tf
 
 
@@ -60,36 +61,14 @@ def lower_transposed_convs(graph_def, keep, shapes: dict) -> tuple[object, list[
         lowered.append(n.name)
     if not lowered:
         return graph_def, []
-    gone = _unread(order, sizes, keep)
+    gone = unread_nodes(order, sizes, keep)
     return rebuilt(gd, [n for n in order if n.name not in gone], keep), lowered
 
 
-def _unread(order: list, starts: list[str], keep) -> set[str]:
-    """The nodes from `starts` up that nothing reads any more (the output sizes a dynamic
-    batch computes from Shape), Placeholders and `keep` excepted."""
-    by_name = {n.name: n for n in order}
-    readers = {n.name: 0 for n in order}
-    for n in order:
-        for t in n.input:
-            if input_node(t) in readers:
-                readers[input_node(t)] += 1
-    gone, stack = set(), list(starts)
-    while stack:
-        name = stack.pop()
-        n = by_name.get(name)
-        if n is None or name in gone or readers[name] or name in keep or \
-                n.op.startswith("Placeholder"):
-            continue
-        gone.add(name)
-        for t in n.input:
-            readers[input_node(t)] -= 1
-            stack.append(input_node(t))
-    return gone
-
-
 def axis_plan(size_in: int, size_out: int, k: int, s: int, pad: tuple | None):
-    """Along one axis: (T taps, Q0, Q phase rows, pad before, pad after, crop start) of the
-    lowering, or None. `pad`: EXPLICIT's (before, after), None for SAME, () for VALID."""
+    """Along one axis: (Q phase rows, the Conv2D's pad before, pad after, crop start) of
+    the lowering, or None. `pad`: EXPLICIT's (before, after), None for SAME, () for
+    VALID."""
     if pad is None:  # SAME: the forward convolution's padding, TF's GetWindowedOutputSize
         if size_in != -(-size_out // s):
             return None
@@ -105,7 +84,7 @@ def axis_plan(size_in: int, size_out: int, k: int, s: int, pad: tuple | None):
     bottom = rows + taps - 1 - size_in - top
     if top < 0 or bottom < 0:
         return None
-    return taps, q0, rows, top, bottom, before - s * q0
+    return rows, top, bottom, before - s * q0
 
 
 def phase_filter(f: np.ndarray, sh: int, sw: int) -> np.ndarray:
@@ -126,7 +105,7 @@ def phase_filter(f: np.ndarray, sh: int, sw: int) -> np.ndarray:
 
 def _emit(low: Lowering, x: str, f: np.ndarray, n, out_hw, strides, ph, pw) -> list:
     (sh, sw), (oh, ow) = strides, out_hw
-    (_, _, qh, top, bottom, crop_h), (_, _, qw, left, right, crop_w) = ph, pw
+    (qh, top, bottom, crop_h), (qw, left, right, crop_w) = ph, pw
     co = f.shape[2]
     conv = low.node("Conv2D", "phases", [x, low.const("phase_filter", phase_filter(f, sh, sw))])
     conv.attr["strides"].list.i.extend([1, 1, 1, 1])

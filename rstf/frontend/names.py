@@ -44,6 +44,28 @@ def references(graph_def) -> dict[str, list[str]]:
     return refs
 
 
+def unread_nodes(nodes, starts, keep, within=None) -> set[str]:
+    """The nodes from `starts` up (among `within`, when given) that nothing reads once the
+    others so found are gone: a pass's dead arithmetic. Never a kept node or a
+    Placeholder. `nodes`: a GraphDef's NodeDefs (or the GraphDef)."""
+    nodes = list(getattr(nodes, "node", nodes))
+    by_name = {n.name: n for n in nodes}
+    readers = {name: len(r) for name, r in references(nodes).items()}
+    gone, stack = set(), list(starts)
+    while stack:
+        name = stack.pop()
+        n = by_name.get(name)
+        if n is None or name in gone or readers[name] or name in keep or \
+                n.op.startswith("Placeholder") or (within is not None and name not in within):
+            continue
+        gone.add(name)
+        for t in n.input:
+            if input_node(t) in readers:
+                readers[input_node(t)] -= 1
+                stack.append(input_node(t))
+    return gone
+
+
 def rebuilt(graph_def, nodes, keep) -> object:
     """A GraphDef of `graph_def`'s versions and function library with `nodes`, less the
     Consts nothing reads any more (a folded weight's old value, a removed Reshape's shape)

@@ -158,8 +158,8 @@ def _absorb_adjoint(gd, live, nodes, refs, keep):
 
 def _materialize_adjoint(gd, live, nodes) -> list[str]:
     """Rule 3: BMM(x, y, adj_y) -> BMM(x, Transpose(y, swap of the last two axes)), or of
-    y's value transposed where y is a Const of rank 3 or more. rstf's contraction kernels read the right operand a row of
-    columns at a time; an adjoint one would be read a column at a stride, and the
+    y's value transposed where y is a Const of rank 3 or more. rstf's contraction kernels
+    read the right operand a row of columns at a time; an adjoint one would be read a column at a stride, and the
     polyhedral pass leaves such a product in its textbook order (DeBERTa's relative-position
     scores, a gathered [h, 2k, d] read as [h, d, 2k]: 7 GFLOP/s, against 200 tiled). The
     Transpose is a cache-tiled copy of an operand a fraction of the product's work."""
@@ -184,7 +184,7 @@ def _materialize_adjoint(gd, live, nodes) -> list[str]:
             ahead[m.name] = [c]
             continue
         if shapes is None:
-                    shapes = infer_shapes(gd)
+            shapes = infer_shapes(gd)
         name, k = split_tensor(m.input[1])
         outs = shapes.get(name, ([], []))[0]
         if k >= len(outs) or outs[k] is None or len(outs[k]) < 2:

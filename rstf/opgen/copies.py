@@ -8,27 +8,21 @@ import itertools
 import numpy as np
 
 from ..frontend.graph import Graph, Node
-from .base import (ALL_DTYPES, ArrayParam, OpFunction, OpHandler, Unsupported, index_names,
-                   numel, op_handler, render)
-from .shape import affine_index, checked_axis, const_ints
+from .base import ArrayParam, OpFunction, Unsupported, index_names, numel, op_handler, render
+from .shape import DataMover, affine_index, checked_axis, const_axis, const_ints
 
 
-class _Split(OpHandler):
+class _Split(DataMover):
     """Consecutive slices along a constant axis: output k is the input's indices
     [offset_k, offset_k + n_k) along it, n_k the extent of output k (TensorFlow's shape
     inference gives them; `check` verifies they tile the axis)."""
 
-    dtypes = ALL_DTYPES  # moves values: any element type
     value_input = 0
     axis_input = 0
 
-    def flops(self, node: Node, graph: Graph) -> int:
-        return 0
-
     def _axis(self, node: Node, graph: Graph) -> int:
         rank = len(graph.tensor_shape(node.inputs[self.value_input]))
-        value = np.asarray(graph.const_value(node.inputs[self.axis_input]))
-        return checked_axis(int(value.reshape(())), rank, "split axis")
+        return const_axis(graph, node.inputs[self.axis_input], rank, "split axis")
 
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)
@@ -83,17 +77,13 @@ class SplitV(_Split):
 
 
 @op_handler("Tile")
-class Tile(OpHandler):
+class Tile(DataMover):
     """The input repeated multiples[d] times along each dimension d: dimension d of the
     output is walked as (copy t, index i) with output subscript t * n + i, all affine, and
     reads input index i, so the output is written in order."""
 
-    dtypes = ALL_DTYPES  # moves values: any element type
     ignored_inputs = (1,)
     const_inputs = (1,)
-
-    def flops(self, node: Node, graph: Graph) -> int:
-        return 0
 
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)
@@ -135,13 +125,8 @@ class Tile(OpHandler):
 
 
 @op_handler("Unpack")
-class Unpack(OpHandler):
+class Unpack(DataMover):
     """tf.unstack: output k is the input at index k of `axis`, that axis removed."""
-
-    dtypes = ALL_DTYPES  # moves values: any element type
-
-    def flops(self, node: Node, graph: Graph) -> int:
-        return 0
 
     def _axis(self, node: Node, graph: Graph) -> int:
         rank = len(graph.tensor_shape(node.inputs[0]))
@@ -178,17 +163,13 @@ class Unpack(OpHandler):
 
 
 @op_handler("Roll")
-class Roll(OpHandler):
+class Roll(DataMover):
     """A cyclic shift by constant amounts along constant axes (Swin's shifted windows):
     y[j] = x[(j - s) mod n] per rolled axis, written as one copy per combination of each
     axis's two ranges, j < s (reads j - s + n) and j >= s (reads j - s), all affine."""
 
-    dtypes = ALL_DTYPES  # moves values: any element type
     ignored_inputs = (1, 2)
     const_inputs = (1, 2)
-
-    def flops(self, node: Node, graph: Graph) -> int:
-        return 0
 
     def _shifts(self, node: Node, graph: Graph) -> dict[int, int]:
         """{axis: shift in [1, n)}: TF adds up shifts along the same axis."""

@@ -1,11 +1,10 @@
 """GatherV2: rows of a table picked by run-time indices (an embedding lookup)."""
 from __future__ import annotations
 
-import numpy as np
-
 from ..frontend.graph import Graph, Node
 from .base import (ALL_DTYPES, INTEGER, ArrayParam, OpFunction, OpHandler, Unsupported,
                    index_names, op_handler, render)
+from .shape import const_axis
 
 
 @op_handler("GatherV2")
@@ -30,11 +29,8 @@ class GatherV2(OpHandler):
     isolated = True
 
     def _axis(self, node: Node, graph: Graph) -> int:
-        rank = len(graph.tensor_shape(node.inputs[0]))
-        axis = int(np.asarray(graph.const_value(node.inputs[2])).reshape(()))
-        if not -rank <= axis < rank:
-            raise Unsupported(f"axis {axis} out of range for params of rank {rank}")
-        return axis % rank
+        return const_axis(graph, node.inputs[2], len(graph.tensor_shape(node.inputs[0])),
+                          "axis of params")
 
     def _batch_dims(self, node: Node, graph: Graph) -> int:
         # TF counts a negative batch_dims from the end of the indices' shape.

@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..frontend.graph import Graph, Node
-from .base import (ALL_DTYPES, ArrayParam, OpFunction, OpHandler, Unsupported, op_handler,
-                   render)
-from .shape import const_ints
+from .base import ArrayParam, OpFunction, Unsupported, op_handler, render
+from .shape import DataMover, const_ints
 
 
 def nearest_rows(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
@@ -41,19 +40,15 @@ def affine_rows(rows: np.ndarray, in_size: int):
 
 
 @op_handler("ResizeNearestNeighbor")
-class ResizeNearestNeighbor(OpHandler):
+class ResizeNearestNeighbor(DataMover):
     """y[n][oh][ow][c] = x[n][row(oh)][col(ow)][c] with TensorFlow's rule for row() and
     col() (align_corners, half_pixel_centers), generated where both are affine (an integer
     upscale: the output rows q*s .. q*s + s-1 read row q; or a constant step); any other
     ratio stays in TensorFlow."""
 
-    dtypes = ALL_DTYPES  # moves values: any element type
     ignored_inputs = (1,)
     const_inputs = (1,)
     keeps_samples_apart = True
-
-    def flops(self, node: Node, graph: Graph) -> int:
-        return 0
 
     def _maps(self, node: Node, graph: Graph) -> list:
         shape = graph.tensor_shape(node.inputs[0])

@@ -11,22 +11,26 @@ from .base import (ALL_DTYPES, ArrayParam, OpFunction, OpHandler, Unsupported, i
                    numel, op_handler, render)
 
 
+class DataMover(OpHandler):
+    """An op that only moves values: any element type, no arithmetic (flops 0)."""
+
+    dtypes = ALL_DTYPES
+
+    def flops(self, node: Node, graph: Graph) -> int:
+        return 0
+
+
 @op_handler("Reshape", "Squeeze", "ExpandDims", "Identity", "Snapshot", "StopGradient")
-class Copy(OpHandler):
+class Copy(DataMover):
     """A row-major regrouping: the output is the input's buffer copied flat.
 
     The shape/axis input of Reshape and ExpandDims is not needed: the output shape is static.
     """
 
-    dtypes = ALL_DTYPES  # moves values: any element type
-
     ignored_inputs = (1,)
     # A flat copy: per sample whenever input and output both lead with the batch dimension
     # and hold the same number of elements per sample, which the caller's shape rules check.
     keeps_samples_apart = True
-
-    def flops(self, node: Node, graph: Graph) -> int:
-        return 0
 
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         size = numel(node.out_shapes[0])
@@ -37,15 +41,10 @@ class Copy(OpHandler):
 
 
 @op_handler("IdentityN")
-class IdentityN(OpHandler):
+class IdentityN(DataMover):
     """Output i is input i (tf.custom_gradient wraps activations such as swish in it)."""
 
-    dtypes = ALL_DTYPES  # moves values: any element type
-
     keeps_samples_apart = True
-
-    def flops(self, node: Node, graph: Graph) -> int:
-        return 0
 
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         sizes = [numel(s) for s in node.out_shapes]
@@ -58,10 +57,8 @@ class IdentityN(OpHandler):
 
 
 @op_handler("ConcatV2")
-class ConcatV2(OpHandler):
+class ConcatV2(DataMover):
     """Concatenation along a constant axis (the last input), each input into its slice."""
-
-    dtypes = ALL_DTYPES  # moves values: any element type
 
     def data_inputs(self, node: Node) -> list[str]:
         return node.inputs[:-1]
@@ -74,9 +71,6 @@ class ConcatV2(OpHandler):
     def check_batch(self, node: Node, graph: Graph) -> None:
         if int(graph.const_value(node.inputs[-1])) % len(node.out_shapes[0]) == 0:
             raise Unsupported("ConcatV2 along the dynamic batch dimension")
-
-    def flops(self, node: Node, graph: Graph) -> int:
-        return 0
 
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         out_shape = node.out_shapes[0]
@@ -139,19 +133,19 @@ def checked_axis(a: int, rank: int, what: str) -> int:
     return a % rank
 
 
-class _AffineGather(OpHandler):
-    """Shared check and emission; subclasses say how each input dimension is read."""
+def const_axis(graph: Graph, tensor: str, rank: int, what: str) -> int:
+    """The axis a scalar constant input names, in [0, rank)."""
+    return checked_axis(int(np.asarray(graph.const_value(tensor)).reshape(())), rank, what)
 
-    dtypes = ALL_DTYPES  # moves values: any element type
+
+class _AffineGather(DataMover):
+    """Shared check and emission; subclasses say how each input dimension is read."""
 
     template = "ops/slice.c.j2"
 
     def reads(self, node: Node, graph: Graph, in_shape) -> tuple[list[_Read], list[int]]:
         """One _Read per input dimension, and the output shape they imply."""
         raise NotImplementedError
-
-    def flops(self, node: Node, graph: Graph) -> int:
-        return 0
 
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)
@@ -400,13 +394,8 @@ class StridedSlice(_AffineGather):
 
 
 @op_handler("Pack")
-class Pack(OpHandler):
+class Pack(DataMover):
     """Stack N same-shaped tensors along a new axis: input k fills index k of that axis."""
-
-    dtypes = ALL_DTYPES  # moves values: any element type
-
-    def flops(self, node: Node, graph: Graph) -> int:
-        return 0
 
     @staticmethod
     def _axis(node: Node) -> int:
