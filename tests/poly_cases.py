@@ -157,6 +157,11 @@ CASES = {
     "conv_mean_matmul_head": ((1, 7, 7, 64), lambda x: tf.nn.softmax(tf.matmul(
         tf.reduce_mean(tf.nn.relu6(tf.nn.conv2d(x, _w(1, 1, 64, 512), 1, "VALID")), [1, 2]),
         _w(512, 600)))),
+    # A dense layer over [1, M, K] with one column tile (N = 32): its rows are the kernel's
+    # chunks, not an outer output loop, so only the register epilogue's true place (in
+    # each chunk's kernel, `regepi.kernel_times`) leaves the chunk loop parallel.
+    "batch_matmul_one_column_tile_in_registers": ((1, 200, 64), lambda x: (
+        tf.matmul(x, _w(64, 32)) + _w(32) + _w(1, 200, 32))),
     # Attention's mask: SelectV2 on a TF bool, per column (a vector of bytes widened to a
     # lane mask) and per row (one byte, C's own ?:), in the matmul's registers.
     "matmul_select_bool_columns_in_registers": ((2, 12, 32), lambda x: tf.where(

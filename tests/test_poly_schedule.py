@@ -34,6 +34,9 @@ def test_poly_equals_textbook_bitwise(case, target):
         # ReLU run after each row of each group, in the conv's one parallel region
         assert [len(f["nodes"]) for f in info["fused"]] == [4], info["fused"]
         assert info["parallel_loops"] == 1
+    if case == "batch_matmul_one_column_tile_in_registers":  # the row chunks shared out
+        assert [t["loops"][0] for t in info["tiled"]] == ["i"]
+        assert info["parallel_loops"] == 1 and "omp parallel for" in new, info
     if case == "conv_grouped_wide_bn_relu":  # a group of several column tiles: apart
         assert [len(f["nodes"]) for f in info["fused"]] == [3], info["fused"]
     if case.startswith("conv_grouped"):

@@ -108,15 +108,16 @@ def lower(scop: Scop, deps: Dependences, plan: LoweringPlan, header: str,
                                    _cast(scop, b, b in written) for b in buffers] \
                 + list(scop.params)
             continue
-        ast_time = {}
+        ast_time, time = {}, dict(cs.time)
         for p in cs.parts:
             at = dict(cs.ast_time[p.call])
             if epi := p.epilogue:  # the kernels zero their accumulators and run the chain
                 del at[epi.init], at[epi.head]
                 epi_kernels.append(regepi.kernel_sources(epi, p.kernels))
                 stats.register_epilogues.append(p.call)
+                time.update(regepi.kernel_times(scop, p, cs.time))
             ast_time.update(at)
-        low = CallLowering(scop, cs.parts, cs.time, ast_time, cs.rows, deps, stats,
+        low = CallLowering(scop, cs.parts, time, ast_time, cs.rows, deps, stats,
                            cs.m, cs.halo, panels, tuning=target.tuning)
         umap = None
         for m in ast_time.values():

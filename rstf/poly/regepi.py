@@ -199,6 +199,28 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
     return epi
 
 
+def kernel_times(scop: Scop, cs: CallSchedule, time: dict[str, isl.Map]) -> dict[str, isl.Map]:
+    """Where the kernels of `cs` (a group with a register epilogue) really run the
+    statements the epilogue absorbs: the zeroing of an element of Y at the first kernel
+    instance that accumulates into it, the chain on it at the last one (`time` holds the
+    kernel statement's). The group's own times keep them where a row-buffer epilogue
+    would run, before and after the whole row of tiles: read as they are, every row chunk
+    of a contraction whose rows are all in one kernel row (a [1, M, K] batch matmul) would
+    seem to depend on the others, and a single column tile would leave it one thread's."""
+    epi, kern = cs.epilogue, cs.kernels[0]
+    init = scop.statement(epi.init)
+    # init instance -> the kernel instances accumulating into its element -> their times
+    runs = (init.accesses[-1].relation.apply_range(kern.y.relation.reverse())
+            .apply_range(time[kern.statement]))
+    out = {init.name: runs.lexmin()}
+    last = runs.lexmax()
+    for s in epi.statements:  # over init's box, point for point (`fuse.fuse_epilogue`)
+        iv = ", ".join(isl_name(x) for x in s.iterators)
+        same = isl.Map(f"{{ {s.name}[{iv}] -> {init.name}[{iv}] }}")
+        out[s.name] = same.intersect_domain(s.domain).apply_range(last)
+    return out
+
+
 def _alone_in(index: list[dict], x: str) -> int | None:
     """The one dimension of `index` that iterator x indexes, when it is x alone; else None."""
     dims = [d for d, i in enumerate(index) if x in i]
