@@ -1,5 +1,5 @@
-"""Split, SplitV, Unpack, Tile, Roll (rstf/opgen/copies.py) and ResizeNearestNeighbor (resize.py)
-against TensorFlow, exact: every output of a split is read (concatenated in reverse order,
+"""Split, SplitV, Unpack, Tile, Roll (rstf/opgen/copies.py), ResizeNearestNeighbor and
+ResizeBilinear (resize.py) against TensorFlow, exact: every output of a split is read (concatenated in reverse order,
 so a part written to the wrong output shows), and the ops' C is run through ctypes."""
 import numpy as np
 import pytest
@@ -122,6 +122,45 @@ def test_resize_nearest_non_integer_ratio_stays():
 
     g = load_graph_def(make_graph_def(build), outputs=["out"])
     node = next(n for n in g.nodes.values() if n.op == "ResizeNearestNeighbor")
+    assert "not affine" in check_node(node, g)
+
+
+@pytest.mark.parametrize("shape,size,align,half,runs", [
+    ((1, 5, 6, 3), (10, 12), False, True, 4),  # UpSampling2D(interpolation="bilinear"), 2x
+    ((2, 3, 4, 2), (12, 16), False, True, 8),  # 4x: each phase's interior and a border
+    ((1, 4, 4, 1), (8, 8), False, False, 3),  # legacy rule: the last row clamped
+    ((1, 4, 6, 2), (4, 12), False, True, 1),  # rows unchanged (one run), columns 2x
+    ((1, 6, 6, 2), (3, 3), False, True, 1),  # a downscale by 2: one run of a constant step
+])
+def test_resize_bilinear(shape, size, align, half, runs):
+    """Bit for bit TensorFlow's (its product-then-sum steps, its float32 weights), the
+    rows' runs as `bilinear_runs` says; on inputs of all magnitudes."""
+    from rstf.opgen.resize import bilinear_rows, bilinear_runs
+
+    x = (rng.standard_normal(shape) * 10.0 ** rng.randint(-3, 4, shape)).astype(np.float32)
+
+    def build():
+        tf.identity(tf.compat.v1.image.resize_bilinear(
+            ph(shape), size, align_corners=align, half_pixel_centers=half), name="out")
+
+    step = size[0] // shape[1] if size[0] % shape[1] == 0 else 1
+    assert len(bilinear_runs(*bilinear_rows(shape[1], size[0], align, half), step)) == runs
+    _, sg = check_against_tf(build, {"x": x}, rtol=0.0)
+    assert "ResizeBilinear" in sg.source
+
+
+@pytest.mark.parametrize("shape,size,align", [
+    ((1, 20, 20, 2), (30, 30), False),  # 1.5x: weights that change row by row
+    ((1, 16, 16, 2), (32, 32), True),  # align_corners: scale 15/31
+])
+def test_resize_bilinear_other_ratios_stay(shape, size, align):
+    """Rows that need more than MAX_RUNS nests (a tiny image's are taken, a nest a row)."""
+    def build():
+        tf.identity(tf.compat.v1.image.resize_bilinear(
+            ph(shape), size, align_corners=align, half_pixel_centers=not align), name="out")
+
+    g = load_graph_def(make_graph_def(build), outputs=["out"])
+    node = next(n for n in g.nodes.values() if n.op == "ResizeBilinear")
     assert "not affine" in check_node(node, g)
 
 
