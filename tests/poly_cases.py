@@ -151,6 +151,14 @@ CASES = {
     "conv_1x1_7x7_merged_rows_broadcast_epilogue": ((1, 7, 7, 16), lambda x: (
         tf.nn.conv2d(x, _w(1, 1, 16, 1344), 1, "VALID") + _w(1, 1, 7, 1344))),
     "matmul": ((20, 70), lambda x: tf.matmul(x, _w(70, 50))),
+    # Column remainders that are not a multiple of half a vector: the last tile in a kernel
+    # whose last vector's lanes past the columns are masked (SegFormer's attention over 49
+    # keys: tiles of 16 and 1 column; ViT's over 197 tokens), no textbook loops.
+    "matmul_columns_49_masked": ((60, 32), lambda x: tf.matmul(x, _w(32, 49))),
+    "batch_matmul_columns_197_masked": ((2, 20, 16), lambda x: tf.matmul(x, _w(16, 197))),
+    # ... and its epilogue still in the registers, the bias's loads and the stores masked too
+    "matmul_49_bias_relu_masked": ((2, 30, 32), lambda x: tf.nn.relu(
+        tf.matmul(x, _w(32, 49)) + _w(49))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
     # A classifier head: the 1x1 conv's kernels prefetch the GEMV's 1.2 MB weight
     # (prefetch.plan_prefetch); the Mean between them has no kernel.

@@ -1,6 +1,8 @@
 """The schedule stage of the polyhedral pass (rstf/poly/schedule.py): contraction tiling
 around microkernels for every op family and target, checked bit-identical to the textbook C,
 and legality against exact dependences (a tiling that breaks one is refused)."""
+import re
+
 import islpy as isl
 import pytest
 
@@ -34,6 +36,14 @@ def test_poly_equals_textbook_bitwise(case, target):
         # ReLU run after each row of each group, in the conv's one parallel region
         assert [len(f["nodes"]) for f in info["fused"]] == [4], info["fused"]
         assert info["parallel_loops"] == 1
+    if case.endswith("_masked"):  # every column in a kernel, none in the textbook loops
+        cols = 49 if "49" in case else 197
+        *whole, last = info["tiled"]
+        assert whole and cols - cols // whole[0]["tile"][1] * whole[0]["tile"][1] \
+            <= last["tile"][1] < whole[0]["tile"][1], info["tiled"]
+        assert not re.search(r"\bfmaf\(", new[new.index("static void sched_"):]), new
+        if "bias" in case and target is not AVX512_FULL:  # (FULL merges b and i: no epilogue)
+            assert [f["epilogue_in_registers"] for f in info["fused"]] == [True], info["fused"]
     if case == "batch_matmul_one_column_tile_in_registers":  # the row chunks shared out
         assert [t["loops"][0] for t in info["tiled"]] == ["i"]
         assert info["parallel_loops"] == 1 and "omp parallel for" in new, info
@@ -62,16 +72,18 @@ def test_poly_equals_textbook_bitwise(case, target):
                for t in info["tiled"] if t["loops"][0] in ("ow", "oh x ow")), info["tiled"]
     # Single-vector tiles (target.single_vector_tiles, AVX512 only): a 1x1 conv of K=16
     # over rows of 23 pixels in 12-row x 16-column tiles (12 + 11 rows), K=64 over rows of
-    # 9 in 9x16; one whose epilogue adds a residual (K=160) keeps the model's 7x32, and so
-    # does a reduction too deep (K=256, 5x48). AVX512_FULL takes the model's tiles for all.
-    single = {"conv_1x1_bn_relu6_in_registers": [[12, 16]], "conv_1x1_bias_relu": [[9, 16]],
+    # 9 in 9x16 (its 100 channels' last 4 in a masked remainder 8 wide); one whose epilogue
+    # adds a residual (K=160) keeps the model's 7x32, and so does a reduction too deep
+    # (K=256, 5x48). AVX512_FULL takes the model's tiles for all.
+    single = {"conv_1x1_bn_relu6_in_registers": [[12, 16]],
+              "conv_1x1_bias_relu": [[9, 16], [9, 8]],
               "conv_1x1_7x7_merged_rows_broadcast_epilogue": [[7, 16]],
               "conv_1x1_7x7_merged_rows_residual_in_registers": [[7, 32]],
               "conv_deep_weights_packed": [[5, 48], [5, 32]]}
     if target is AVX512_FULL:
         single.update({k: [[9, 48]] for k in ("conv_1x1_bn_relu6_in_registers",
-                                              "conv_1x1_bias_relu",
                                               "conv_1x1_7x7_merged_rows_broadcast_epilogue")})
+        single["conv_1x1_bias_relu"] = [[9, 48], [9, 8]]
     if case in single:
         assert [t["tile"] for t in info["tiled"]] == single[case], info["tiled"]
     # 27 steps in all, or 21 (kw x ic) x 7 rows of taps in 21-step calls: kh runs in
@@ -94,11 +106,12 @@ def test_poly_equals_textbook_bitwise(case, target):
                                target=at_l2(target))[1]["packed"] == 1
     elif "tiled" in info:
         assert info["packed"] == 0
-    if case in ("conv_same", "conv_valid_stride2", "matmul_row"):
+    # 50 = 48 + 2 columns, the last two in a masked remainder kernel: the weight's last
+    # panel is its 2 columns
+    if case in ("conv_same", "conv_valid_stride2", "matmul_row", "matmul"):
         assert list(info["prepacked"]) == ["in1"], info["prepacked"]
-    if case.startswith("depthwise") or case in ("matmul_transposed_b", "matmul"):
-        # read as vectors along v; no unit-stride column; 50 = 48 + 2 columns, the last
-        # two in the textbook loops, which read the weight as it is
+    if case.startswith("depthwise") or case == "matmul_transposed_b":
+        # read as vectors along v; no unit-stride column
         assert not info["prepacked"], info["prepacked"]
     if case == "matmul_transposed_b":  # b[j][k]: no unit-stride column in b
         assert not info["tiled"]

@@ -44,10 +44,12 @@ class Kernel:
     k2_lo: int = 0
     k2_hi: int = 0
     tile_outer: bool = False  # column tiles outside the outer output loops (choose_order)
-    # A remainder kernel: the last, partial column tile `u_last`, `cols` (a multiple of half
-    # a vector) of its columns. 0 for the whole tiles' kernel.
+    # A remainder kernel: the last, partial column tile `u_last`, its `cols` columns (all of
+    # them), computed `pad` columns wider, to a multiple of half a vector, the last vector's
+    # extra lanes masked off (never read or stored). 0 for the whole tiles' kernel.
     cols: int = 0
     u_last: int = 0
+    pad: int = 0
     vec_a: bool = False  # a depthwise kernel: A is read as vectors along v too
     kin: str | None = None  # an outer reduction loop run inside the kernel (its K2 level)
     kin_lo: int = 0
@@ -83,7 +85,7 @@ class Kernel:
     @property
     def shape(self) -> Shape:
         return Shape(self.rb, self.width, self.vl, self.vec_a, self.kin is not None, self.fused,
-                     self.slide, self.prefetch, self.panel_prefetch)
+                     self.slide, self.prefetch, self.panel_prefetch, self.pad)
 
     @property
     def choice(self) -> "TileChoice":
@@ -103,7 +105,12 @@ class Kernel:
 
     @property
     def width(self) -> int:
-        """Columns one call computes."""
+        """Columns one call computes, in vectors (a remainder's masked lanes included)."""
+        return self.cols + self.pad if self.cols else self.vb
+
+    @property
+    def span(self) -> int:
+        """Columns one call writes: the tile's, or the remainder's `cols`."""
         return self.cols or self.vb
 
     @property

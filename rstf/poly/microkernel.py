@@ -76,6 +76,11 @@ def prelude(t: Target) -> str:
     out.append("/* a * b + c rounded once in every lane: the templates' fmaf step, as vectors. "
                "The\n   intrinsics where the target has them; elsewhere lane by lane (exact, "
                "and slow). */")
+    out.append("/* The first m lanes loaded (the rest zero) and stored: a remainder tile's last "
+               "vector,\n   whose other lanes are past the columns. Masked lanes are never "
+               "touched, so they\n   may lie past the array's end. */")
+    for n in (t.vlen, t.half):
+        out += _masked(n)
     for n in (t.vlen, t.half):
         lane = (f"static inline rstf_v{n} rstf_fma{n}(rstf_v{n} a, rstf_v{n} b, rstf_v{n} c)\n"
                 f"{{ for (int i = 0; i < {n}; ++i) c[i] = __builtin_fmaf(a[i], b[i], c[i]); "
@@ -84,6 +89,33 @@ def prelude(t: Target) -> str:
         out += guarded(macro, [f"#define rstf_fma{n}(a, b, c) ((rstf_v{n}){fn}(({mt})(a), "
                                f"({mt})(b), ({mt})(c)))"], [lane])
     return "\n".join(out) + "\n"
+
+
+# Where the target has masked vector loads and stores of a width: the macros that say so, and
+# the load and store of the first m lanes of p (intrinsics that never touch the others).
+_MASKED = {
+    16: ("defined(__AVX512F__)",
+         "(rstf_v16)_mm512_maskz_loadu_ps((__mmask16)((1u << m) - 1), p)",
+         "_mm512_mask_storeu_ps(p, (__mmask16)((1u << m) - 1), (__m512)v)"),
+    8: ("defined(__AVX512F__) && defined(__AVX512VL__)",
+        "(rstf_v8)_mm256_maskz_loadu_ps((__mmask8)((1u << m) - 1), p)",
+        "_mm256_mask_storeu_ps(p, (__mmask8)((1u << m) - 1), (__m256)v)"),
+}
+
+
+def _masked(n: int) -> list[str]:
+    """rstf_loadm<n>(p, m) and rstf_storem<n>(p, v, m): masked intrinsics where the target
+    has them, else lane by lane."""
+    sig_l = f"static inline rstf_v{n} rstf_loadm{n}(const float *p, int m)"
+    sig_s = f"static inline void rstf_storem{n}(float *p, rstf_v{n} v, int m)"
+    portable = [f"{sig_l}\n{{ rstf_v{n} v = {{0}}; for (int i = 0; i < m; ++i) v[i] = p[i]; "
+                "return v; }",
+                f"{sig_s}\n{{ for (int i = 0; i < m; ++i) p[i] = v[i]; }}"]
+    if n not in _MASKED:
+        return portable
+    cond, load, store = _MASKED[n]
+    return [f"#if {cond}", "#include <immintrin.h>", f"{sig_l} {{ return {load}; }}",
+            f"{sig_s} {{ {store}; }}", "#else", *portable, "#endif"]
 
 
 def vectors(width: int, vl: int) -> list[tuple[str, int]]:
@@ -118,13 +150,16 @@ class Shape:
     # lines from the pointer `pp` its caller passes, one every second reduction step
     # (`prefetch.plan_panel_prefetch`).
     pp: bool = False
+    # The last vector's lanes past the tile's columns (a remainder's, `Kernel.pad`): its
+    # loads of b and y and its stores of y are masked to the other lanes.
+    pad: int = 0
 
     @property
     def tag(self) -> str:
         slide = "s{}j{}o{}".format(*self.slide) if self.slide else ""
         return ("d" if self.vec_a else "") + ("2" if self.two else "") + \
             ("" if self.fused else "u") + slide + (f"p{self.pf}" if self.pf else "") + \
-            ("q" if self.pp else "")
+            ("q" if self.pp else "") + (f"m{self.pad}" if self.pad else "")
 
     def rows(self, rb: int) -> "Shape":
         return dataclasses.replace(self, rb=rb)
@@ -148,13 +183,31 @@ def kernel_name(shape: Shape) -> str:
     return f"rstf_mk{shape.tag}_{shape.rb}x{shape.width}"
 
 
+def _load(shape: Shape, v: int, t: str, ptr: str) -> str:
+    """Vector v (of type t) of the tile's columns from ptr: masked where it is the last
+    vector of a remainder (`Shape.pad`)."""
+    n = len(vectors(shape.width, shape.vl))
+    if shape.pad and v == n - 1:
+        return f"rstf_loadm{lanes(t)}({ptr}, {lanes(t) - shape.pad})"
+    return f"*(const {t} *)({ptr})"
+
+
+def _store(shape: Shape, v: int, t: str, ptr: str, value: str) -> str:
+    """`_load`'s store."""
+    n = len(vectors(shape.width, shape.vl))
+    if shape.pad and v == n - 1:
+        return f"rstf_storem{lanes(t)}({ptr}, {value}, {lanes(t) - shape.pad});"
+    return f"*({t} *)({ptr}) = {value};"
+
+
 def kernel_source(shape: Shape) -> str:
     """The C of one microkernel (needs PRELUDE; `_linkage` says whether inline): RB rows
     of `width` columns, unrolled over its vectors (a half vector when the width is not a
     whole number of them)."""
     rb, width = shape.rb, shape.width
     vecs = vectors(width, shape.vl)
-    store = [f"*({t} *)(y + r * syr + {c}) = acc{v}[r];" for v, (t, c) in enumerate(vecs)]
+    store = [_store(shape, v, t, f"y + r * syr + {c}", f"acc{v}[r]")
+             for v, (t, c) in enumerate(vecs)]
     a = f"a[r*sar + k*sak + 0:{width}]" if shape.vec_a else "a[r*sar + k*sak]"
     k2 = "sum over k2 < K2 (a += sak2, b += sbk2) of " if shape.two else ""
     return kernel_text(
@@ -171,10 +224,11 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
     rb, width = shape.rb, shape.width
     vecs = vectors(width, shape.vl)
     decl = "\n".join(f"    {t} acc{v}[{rb}];" for v, (t, _) in enumerate(vecs))
+    assert not (shape.pad and (shape.vec_a or shape.slide)), shape
     init = "\n".join(f"        acc{v}[r] = ({t}){{0}};" if zero else
-                      f"        acc{v}[r] = *(const {t} *)(y + r * syr + {c});"
+                      f"        acc{v}[r] = {_load(shape, v, t, f'y + r * syr + {c}')};"
                       for v, (t, c) in enumerate(vecs))
-    bload = "\n".join(f"        const {t} b{v} = *(const {t} *)(b + k * sbk + {c});"
+    bload = "\n".join(f"        const {t} b{v} = {_load(shape, v, t, f'b + k * sbk + {c}')};"
                        for v, (t, c) in enumerate(vecs))
     def fma(v: int, t: str, av: str) -> str:
         if not shape.fused:

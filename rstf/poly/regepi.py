@@ -257,24 +257,30 @@ def _row_counts(kdom: isl.Set) -> list[int]:
 
 def epilogue_lines(epi: RegisterEpilogue, k: Kernel) -> list[str]:
     """The chain on accumulator row r, one vector at a time (the body of `for r`)."""
-    return chain_lines(epi, k.width, k.vl)
+    return chain_lines(epi, k.width, k.vl, k.pad)
 
 
-def chain_lines(epi: RegisterEpilogue, width: int, vl: int) -> list[str]:
+def chain_lines(epi: RegisterEpilogue, width: int, vl: int, pad: int = 0) -> list[str]:
     """The chain on accumulators acc<v>[r] of `width` columns, one vector of `vl` floats
     (or a half one) at a time; each
     operand `a` through its pointer `a_p` (its element at row r, column 0 is
-    `a_p[r * row]`). Raises Refused for what the translation does not cover."""
+    `a_p[r * row]`). `pad`: the last vector's lanes past the columns (a remainder tile),
+    which its operands' loads and stores leave alone. Raises Refused for what the
+    translation does not cover."""
     out = []
-    for vi, (vt, c0) in enumerate(vectors(width, vl)):
+    vecs = vectors(width, vl)
+    for vi, (vt, c0) in enumerate(vecs):
+        valid = lanes(vt) - pad if pad and vi == len(vecs) - 1 else 0
         out.append("{")
         for s in epi.statements:
-            text, is_vec = _Vector(epi, vt, vi, c0, s).expr(s.ast.rvalue)
+            text, is_vec = _Vector(epi, vt, vi, c0, s, valid).expr(s.ast.rvalue)
             val = text if is_vec else f"{splat(vt)}({text})"
             dst = s.accesses[-1].array
             out.append(f"    const {vt} {dst}_c = {val};")
             if dst not in epi.contracted:
-                out.append(f"    *({vt} *)({dst}_p{_offset(_op(epi, dst).row, c0)}) = {dst}_c;")
+                ptr = f"{dst}_p{_offset(_op(epi, dst).row, c0)}"
+                out.append(f"    rstf_storem{lanes(vt)}({ptr}, {dst}_c, {valid});" if valid
+                           else f"    *({vt} *)({ptr}) = {dst}_c;")
         out.append("}")
     return out
 
@@ -291,8 +297,10 @@ def _op(epi: RegisterEpilogue, array: str) -> Operand:
 class _Vector:
     """One chain statement's right-hand side as vector C: (text, is it a vector)."""
 
-    def __init__(self, epi: RegisterEpilogue, vt: str, vi: int, c0: int, s: Statement):
+    def __init__(self, epi: RegisterEpilogue, vt: str, vi: int, c0: int, s: Statement,
+                 valid: int = 0):
         self.epi, self.vt, self.vi, self.c0 = epi, vt, vi, c0
+        self.valid = valid  # a remainder's last vector: its lanes past this are masked
         self.refs = {id(a.ref): a for a in s.accesses}
         # Outputs of the statements before s: read back from their vector variables.
         before = epi.statements[:epi.statements.index(s)]
@@ -326,7 +334,10 @@ class _Vector:
         if op.ctype != "float":
             raise Refused(f"{op.ctype} value")  # (a mask is read by _select alone)
         if op.col:
-            return f"(*(const {self.vt} *)({a.array}_p{_offset(op.row, self.c0)}))", True
+            ptr = f"{a.array}_p{_offset(op.row, self.c0)}"
+            if self.valid:
+                return f"rstf_loadm{lanes(self.vt)}({ptr}, {self.valid})", True
+            return f"(*(const {self.vt} *)({ptr}))", True
         return f"{a.array}_p[{_offset(op.row, 0)[3:] or '0'}]", False
 
     def _select(self, n: c_ast.TernaryOp) -> tuple[str, bool]:
@@ -341,6 +352,8 @@ class _Vector:
             p = f"{mask.array}_p{_offset(op.row, self.c0 if op.col else 0)}"
             if not op.col:  # one per row: C's own ?: between whole vectors
                 return f"(*({p}) ? {self._vec(a, va)} : {self._vec(b, vb)})", True
+            if self.valid:
+                raise Refused("a mask of bools past a remainder's columns")
             return (f"rstf_sel{width}(rstf_bmask{width}({p}), {self._vec(a, va)}, "
                     f"{self._vec(b, vb)})"), True
         if not (isinstance(c, c_ast.BinaryOp) and c.op in _COMPARE):

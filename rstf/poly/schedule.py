@@ -114,7 +114,7 @@ def _chunks(s: Statement, kern: Kernel, prefix: str) -> isl.Set:
         rr = "m_"
         cond.append(f"m_ = {kern.merged_n}*mo_ + mr_")
     rename = {mo: "mo_", r: "mr_"} if mo else {}
-    for *corner, cv in itertools.product(*whole.values(), (0, kern.width - 1)):
+    for *corner, cv in itertools.product(*whole.values(), (0, kern.span - 1)):
         fixed = dict(zip(whole, corner))
         target = [f"{vb}*u + {cv}" if x == v else str(fixed[x]) if x in fixed else
                   rename.get(x, x) for x in iv]
@@ -292,7 +292,7 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str, scop: Scop
         ktime = isl.Map(f"{prefix}{{ {kn.name}[{kd}] -> [{pos}, {', '.join(ot)}{zeros}] }}"
                         ).intersect_domain(kdom)
         rel = isl.Map(f"{prefix}{{ {kn.name}[{kd}] -> {s.name}[{', '.join(iv)}] : "
-                      f"{row}{red_cond if ranged else ''}{vb}*u <= {v} < {vb}*u + {kn.width} }}")
+                      f"{row}{red_cond if ranged else ''}{vb}*u <= {v} < {vb}*u + {kn.span} }}")
         rel = rel.intersect_domain(kdom)
         if kn.slide and not _slides_exactly(s, kn, kdom, rel, scop, prefix):
             return None
@@ -318,18 +318,22 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str, scop: Scop
 
 
 def _remainder(s: Statement, kern: Kernel) -> Kernel | None:
-    """A kernel for the last, partial column tile's first multiple of a half vector of
-    columns (AVX-512, 24 output channels: one tile of 16, then 8; 1000 classes: 15 tiles of
-    64, then 40), or None."""
+    """A kernel for the last, partial column tile (AVX-512, 24 output channels: one tile of
+    16, then 8; 1000 classes: 15 tiles of 64, then 40; attention over 197 tokens: 12 tiles
+    of 16, then 5), or None. Its width is the next multiple of half a vector, the last
+    vector's lanes past the columns masked off (`Shape.mask`): a depthwise or sliding-row
+    kernel, which reads its row operand as vectors too, takes only the multiple of half a
+    vector, and leaves the rest to the textbook loops."""
     _, _, _, _, v = kernel_roles(s, kern)
     lo, hi = dict(zip([isl_name(x) for x in s.iterators], extents(s)))[v]
     vb, half = kern.vb, kern.vl // 2
     u_last = hi // vb
-    cols = (hi - max(lo, vb * u_last) + 1) // half * half
+    left = hi - max(lo, vb * u_last) + 1
+    cols = left if not (kern.vec_a or kern.slide) else left // half * half
     if cols == 0 or cols >= vb or lo > vb * u_last:
         return None
     return dataclasses.replace(kern, name=f"{kern.name}r", cols=cols, u_last=u_last,
-                               dims=list(kern.dims))
+                               pad=-cols % half, dims=list(kern.dims))
 
 
 def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependences,
