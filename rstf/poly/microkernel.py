@@ -398,7 +398,9 @@ def tile_cost(rb: int, nv: int, rows: int, cols: int, t: Target) -> float:
     A row of the tiling is cut into chunks of RB rows and one shorter remainder chunk (run
     by the RB = remainder kernel), each at its `_efficiency`; the columns are covered by
     floor(cols/VB) tiles of VB = VLEN*NV, then by one narrower tile (a multiple of a half
-    vector), and the rest runs in the residual textbook loops."""
+    vector); the columns past a multiple of half a vector are charged as the residual
+    textbook loops they ran in when the model's tiles were chosen (a contraction's now run
+    in that tile, its last vector masked: `Shape.pad`; a depthwise kernel's still do)."""
     vb = t.vlen * nv
     covered = cols // vb * vb / cols
     full, rem = divmod(rows, rb)
@@ -406,7 +408,7 @@ def tile_cost(rb: int, nv: int, rows: int, cols: int, t: Target) -> float:
                + (rem / _efficiency(rem, nv, t) if rem else 0.0)) / rows
     # Columns past the last whole tile: a narrower kernel for a multiple of half a vector
     # of them (charged 1.5x: fewer FMAs per loaded a), the textbook loops (about 4x
-    # slower) for the rest.
+    # slower) for the rest (see the docstring).
     left = cols - cols // vb * vb
     half = t.half
     rem_k = left // half * half / cols
