@@ -48,6 +48,18 @@ def affine_rows(rows: np.ndarray, in_size: int):
     return None
 
 
+def resize_args(node: Node, graph: Graph) -> tuple[list, list, list[bool]]:
+    """(input shape, output size, [align_corners, half_pixel_centers]) of a resize node,
+    its input 4-D and its size a constant pair."""
+    shape = graph.tensor_shape(node.inputs[0])
+    size = const_ints(graph, node.inputs[1], "size")
+    if len(shape) != 4 or len(size) != 2 or min(size) < 1:
+        raise Unsupported(f"size {size} for an input of shape {list(shape)}")
+    flags = [bool(node.attr[a].b) if a in node.attr else False
+             for a in ("align_corners", "half_pixel_centers")]
+    return list(shape), list(size), flags
+
+
 @op_handler("ResizeNearestNeighbor")
 class ResizeNearestNeighbor(DataMover):
     """y[n][oh][ow][c] = x[n][row(oh)][col(ow)][c] with TensorFlow's rule for row() and
@@ -60,12 +72,7 @@ class ResizeNearestNeighbor(DataMover):
     keeps_samples_apart = True
 
     def _maps(self, node: Node, graph: Graph) -> list:
-        shape = graph.tensor_shape(node.inputs[0])
-        size = const_ints(graph, node.inputs[1], "size")
-        if len(shape) != 4 or len(size) != 2 or min(size) < 1:
-            raise Unsupported(f"size {size} for an input of shape {list(shape)}")
-        flags = [bool(node.attr[a].b) if a in node.attr else False
-                 for a in ("align_corners", "half_pixel_centers")]
+        shape, size, flags = resize_args(node, graph)
         maps = []
         for d in (0, 1):
             rows = nearest_rows(shape[1 + d], size[d], *flags)
@@ -198,12 +205,7 @@ class ResizeBilinear(OpHandler):
     keeps_samples_apart = True
 
     def _runs(self, node: Node, graph: Graph) -> list:
-        shape = graph.tensor_shape(node.inputs[0])
-        size = const_ints(graph, node.inputs[1], "size")
-        if len(shape) != 4 or len(size) != 2 or min(size) < 1:
-            raise Unsupported(f"size {size} for an input of shape {list(shape)}")
-        flags = [bool(node.attr[a].b) if a in node.attr else False
-                 for a in ("align_corners", "half_pixel_centers")]
+        shape, size, flags = resize_args(node, graph)
         out = []
         for d in (0, 1):
             n_in, n_out = shape[1 + d], size[d]
