@@ -321,7 +321,7 @@ def _remainder(s: Statement, kern: Kernel) -> Kernel | None:
     """A kernel for the last, partial column tile (AVX-512, 24 output channels: one tile of
     16, then 8; 1000 classes: 15 tiles of 64, then 40; attention over 197 tokens: 12 tiles
     of 16, then 5), or None. Its width is the next multiple of half a vector, the last
-    vector's lanes past the columns masked off (`Shape.mask`): a depthwise or sliding-row
+    vector's lanes past the columns masked off (`Shape.pad`): a depthwise or sliding-row
     kernel, which reads its row operand as vectors too, takes only the multiple of half a
     vector, and leaves the rest to the textbook loops."""
     _, _, _, _, v = kernel_roles(s, kern)
