@@ -19,14 +19,20 @@ from .base import ArrayParam, OpFunction, OpHandler, Unsupported, numel, op_hand
 from .shape import DataMover, const_ints
 
 
+def resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
+    """Input rows per output row as TensorFlow's resizes compute it (CalculateResizeScale),
+    in float32."""
+    f32 = np.float32
+    if align_corners and out_size > 1:
+        return f32(in_size - 1) / f32(out_size - 1)
+    return f32(in_size) / f32(out_size)
+
+
 def nearest_rows(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
     """The input row TensorFlow's CPU kernel reads for each output row
     (resize_nearest_neighbor_op.cc), computed in float32 as it does."""
     f32 = np.float32
-    if align_corners and out_size > 1:
-        scale = f32(in_size - 1) / f32(out_size - 1)
-    else:
-        scale = f32(in_size) / f32(out_size)
+    scale = resize_scale(in_size, out_size, align_corners)
     o = np.arange(out_size, dtype=f32)
     pos = (o + f32(0.5)) * scale if half_pixel else o * scale
     # roundf rounds halves away from zero; every position here is >= 0.
@@ -48,50 +54,52 @@ def affine_rows(rows: np.ndarray, in_size: int):
     return None
 
 
-def resize_args(node: Node, graph: Graph) -> tuple[list, list, list[bool]]:
-    """(input shape, output size, [align_corners, half_pixel_centers]) of a resize node,
-    its input 4-D and its size a constant pair."""
-    shape = graph.tensor_shape(node.inputs[0])
-    size = const_ints(graph, node.inputs[1], "size")
-    if len(shape) != 4 or len(size) != 2 or min(size) < 1:
-        raise Unsupported(f"size {size} for an input of shape {list(shape)}")
-    flags = [bool(node.attr[a].b) if a in node.attr else False
-             for a in ("align_corners", "half_pixel_centers")]
-    return list(shape), list(size), flags
-
-
-@op_handler("ResizeNearestNeighbor")
-class ResizeNearestNeighbor(DataMover):
-    """y[n][oh][ow][c] = x[n][row(oh)][col(ow)][c] with TensorFlow's rule for row() and
-    col() (align_corners, half_pixel_centers), generated where both are affine (an integer
-    upscale: the output rows q*s .. q*s + s-1 read row q; or a constant step); any other
-    ratio stays in TensorFlow."""
+class _Resize:
+    """What both resizes share: a 4-D input, a constant size (not an input of the C), and
+    TensorFlow's rule decided per dimension (`rule`, which raises Unsupported where it is
+    not affine). Mixed in before the handler's base class."""
 
     ignored_inputs = (1,)
     const_inputs = (1,)
     keeps_samples_apart = True
 
-    def _maps(self, node: Node, graph: Graph) -> list:
-        shape, size, flags = resize_args(node, graph)
-        maps = []
-        for d in (0, 1):
-            rows = nearest_rows(shape[1 + d], size[d], *flags)
-            m = affine_rows(rows, shape[1 + d])
-            if m is None:
-                raise Unsupported(f"resize {shape[1 + d]} -> {size[d]}: rows read are not "
-                                  "affine in the output's")
-            maps.append(m)
-        return maps
+    def rule(self, n_in: int, n_out: int, align_corners: bool, half_pixel: bool):
+        raise NotImplementedError
+
+    def rules(self, node: Node, graph: Graph) -> list:
+        """[rows' rule, columns' rule]."""
+        shape = graph.tensor_shape(node.inputs[0])
+        size = const_ints(graph, node.inputs[1], "size")
+        if len(shape) != 4 or len(size) != 2 or min(size) < 1:
+            raise Unsupported(f"size {size} for an input of shape {list(shape)}")
+        flags = [bool(node.attr[a].b) if a in node.attr else False
+                 for a in ("align_corners", "half_pixel_centers")]
+        return [self.rule(shape[1 + d], size[d], *flags) for d in (0, 1)]
 
     def check(self, node: Node, graph: Graph) -> None:
         super().check(node, graph)
-        self._maps(node, graph)
+        self.rules(node, graph)
+
+
+@op_handler("ResizeNearestNeighbor")
+class ResizeNearestNeighbor(_Resize, DataMover):
+    """y[n][oh][ow][c] = x[n][row(oh)][col(ow)][c] with TensorFlow's rule for row() and
+    col() (align_corners, half_pixel_centers), generated where both are affine (an integer
+    upscale: the output rows q*s .. q*s + s-1 read row q; or a constant step); any other
+    ratio stays in TensorFlow."""
+
+    def rule(self, n_in: int, n_out: int, align_corners: bool, half_pixel: bool):
+        m = affine_rows(nearest_rows(n_in, n_out, align_corners, half_pixel), n_in)
+        if m is None:
+            raise Unsupported(f"resize {n_in} -> {n_out}: rows read are not affine in the "
+                              "output's")
+        return m
 
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         shape = tuple(graph.tensor_shape(node.inputs[0]))
         out_shape = tuple(node.out_shapes[0])
         loops, extents, out_sub, in_sub = ["n"], [shape[0]], ["n"], ["n"]
-        for d, m in enumerate(self._maps(node, graph)):
+        for d, m in enumerate(self.rules(node, graph)):
             o = f"o{d}"
             if m[0] == "repeat":
                 loops += [f"q{d}", f"r{d}"]
@@ -126,10 +134,7 @@ def bilinear_rows(in_size: int, out_size: int, align_corners: bool, half_pixel: 
     (resize_bilinear_op.cc, compute_interpolation_weights), in float32: the two input rows
     read and the weight of the upper one."""
     f32 = np.float32
-    if align_corners and out_size > 1:
-        scale = f32(in_size - 1) / f32(out_size - 1)
-    else:
-        scale = f32(in_size) / f32(out_size)
+    scale = resize_scale(in_size, out_size, align_corners)
     o = np.arange(out_size, dtype=f32)
     pos = (o + f32(0.5)) * scale - f32(0.5) if half_pixel else o * scale
     low = np.floor(pos)
@@ -194,32 +199,19 @@ def _lerp(a: str, b: str, w: str) -> str:
 
 
 @op_handler("ResizeBilinear")
-class ResizeBilinear(OpHandler):
+class ResizeBilinear(_Resize, OpHandler):
     """y[n][oh][ow][c] by TensorFlow's bilinear rule (compute_lerp: along the columns on
     the lower and the upper input row, then along the rows, each step a product then a
     sum), for resizes whose rows and columns each fall into at most MAX_RUNS affine runs of
     one weight (`bilinear_runs`); every other ratio stays in TensorFlow. Float32 only."""
 
-    ignored_inputs = (1,)
-    const_inputs = (1,)
-    keeps_samples_apart = True
-
-    def _runs(self, node: Node, graph: Graph) -> list:
-        shape, size, flags = resize_args(node, graph)
-        out = []
-        for d in (0, 1):
-            n_in, n_out = shape[1 + d], size[d]
-            step = n_out // n_in if n_out % n_in == 0 else 1
-            runs = bilinear_runs(*bilinear_rows(n_in, n_out, *flags), step)
-            if runs is None:
-                raise Unsupported(f"resize {n_in} -> {n_out}: the rows read are not affine "
-                                  f"in the output's in {MAX_RUNS} runs or fewer")
-            out.append(runs)
-        return out
-
-    def check(self, node: Node, graph: Graph) -> None:
-        super().check(node, graph)
-        self._runs(node, graph)
+    def rule(self, n_in: int, n_out: int, align_corners: bool, half_pixel: bool):
+        step = n_out // n_in if n_out % n_in == 0 else 1
+        runs = bilinear_runs(*bilinear_rows(n_in, n_out, align_corners, half_pixel), step)
+        if runs is None:
+            raise Unsupported(f"resize {n_in} -> {n_out}: the rows read are not affine in "
+                              f"the output's in {MAX_RUNS} runs or fewer")
+        return runs
 
     def flops(self, node: Node, graph: Graph) -> int:
         return 9 * numel(node.out_shapes[0])  # three steps: a difference, a product, a sum
@@ -227,7 +219,7 @@ class ResizeBilinear(OpHandler):
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         shape = tuple(graph.tensor_shape(node.inputs[0]))
         out_shape = tuple(node.out_shapes[0])
-        rows, cols = self._runs(node, graph)
+        rows, cols = self.rules(node, graph)
         nests = []
         for h0, nh, sh, lh, dlh, uh, duh, wh in rows:
             for w0, nw, sw, lw, dlw, uw, duw, ww in cols:

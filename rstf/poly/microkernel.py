@@ -183,21 +183,30 @@ def kernel_name(shape: Shape) -> str:
     return f"rstf_mk{shape.tag}_{shape.rb}x{shape.width}"
 
 
+def valid_lanes(width: int, vl: int, pad: int, v: int) -> int:
+    """The lanes of vector v of a tile `width` columns wide that hold columns, where some
+    do not (a remainder's last vector, `pad` lanes past its columns); 0: all of them."""
+    vecs = vectors(width, vl)
+    return lanes(vecs[v][0]) - pad if pad and v == len(vecs) - 1 else 0
+
+
+def vector_load(t: str, ptr: str, valid: int = 0) -> str:
+    """A vector of type t from ptr: its first `valid` lanes only (masked), or all (0)."""
+    return f"rstf_loadm{lanes(t)}({ptr}, {valid})" if valid else f"*(const {t} *)({ptr})"
+
+
+def vector_store(t: str, ptr: str, value: str, valid: int = 0) -> str:
+    """`vector_load`'s store, a C statement."""
+    return (f"rstf_storem{lanes(t)}({ptr}, {value}, {valid});" if valid
+            else f"*({t} *)({ptr}) = {value};")
+
+
 def _load(shape: Shape, v: int, t: str, ptr: str) -> str:
-    """Vector v (of type t) of the tile's columns from ptr: masked where it is the last
-    vector of a remainder (`Shape.pad`)."""
-    n = len(vectors(shape.width, shape.vl))
-    if shape.pad and v == n - 1:
-        return f"rstf_loadm{lanes(t)}({ptr}, {lanes(t) - shape.pad})"
-    return f"*(const {t} *)({ptr})"
+    return vector_load(t, ptr, valid_lanes(shape.width, shape.vl, shape.pad, v))
 
 
 def _store(shape: Shape, v: int, t: str, ptr: str, value: str) -> str:
-    """`_load`'s store."""
-    n = len(vectors(shape.width, shape.vl))
-    if shape.pad and v == n - 1:
-        return f"rstf_storem{lanes(t)}({ptr}, {value}, {lanes(t) - shape.pad});"
-    return f"*({t} *)({ptr}) = {value};"
+    return vector_store(t, ptr, value, valid_lanes(shape.width, shape.vl, shape.pad, v))
 
 
 def kernel_source(shape: Shape) -> str:

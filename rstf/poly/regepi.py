@@ -41,7 +41,8 @@ import islpy as isl
 from pycparser import c_ast
 
 from . import abi
-from .microkernel import guarded, kernel_text, lanes, splat, vectors
+from .microkernel import (guarded, kernel_text, lanes, splat, valid_lanes, vector_load,
+                          vector_store, vectors)
 from .cparse import c_text
 from .scop import Scop, Statement, isl_name
 from .groups import CallSchedule, Kernel, extents, flat_addr, kernel_roles
@@ -268,9 +269,8 @@ def chain_lines(epi: RegisterEpilogue, width: int, vl: int, pad: int = 0) -> lis
     which its operands' loads and stores leave alone. Raises Refused for what the
     translation does not cover."""
     out = []
-    vecs = vectors(width, vl)
-    for vi, (vt, c0) in enumerate(vecs):
-        valid = lanes(vt) - pad if pad and vi == len(vecs) - 1 else 0
+    for vi, (vt, c0) in enumerate(vectors(width, vl)):
+        valid = valid_lanes(width, vl, pad, vi)
         out.append("{")
         for s in epi.statements:
             text, is_vec = _Vector(epi, vt, vi, c0, s, valid).expr(s.ast.rvalue)
@@ -278,9 +278,8 @@ def chain_lines(epi: RegisterEpilogue, width: int, vl: int, pad: int = 0) -> lis
             dst = s.accesses[-1].array
             out.append(f"    const {vt} {dst}_c = {val};")
             if dst not in epi.contracted:
-                ptr = f"{dst}_p{_offset(_op(epi, dst).row, c0)}"
-                out.append(f"    rstf_storem{lanes(vt)}({ptr}, {dst}_c, {valid});" if valid
-                           else f"    *({vt} *)({ptr}) = {dst}_c;")
+                out.append("    " + vector_store(vt, f"{dst}_p{_offset(_op(epi, dst).row, c0)}",
+                                                f"{dst}_c", valid))
         out.append("}")
     return out
 
@@ -335,9 +334,7 @@ class _Vector:
             raise Refused(f"{op.ctype} value")  # (a mask is read by _select alone)
         if op.col:
             ptr = f"{a.array}_p{_offset(op.row, self.c0)}"
-            if self.valid:
-                return f"rstf_loadm{lanes(self.vt)}({ptr}, {self.valid})", True
-            return f"(*(const {self.vt} *)({ptr}))", True
+            return f"({vector_load(self.vt, ptr, self.valid)})", True
         return f"{a.array}_p[{_offset(op.row, 0)[3:] or '0'}]", False
 
     def _select(self, n: c_ast.TernaryOp) -> tuple[str, bool]:
