@@ -81,11 +81,13 @@ class Kernel:
     # depthwise kernels, whose tiles the model alone sets).
     chosen_by: str = "model"
     key: str = ""
+    steps: int = 1  # reduction steps a trip of the kernel's k loop (`Target.k_steps`)
 
     @property
     def shape(self) -> Shape:
         return Shape(self.rb, self.width, self.vl, self.vec_a, self.kin is not None, self.fused,
-                     self.slide, self.prefetch, self.panel_prefetch, self.pad)
+                     self.slide, self.prefetch, self.panel_prefetch, self.pad,
+                     1 if self.vec_a or self.slide else self.steps)
 
     @property
     def choice(self) -> "TileChoice":

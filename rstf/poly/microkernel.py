@@ -153,13 +153,17 @@ class Shape:
     # The last vector's lanes past the tile's columns (a remainder's, `Kernel.pad`): its
     # loads of b and y and its stores of y are masked to the other lanes.
     pad: int = 0
+    # Reduction steps a trip of the k loop runs (`Target.k_steps`), unrolled, before a
+    # rolled loop over the rest: 1, one step a trip.
+    steps: int = 1
 
     @property
     def tag(self) -> str:
         slide = "s{}j{}o{}".format(*self.slide) if self.slide else ""
         return ("d" if self.vec_a else "") + ("2" if self.two else "") + \
             ("" if self.fused else "u") + slide + (f"p{self.pf}" if self.pf else "") + \
-            ("q" if self.pp else "") + (f"m{self.pad}" if self.pad else "")
+            ("q" if self.pp else "") + (f"m{self.pad}" if self.pad else "") + \
+            (f"k{self.steps}" if self.steps > 1 else "")
 
     def rows(self, rb: int) -> "Shape":
         return dataclasses.replace(self, rb=rb)
@@ -237,25 +241,28 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
     init = "\n".join(f"        acc{v}[r] = ({t}){{0}};" if zero else
                       f"        acc{v}[r] = {_load(shape, v, t, f'y + r * syr + {c}')};"
                       for v, (t, c) in enumerate(vecs))
-    bload = "\n".join(f"        const {t} b{v} = {_load(shape, v, t, f'b + k * sbk + {c}')};"
-                       for v, (t, c) in enumerate(vecs))
+    def bload(kv: str) -> str:
+        return "\n".join(f"        const {t} b{v} = {_load(shape, v, t, f'b + {kv} * sbk + {c}')};"
+                         for v, (t, c) in enumerate(vecs))
     def fma(v: int, t: str, av: str) -> str:
         if not shape.fused:
             return f"            acc{v}[r] += {av} * b{v};"
         return f"            acc{v}[r] = {_fma(t)}({av}, b{v}, acc{v}[r]);"
-    fmas = aload = ""
+    def step(kv: str) -> str:
+        """One reduction step at k = kv: the loads of b, then each row's FMAs."""
+        if shape.vec_a:  # each row's own vector of a: one load per accumulator
+            fmas = "\n".join(fma(v, t, f"*(const {t} *)(a + r * sar + {kv} * sak + {c})")
+                             for v, (t, c) in enumerate(vecs))
+            aload = ""
+        else:
+            fmas = "\n".join(fma(v, t, f"{splat(t)}(av)" if shape.fused else "av")
+                             for v, (t, _) in enumerate(vecs))
+            aload = f"            const float av = a[r * sar + {kv} * sak];\n"
+        return f"{bload(kv)}\n        for (int r = 0; r < {rb}; ++r) {{\n{aload}{fmas}\n        }}"
+    body = "\n".join(f"        {ln}" for ln in finish)
     if shape.slide:
         loop = _slide_loop(shape)
-    elif shape.vec_a:  # each row's own vector of a: one load per accumulator
-        fmas = "\n".join(fma(v, t, f"*(const {t} *)(a + r * sar + k * sak + {c})")
-                          for v, (t, c) in enumerate(vecs))
-        aload = ""
     else:
-        fmas = "\n".join(fma(v, t, f"{splat(t)}(av)" if shape.fused else "av")
-                          for v, (t, _) in enumerate(vecs))
-        aload = "            const float av = a[r * sar + k * sak];\n"
-    body = "\n".join(f"        {ln}" for ln in finish)
-    if not shape.slide:
         # A contraction's k loop stays rolled: where ipa-cp makes K a small constant (the
         # first conv's 9 = 3x3 channels), gcc unrolls it whole and hoists the loads of all
         # its steps, spilling accumulators (Conv1's 6x16 kernel: 30 stack accesses a k2
@@ -287,11 +294,10 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
                    "        }\n")
         loop = f"""\
 {pre}{roll}    for (int k = 0; k < K; ++k) {{
-{pf}{bload}
-        for (int r = 0; r < {rb}; ++r) {{
-{aload}{fmas}
-        }}
+{pf}{step("k")}
     }}"""
+        if shape.steps > 1:
+            loop = pre + _blocked_loop(shape, step, pf)
     if shape.two:
         loop = ("    for (int k2 = 0; k2 < K2; ++k2, a += sak2, b += sbk2) {\n"
                 + "\n".join("    " + ln for ln in loop.splitlines()) + "\n    }")
@@ -313,6 +319,40 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
     }}
 }}
 """
+
+
+def _blocked_loop(shape: Shape, step, pf: str) -> str:
+    """The k loop of a contraction kernel `shape.steps` steps a trip (`Target.k_steps`):
+    `step(kv)` (a step's C at k = kv) unrolled that many times, its prefetches once a
+    trip, then the rest of K one step a trip (`pf`: a step's prefetches, as in the rolled
+    loop). Every accumulator still takes its steps in ascending k: the results are the
+    rolled loop's, bit for bit."""
+    u = shape.steps
+    assert u % 2 == 0 and not (shape.vec_a or shape.slide), shape
+    trip = []
+    if shape.pf:
+        trip += [f"for (int q = k; q < k + {u} && q < {(shape.pf + 1) // 2}; ++q) {{",
+                 "    __builtin_prefetch(pf + 128L * q, 0, 2);",
+                 "    __builtin_prefetch(pf + 128L * q + 64, 0, 2);", "}"]
+    if shape.pp:  # the trip's share of the next panel: its steps' lines, as one step's
+        trip += [f"const int qe = pps ? (k + {u}) * pps : (k + {u}) >> 1;",
+                 "for (int q = pps ? k * pps : k >> 1; q < qe && q < npp; ++q)",
+                 "    __builtin_prefetch(pp + 64L * q, 0, 2);"]
+    trip_pf = "".join(f"        {ln}\n" for ln in trip)
+    body = "\n".join(f"    {ln}" for ln in step("ku").splitlines())
+    return f"""\
+    int k = 0;
+    #pragma GCC unroll 1
+    for (; k + {u} <= K; k += {u}) {{
+{trip_pf}        #pragma GCC unroll {u}
+        for (int ku = k; ku < k + {u}; ++ku) {{
+{body}
+        }}
+    }}
+    #pragma GCC unroll 1
+    for (; k < K; ++k) {{
+{pf}{step("k")}
+    }}"""
 
 
 def _linkage(shape: Shape) -> str:
