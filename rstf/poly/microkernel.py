@@ -297,7 +297,7 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
 {pf}{step("k")}
     }}"""
         if shape.steps > 1:
-            loop = pre + _blocked_loop(shape, step, pf)
+            loop = pre + _blocked_loop(shape, step)
     if shape.two:
         loop = ("    for (int k2 = 0; k2 < K2; ++k2, a += sak2, b += sbk2) {\n"
                 + "\n".join("    " + ln for ln in loop.splitlines()) + "\n    }")
@@ -321,37 +321,41 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
 """
 
 
-def _blocked_loop(shape: Shape, step, pf: str) -> str:
+def _blocked_loop(shape: Shape, step) -> str:
     """The k loop of a contraction kernel `shape.steps` steps a trip (`Target.k_steps`):
-    `step(kv)` (a step's C at k = kv) unrolled that many times, its prefetches once a
-    trip, then the rest of K one step a trip (`pf`: a step's prefetches, as in the rolled
-    loop). Every accumulator still takes its steps in ascending k: the results are the
-    rolled loop's, bit for bit."""
+    `step(kv)` (a step's C at k = kv) unrolled that many times, the trip's prefetches
+    (the lines the rolled loop prefetches over those steps) once before them; then the
+    rest of K one step a trip, its prefetches all before it. Every accumulator still
+    takes its steps in ascending k: the results are the rolled loop's, bit for bit."""
     u = shape.steps
     assert u % 2 == 0 and not (shape.vec_a or shape.slide), shape
-    trip = []
-    if shape.pf:
-        trip += [f"for (int q = k; q < k + {u} && q < {(shape.pf + 1) // 2}; ++q) {{",
-                 "    __builtin_prefetch(pf + 128L * q, 0, 2);",
-                 "    __builtin_prefetch(pf + 128L * q + 64, 0, 2);", "}"]
-    if shape.pp:  # the trip's share of the next panel: its steps' lines, as one step's
-        trip += [f"const int qe = pps ? (k + {u}) * pps : (k + {u}) >> 1;",
-                 "for (int q = pps ? k * pps : k >> 1; q < qe && q < npp; ++q)",
-                 "    __builtin_prefetch(pp + 64L * q, 0, 2);"]
-    trip_pf = "".join(f"        {ln}\n" for ln in trip)
+
+    def ahead(end: str, indent: str) -> str:
+        """The prefetches of steps k .. end - 1 (k even)."""
+        out = []
+        if shape.pf:  # two lines of another group's weight a step, its first steps'
+            out += [f"for (int q = k; q < {end} && q < {(shape.pf + 1) // 2}; ++q) {{",
+                    "    __builtin_prefetch(pf + 128L * q, 0, 2);",
+                    "    __builtin_prefetch(pf + 128L * q + 64, 0, 2);", "}"]
+        if shape.pp:  # the next panel's: a line every second step, or pps lines a step
+            out += [f"const int qe = pps ? ({end}) * pps : ({end} + 1) >> 1;",
+                    "for (int q = pps ? k * pps : k >> 1; q < qe && q < npp; ++q)",
+                    "    __builtin_prefetch(pp + 64L * q, 0, 2);"]
+        return "".join(f"{indent}{ln}\n" for ln in out)
+
     body = "\n".join(f"    {ln}" for ln in step("ku").splitlines())
     return f"""\
     int k = 0;
     #pragma GCC unroll 1
     for (; k + {u} <= K; k += {u}) {{
-{trip_pf}        #pragma GCC unroll {u}
+{ahead(f"k + {u}", "        ")}        #pragma GCC unroll {u}
         for (int ku = k; ku < k + {u}; ++ku) {{
 {body}
         }}
     }}
-    #pragma GCC unroll 1
+{ahead("K", "    ")}    #pragma GCC unroll 1
     for (; k < K; ++k) {{
-{pf}{step("k")}
+{step("k")}
     }}"""
 
 
