@@ -161,7 +161,7 @@ CASES = {
         tf.matmul(x, _w(32, 49)) + _w(49))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
     # A reduction of 515 steps, a weight large enough to prefetch panel by panel: on
-    # 16-register targets the kernels run 4 steps a trip of k (Target.k_steps) and the
+    # 16-register targets the kernels run 8 steps a trip of k (Target.k_steps) and the
     # last 3 in a rolled loop, each trip's prefetches once.
     "matmul_depth_515_steps": ((40, 515), lambda x: tf.matmul(x, _w(515, 128))),
     # A classifier head: the 1x1 conv's kernels prefetch the GEMV's 1.2 MB weight

@@ -35,12 +35,12 @@ def test_kernels_round_like_the_statement_they_replace():
         kernels = new[new.index(" void rstf_mk"):]
         # a contraction's kernels are out of line (microkernel._linkage), not inlined
         # into the tile loop beside other code that would take their registers
-        # (named rstf_mk[u][k<steps>]_: u unfused, k4 four steps a trip on 16 registers)
-        assert re.search(r"^__attribute__\(\(noinline\)\) static void rstf_mku?(k4)?_", new,
+        # (named rstf_mk[u][k<steps>]_: u unfused, k8 eight steps a trip on 16 registers)
+        assert re.search(r"^__attribute__\(\(noinline\)\) static void rstf_mku?(k8)?_", new,
                          re.M)
-        assert not re.search(r"^static inline void rstf_mku?(k4)?_", new, re.M)
+        assert not re.search(r"^static inline void rstf_mku?(k8)?_", new, re.M)
         assert (V("rstf_fma") + "(" in kernels) == fused
-        assert bool(re.search(r"rstf_mku(k4)?_", new)) != fused
+        assert bool(re.search(r"rstf_mku(k8)?_", new)) != fused
         results[fused] = got[out]
     assert not np.array_equal(results[True], results[False])
 

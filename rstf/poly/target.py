@@ -56,8 +56,9 @@ class Target:
     # Reduction steps a trip of a contraction kernel's k loop runs, unrolled
     # (`microkernel._blocked_loop`). With 16 registers a tile's accumulators and operands
     # take all of them, and a step is at most 12 FMAs: the loop's own instructions (the
-    # counter, the panel prefetch's test) then cost a share of each step that 4 steps a
-    # trip cut to a quarter. With 32 registers a step is 21 FMAs or more.
+    # counter, the panel prefetch's test, gcc's register shuffles) then cost a share of
+    # each step that a trip of several steps divides (docs/tuning-constants.md has the
+    # A/B runs behind 8). With 32 registers a step is 21 FMAs or more.
     k_steps: int = 1
     # The machine the tile-order model (`microkernel.choose_order`) plans for: bytes of L2
     # a core, and the threads the generated code runs with. 0: this machine's (sysfs, and
@@ -103,9 +104,9 @@ AVX512 = Target("avx512", 16, 32, single_vector_tiles=True)
 # more, and the wider tiles load fewer operands per FMA.
 AVX512_FULL = Target("avx512-full", 16, 32, merge_rows=True)
 AVX2 = Target("avx2", 8, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True,
-              merge_rows=True, k_steps=4)
+              merge_rows=True, k_steps=8)
 SSE = Target("sse", 4, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True,
-             merge_rows=True, k_steps=4)
+             merge_rows=True, k_steps=8)
 TARGETS = {t.name: t for t in (AVX512, AVX512_FULL, AVX2, SSE)}
 
 
