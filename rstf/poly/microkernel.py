@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import abi
+from .kloop import blocked_loop
 from .target import Target
 
 
@@ -297,7 +298,7 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
 {pf}{step("k")}
     }}"""
         if shape.steps > 1:
-            loop = pre + _blocked_loop(shape, step)
+            loop = pre + blocked_loop(shape, step)
     if shape.two:
         loop = ("    for (int k2 = 0; k2 < K2; ++k2, a += sak2, b += sbk2) {\n"
                 + "\n".join("    " + ln for ln in loop.splitlines()) + "\n    }")
@@ -319,44 +320,6 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
     }}
 }}
 """
-
-
-def _blocked_loop(shape: Shape, step) -> str:
-    """The k loop of a contraction kernel `shape.steps` steps a trip (`Target.k_steps`):
-    `step(kv)` (a step's C at k = kv) unrolled that many times, the trip's prefetches
-    (the lines the rolled loop prefetches over those steps) once before them; then the
-    rest of K one step a trip, its prefetches all before it. Every accumulator still
-    takes its steps in ascending k: the results are the rolled loop's, bit for bit."""
-    u = shape.steps
-    assert u % 2 == 0 and not (shape.vec_a or shape.slide), shape
-
-    def ahead(end: str, indent: str) -> str:
-        """The prefetches of steps k .. end - 1 (k even)."""
-        out = []
-        if shape.pf:  # two lines of another group's weight a step, its first steps'
-            out += [f"for (int q = k; q < {end} && q < {(shape.pf + 1) // 2}; ++q) {{",
-                    "    __builtin_prefetch(pf + 128L * q, 0, 2);",
-                    "    __builtin_prefetch(pf + 128L * q + 64, 0, 2);", "}"]
-        if shape.pp:  # the next panel's: a line every second step, or pps lines a step
-            out += [f"const int qe = pps ? ({end}) * pps : ({end} + 1) >> 1;",
-                    "for (int q = pps ? k * pps : k >> 1; q < qe && q < npp; ++q)",
-                    "    __builtin_prefetch(pp + 64L * q, 0, 2);"]
-        return "".join(f"{indent}{ln}\n" for ln in out)
-
-    body = "\n".join(f"    {ln}" for ln in step("ku").splitlines())
-    return f"""\
-    int k = 0;
-    #pragma GCC unroll 1
-    for (; k + {u} <= K; k += {u}) {{
-{ahead(f"k + {u}", "        ")}        #pragma GCC unroll {u}
-        for (int ku = k; ku < k + {u}; ++ku) {{
-{body}
-        }}
-    }}
-{ahead("K", "    ")}    #pragma GCC unroll 1
-    for (; k < K; ++k) {{
-{step("k")}
-    }}"""
 
 
 def _linkage(shape: Shape) -> str:

@@ -54,7 +54,7 @@ class Target:
     # pipes. Why is not established.
     single_vector_tiles: bool = False
     # Reduction steps a trip of a contraction kernel's k loop runs, unrolled
-    # (`microkernel._blocked_loop`). With 16 registers a tile's accumulators and operands
+    # (`kloop.blocked_loop`). With 16 registers a tile's accumulators and operands
     # take all of them, and a step is at most 12 FMAs: the loop's own instructions (the
     # counter, the panel prefetch's test, gcc's register shuffles) then cost a share of
     # each step that a trip of several steps divides (docs/tuning-constants.md has the
