@@ -72,7 +72,8 @@ def find_contraction(s: Statement, scop: Scop, t: Target) -> Kernel | None:
         c_of = dict(zip(iv, s.iterators))
         kern = Kernel(f"K{s.name}", s.name, c_of.get(r), c_of[k], c_of[v], rb, nv, t.vlen,
                       k_lo, k_hi, a, b, y, vec_a=vec_a, fused=s.ast.op == "=",
-                      chunk_outer=vec_a and t.depthwise_tiles_in_chunks, steps=t.k_steps)
+                      chunk_outer=vec_a and t.depthwise_tiles_in_chunks,
+                      steps=1 if vec_a else t.k_steps)
         # Merge the next reduction loop out into k when k's whole range and it walk both
         # operands contiguously: a convolution's (kw, ic) with few input channels (the
         # first layer's 3) makes one long reduction instead of KW short ones.
@@ -202,7 +203,8 @@ def sliding_row(s: Statement, kern: Kernel, scop: Scop, t: Target) -> Kernel | N
     cols = min(extent - first - off, rows + taps - 1 - off)
     if off >= taps or cols < 1:
         return None
-    return dataclasses.replace(kern, rb=rows, slide=(taps, cols, off), ranged=[kern.kin])
+    return dataclasses.replace(kern, rb=rows, slide=(taps, cols, off), ranged=[kern.kin],
+                               steps=1)
 
 
 def _cut(s: Statement, d: int, lo_hi: tuple[int, int]) -> bool:

@@ -81,13 +81,14 @@ class Kernel:
     # depthwise kernels, whose tiles the model alone sets).
     chosen_by: str = "model"
     key: str = ""
-    steps: int = 1  # reduction steps a trip of the kernel's k loop (`Target.k_steps`)
+    # Reduction steps a trip of the kernel's k loop (`Target.k_steps`; 1 for depthwise and
+    # sliding-row kernels, whose loops are not a contraction's k loop).
+    steps: int = 1
 
     @property
     def shape(self) -> Shape:
         return Shape(self.rb, self.width, self.vl, self.vec_a, self.kin is not None, self.fused,
-                     self.slide, self.prefetch, self.panel_prefetch, self.pad,
-                     1 if self.vec_a or self.slide else self.steps)
+                     self.slide, self.prefetch, self.panel_prefetch, self.pad, self.steps)
 
     @property
     def choice(self) -> "TileChoice":
