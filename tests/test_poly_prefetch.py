@@ -9,6 +9,14 @@ import pytest
 
 from poly_cases import NATIVE, _bitwise_case
 
+# A kernel's k loop runs Target.k_steps steps a trip (rstf/poly/kloop.py): one (AVX-512),
+# its prefetches inside the rolled loop, or several (AVX2), a trip's prefetches in a loop
+# over q before its steps.
+BLOCKED = NATIVE.k_steps > 1
+PANEL_LINE = ("__builtin_prefetch(pp + 64L * q, 0, 2);" if BLOCKED
+              else "__builtin_prefetch(pp + 64L * (k >> 1), 0, 2);")
+GEMV_LINE = "__builtin_prefetch(pf + 128L * q" if BLOCKED else "__builtin_prefetch(pf + 128L * k"
+
 
 def _run_c(source: str, *flags: str) -> str:
     """The standard output of a C program (`source`) built with gcc -O2 `flags`."""
@@ -31,7 +39,10 @@ def test_the_next_weight_panel_is_prefetched_during_each_column_tile(threads):
     assert info["panel_prefetched"] == ["Conv2D"], info["panel_prefetched"]
     calls = new.count("rstf_pp_at((const float *)in1 + ")
     assert calls >= 1 and new.count("rstf_pp_lines(") == calls + 1  # (+ its definition)
-    assert "__builtin_prefetch(pp + 64L * (k >> 1), 0, 2);" in new
+    assert PANEL_LINE in new
+    if BLOCKED:  # a trip's lines: a line every second step of it
+        u = NATIVE.k_steps
+        assert f"const int qe = pps ? (k + {u}) * pps : (k + {u} + 1) >> 1;" in new
     # A weight under 64 KB (a 1x1 conv's 25 KB) is left to the kernels' own reads.
     info, _, new = _bitwise_case("conv_1x1_bias_relu", run=False)
     assert info["panel_prefetched"] == [] and "rstf_pp_at" not in new
@@ -105,7 +116,7 @@ def test_a_gemv_weight_is_prefetched_by_the_kernels_before_it(threads):
     assert new.count("++rstf_pf_epoch;") == 1 and "rstf_pf_take((const char *)" in new
     # Each thread's share is capped at the target's L2 (a share of 1.2 MB here, all in).
     assert f"L, {NATIVE.l2_bytes}L, {pf['lines_per_call'] * 64}L)" in new
-    assert "__builtin_prefetch(pf + 128L * k" in new
+    assert GEMV_LINE in new
     # A weight under 64 KB (48 KB) is left to the product's own reads.
     info, _, new = _bitwise_case("matmul_row", run=False)
     assert info["prefetched"] == [] and "rstf_pf_take" not in new
