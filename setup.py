@@ -30,7 +30,7 @@ setup(
         "bench": BENCH,
         # `rstf tune`'s learned tile model (rstf/tuner/learned.py).
         "tune": TUNE,
-        "test": ["pytest==9.0.3", "hypothesis==6.155.2", *BENCH, *TUNE],
+        "test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "hypothesis==6.155.2", *BENCH, *TUNE],
     },
     entry_points={"console_scripts": ["rstf=rstf.cli:main"]},
 )
