@@ -18,6 +18,7 @@ from pycparser import c_ast
 
 from .cparse import multiply_add
 from .groups import Kernel, extents, flat_addr, kernel_roles
+from .kloop import trip_steps
 from .microkernel import choose_tile, thread_balance
 from .scop import Scop, Statement, isl_name
 from .target import Target
@@ -73,7 +74,8 @@ def find_contraction(s: Statement, scop: Scop, t: Target) -> Kernel | None:
         kern = Kernel(f"K{s.name}", s.name, c_of.get(r), c_of[k], c_of[v], rb, nv, t.vlen,
                       k_lo, k_hi, a, b, y, vec_a=vec_a, fused=s.ast.op == "=",
                       chunk_outer=vec_a and t.depthwise_tiles_in_chunks,
-                      steps=1 if vec_a else t.k_steps)
+                      steps=1 if vec_a else trip_steps(t.k_steps, aa.get(r, 0) if r else 0,
+                                                       aa.get(k, 0)))
         # Merge the next reduction loop out into k when k's whole range and it walk both
         # operands contiguously: a convolution's (kw, ic) with few input channels (the
         # first layer's 3) makes one long reduction instead of KW short ones.

@@ -48,3 +48,20 @@ def blocked_loop(shape, step) -> str:
     for (; k < K; ++k) {{
 {step("k")}
     }}"""
+
+
+def trip_steps(k_steps: int, sar: int, sak: int) -> int:
+    """The steps a trip of a contraction kernel's k loop runs: the target's `k_steps`, but
+    no more than keep one row's reads of a trip clear of the next row's (`sar`, `sak`:
+    a's strides per row and per step), and even (`blocked_loop` prefetches by pairs); 1
+    where that leaves fewer than 2.
+
+    Where the rows of a tile overlap in `a` within a trip (the first conv's, stride 2
+    over 3 channels: rows 6 floats apart, each reading 21 in a row), gcc loads each shared
+    value once and keeps it live for every row's step that reads it, in the registers the
+    accumulators need, and spills accumulators every step. A trip clear of the next row's
+    reads shares nothing (docs/tuning-constants.md, `k_steps`)."""
+    if not sar or not sak or k_steps <= 1:
+        return k_steps
+    steps = min(k_steps, abs(sar) // abs(sak)) // 2 * 2
+    return steps if steps >= 2 else 1

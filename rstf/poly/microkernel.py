@@ -231,10 +231,12 @@ def kernel_source(shape: Shape) -> str:
 
 
 def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], comment: str,
-                zero: bool = False, attr: str = "") -> str:
+                zero: bool = False, contract_off: bool = False) -> str:
     """A microkernel's C: the RB x NV accumulators loaded from y (or, `zero`, set to zero),
     the reduction over k (and k2), then the `finish` lines for each row r (the stores;
-    `params`: the kernel's whole parameter list, `abi.reduction` and what they use)."""
+    `params`: the kernel's whole parameter list, `abi.reduction` and what they use).
+    `contract_off`: no FMA contraction in the kernel (its `finish` lines are other ops,
+    each keeping its own rounding)."""
     rb, width = shape.rb, shape.width
     vecs = vectors(width, shape.vl)
     decl = "\n".join(f"    {t} acc{v}[{rb}];" for v, (t, _) in enumerate(vecs))
@@ -306,6 +308,14 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
     # registers once the row loops are unrolled; left rolled, gcc zeroes them with a memset
     # of a stack array (measured: in 2 of MobileNet v2's 9 such kernels).
     unroll = f"    #pragma GCC unroll {rb}\n" if shape.slide else ""
+    # No predictive commoning in a contraction kernel: where a tile's rows overlap in `a`
+    # (the first conv's rows start 6 floats apart and read 21), gcc keeps the values one
+    # row loads for the next rows' later steps live across trips, in the registers the
+    # accumulators need, and spills those every step.
+    opts = (["fp-contract=off"] if contract_off else []) + \
+        ([] if shape.vec_a else ["no-predictive-commoning"])
+    attr = f"__attribute__((optimize({', '.join(map(repr, opts))})))\n".replace("'", '"') \
+        if opts else ""
     return f"""\
 /* {comment} */
 {attr}{_linkage(shape)} void {name}({params.signature()})

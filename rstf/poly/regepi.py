@@ -429,5 +429,4 @@ def _kernel(epi: RegisterEpilogue, k: Kernel, rb: int) -> str:
         epi.lines[k.name],
         f"{rb} rows of {k.width} columns: the whole reduction from zero, in "
         f"{rb}x{len(vectors(k.width, k.vl))} registers,\n   then the chain ({fns}) on them; "
-        f"only its results are stored.", zero=True,
-        attr='__attribute__((optimize("fp-contract=off")))\n')
+        f"only its results are stored.", zero=True, contract_off=True)
