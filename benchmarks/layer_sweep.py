@@ -7,7 +7,7 @@
 Each distinct Conv2D or MatMul of the frozen MODEL (its input shape at --batch, its weight
 shape, strides, padding and dilations) becomes one layer of a new graph: a placeholder, the
 op on a fixed random weight, a BiasAdd and a Relu, one connected component a layer, so
-that `rstf optimize` makes each its own custom op. The graph is optimized once (with
+that `rstf optimize` makes each its own custom op (a grouped convolution's bias is an AddV2). The graph is optimized once (with
 `--tuning`, as `rstf optimize` would), then each layer is timed alone in one TensorFlow
 process through the C client, stock TensorFlow's graph and rstf's interleaved round by
 round (`tfclient.run_graphs`), on inputs uniform in [0, 1). TensorFlow runs its default
@@ -86,7 +86,11 @@ def build(specs: list[dict], seed: int = 0):
                 y = tf.raw_ops.MatMul(a=x, b=w, transpose_a=a.get("transpose_a", False),
                                       transpose_b=a.get("transpose_b", False))
             b = rng.standard_normal(y.shape[-1]).astype(np.float32) * 0.1
-            tf.nn.relu(tf.nn.bias_add(y, b), name=f"y{i}")
+            # A grouped conv (fewer weight input channels than the input's) takes its bias
+            # as an AddV2: TensorFlow's remapper fuses Conv2D + BiasAdd into _FusedConv2D,
+            # which refuses grouped convolutions at run time.
+            grouped = s["op"] == "Conv2D" and s["weight"][2] != s["input"][3]
+            tf.nn.relu(y + b if grouped else tf.nn.bias_add(y, b), name=f"y{i}")
     return g.as_graph_def()
 
 
