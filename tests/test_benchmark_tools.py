@@ -232,3 +232,40 @@ def test_layer_sweep_builds_each_distinct_layer_alone(tmp_path):
     want = {(3, 3, 8, 16): [4, 5, 5, 16], (1, 1, 16, 16): [4, 5, 5, 16], (16, 10): [4, 10]}
     for i, s in enumerate(specs):
         assert g.get_tensor_by_name(f"y{i}:0").shape.as_list() == want[tuple(s["weight"])]
+
+
+_SPILLING_ASM = """\
+rstf_mk_2x8.constprop.0:
+.L3:
+\tvfmadd231ps\t(%rdx), %ymm1, %ymm0
+\tvmovaps\t%ymm0, 8(%rsp)
+\tvfmadd231ps\t32(%rdx), %ymm1, %ymm2
+\tvmovaps\t8(%rsp), %ymm0
+\tjne\t.L3
+\tret
+\t.cfi_endproc
+rstf_mk_1x8:
+.L5:
+\tvfmadd231ps\t(%rdx), %ymm1, %ymm0
+\tjne\t.L5
+\t.cfi_endproc
+other:
+.L7:
+\tvfmadd231ps\t(%rsp), %ymm1, %ymm0
+\tjne\t.L7
+\t.cfi_endproc
+"""
+
+
+def test_kernel_spills_counts_each_kernel_loops_stack_accesses(folders, capsys):
+    """benchmarks/kernel_spills.py: a microkernel loop's FMAs and stack accesses (gcc's
+    clones included, other functions not), the loops that touch the stack more than once
+    per `per` FMAs, and the command over an output folder's subgraphs."""
+    from benchmarks.kernel_spills import kernel_loops, main, spilling
+
+    loops = kernel_loops(_SPILLING_ASM)
+    assert loops == {"rstf_mk_2x8.constprop.0": [(2, 2)], "rstf_mk_1x8": [(1, 0)]}
+    assert spilling(loops) == [("rstf_mk_2x8.constprop.0", 2, 2)]
+    assert main([folders[1]]) == 0
+    assert "kernel functions in 1 subgraphs" in capsys.readouterr().out
+    assert main([os.path.dirname(folders[1])]) == 2  # no src/subgraph_*.c there

@@ -1,17 +1,13 @@
 """The register-blocked microkernels (rstf/poly/microkernel.py): their rounding, the tile
 choice against the target's registers, and the tile order that balances the threads."""
 import dataclasses
-import os
 import platform
 import re
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
 
 from poly_cases import rng, V, _w, _bitwise_case, _subgraph, _run_both
-from rstf.build.compiler import c_flags
 from rstf.poly.microkernel import choose_tile, fits_registers
 from rstf.poly.target import AVX2, AVX512
 from rstf.frontend.tfutil import tf
@@ -147,29 +143,13 @@ def test_the_first_convs_kernel_keeps_its_accumulators_in_registers():
     carrying shared values across trips, the kernel spilled accumulators every step (about
     one stack access an FMA, 2.3x slower). Its kernel now runs 6 steps a trip, without
     predictive commoning, and its loops touch the stack less than once a step (12 FMAs)."""
+    from benchmarks.kernel_spills import source_loops, spilling
+
     info, sg, new = _bitwise_case("conv_rgb_7x7_stride2", run=False, target=AVX2)
     assert re.search(r"void rstf_mk2k6_6x16\(", new), new
     assert re.search(r'optimize\("no-predictive-commoning"\)\)\)\n__attribute__\(\(noinline'
                      r'\)\) static void rstf_mk2k6_6x16\(', new)
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "k.c")
-        with open(src, "w") as f:
-            f.write(new)
-        subprocess.run(["gcc", *c_flags("haswell"), "-S", "-o", os.path.join(tmp, "k.s"),
-                        src], check=True)
-        with open(os.path.join(tmp, "k.s")) as f:
-            asm = f.read()
-    found = 0
-    for m in re.finditer(r"^(rstf_mk2k6_6x16[\w.]*):$", asm, re.M):
-        lines = asm[m.end():asm.index(".cfi_endproc", m.end())].splitlines()
-        labels = {ln[:-1]: i for i, ln in enumerate(lines) if re.match(r"\.L\d+:$", ln)}
-        for i, ln in enumerate(lines):
-            back = re.match(r"\s+j\w+\s+(\.L\d+)$", ln)
-            if back and labels.get(back.group(1), i) < i:  # a loop: a backward branch
-                body = lines[labels[back.group(1)]:i]
-                fmas = sum("vfmadd" in b for b in body)
-                if fmas:
-                    found += 1
-                    stack = [b for b in body if "(%rsp)" in b or "(%rbp)" in b]
-                    assert len(stack) <= fmas // 12, body
-    assert found >= 2, asm  # the trips and the rest of K, at least
+    loops = {fn: ls for fn, ls in source_loops(new, "haswell").items()
+             if fn.startswith("rstf_mk2k6_6x16")}
+    assert sum(len(ls) for ls in loops.values()) >= 2, loops  # the trips and the rest of K
+    assert not spilling(loops), loops
