@@ -11,9 +11,9 @@ Nothing in the C says so; the assembly does.
 
 Each src/subgraph_*.c of OUTDIR (an `rstf optimize` output folder) is compiled to assembly
 with the op library's C flags (`-march` as given), and every loop of each microkernel
-(`rstf_mk*`, gcc's clones included) that holds FMAs is counted: its FMAs and its stack
-accesses. A loop with more than one stack access per --per FMAs (12: one step of AVX2's
-6x16 tile) is printed. Reads x86 gcc assembly (AT&T syntax); elsewhere it finds no loop.
+(`rstf_mk*`, gcc's clones included) that holds FMAs is counted: its FMAs and its vector
+registers' stack accesses. A loop with more than one such access per --per FMAs (12: one
+step of AVX2's 6x16 tile) is printed. Reads x86 gcc assembly (AT&T syntax); elsewhere it finds no loop.
 """
 from __future__ import annotations
 
@@ -33,23 +33,33 @@ from rstf.build.compiler import c_flags  # noqa: E402
 
 
 def kernel_loops(asm: str, pattern: str = r"rstf_mk\w*") -> dict[str, list[tuple[int, int]]]:
-    """{function: [(FMAs, stack accesses) of each loop holding FMAs]} for the functions of
-    `asm` (gcc's x86 output) whose name, less gcc's clone suffixes, matches `pattern`. A
-    loop is a label and a later branch back to it; an outer loop's counts include its inner
-    loops'."""
+    """{function: [(FMAs, vector stack accesses) of each loop holding FMAs]} for the
+    functions of `asm` (gcc's x86 output) whose name, less gcc's clone suffixes, matches
+    `pattern`. A loop is a label and a later branch back to it, counted without the loops
+    nested in it (gcc's block layout also branches backwards around straight-line code
+    that runs once a call, such as the accumulators' stores). Only vector registers' stack
+    accesses count (spilled
+    accumulators, operands, broadcasts); a pointer spilled to the stack costs far less."""
     out = {}
     for m in re.finditer(rf"^({pattern}(?:\.\w+)*):$", asm, re.M):
         end = asm.find(".cfi_endproc", m.end())
         lines = asm[m.end():end if end >= 0 else len(asm)].splitlines()
         labels = {ln[:-1]: i for i, ln in enumerate(lines) if re.fullmatch(r"\.L\w+:", ln)}
-        loops = []
+        spans = []
         for i, ln in enumerate(lines):
             back = re.match(r"\s+j\w+\s+(\.L\w+)$", ln)
             if back and labels.get(back.group(1), i) < i:
-                body = lines[labels[back.group(1)]:i]
-                fmas = sum("vfmadd" in b or "vfnmadd" in b for b in body)
-                if fmas:
-                    loops.append((fmas, sum("(%rsp)" in b or "(%rbp)" in b for b in body)))
+                spans.append((labels[back.group(1)], i))
+        loops = []
+        for lo, hi in spans:
+            inner = [(a, b) for a, b in spans if lo <= a and b <= hi and (a, b) != (lo, hi)]
+            body = [ln for j, ln in enumerate(lines[lo:hi], lo)
+                    if not any(a <= j <= b for a, b in inner)]
+            fmas = sum("vfmadd" in b or "vfnmadd" in b for b in body)
+            if fmas:
+                loops.append((fmas, sum(("(%rsp)" in b or "(%rbp)" in b)
+                                        and re.search(r"%[xyz]mm", b) is not None
+                                        for b in body)))
         out[m.group(1)] = loops
     return out
 
@@ -91,9 +101,9 @@ def main(argv=None) -> int:
         for fn, fmas, stack in spilling(loops, a.per):
             found += 1
             print(f"{os.path.basename(path)}: {fn}: a loop of {fmas} FMAs with {stack} "
-                  "stack accesses")
-    print(f"{kernels} kernel functions in {len(sources)} subgraphs; {found} loops touch the "
-          f"stack more than once per {a.per} FMAs")
+                  "vector stack accesses")
+    print(f"{kernels} kernel functions in {len(sources)} subgraphs; {found} loops move vectors "
+          f"through the stack more than once per {a.per} FMAs")
     return 0
 
 

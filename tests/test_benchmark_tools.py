@@ -258,9 +258,9 @@ other:
 
 
 def test_kernel_spills_counts_each_kernel_loops_stack_accesses(folders, capsys):
-    """benchmarks/kernel_spills.py: a microkernel loop's FMAs and stack accesses (gcc's
-    clones included, other functions not), the loops that touch the stack more than once
-    per `per` FMAs, and the command over an output folder's subgraphs."""
+    """benchmarks/kernel_spills.py: a microkernel loop's FMAs and vector stack accesses
+    (gcc's clones included, other functions not; a pointer's spill not counted), the loops
+    with more than one per `per` FMAs, and the command over an output folder's subgraphs."""
     from benchmarks.kernel_spills import kernel_loops, main, spilling
 
     loops = kernel_loops(_SPILLING_ASM)
