@@ -5,7 +5,7 @@
     rstf inspect MODEL [--svg FILE] [--input-shape ...] [--outputs A,B] [--max-ops N] [--json]
     rstf compare MODEL OUTDIR [--inputs FILE.npz] [--input-range LO,HI] [--rtol 1e-4]
                               [--reps N] [--seed S] [--per-subgraph] [--json]
-    rstf bench MODEL... [--engines LIST] [--reps N] [--input-range LO,HI] [--plot FILE.png]
+    rstf bench MODEL... [--engines LIST] [--reps N] [--rounds R] [--input-range LO,HI] [--plot FILE.png]
                         [--json]
 
 `optimize` shows its stages (live bars with an ETA on a terminal, plain lines otherwise) and
@@ -153,6 +153,9 @@ def _bench_parser(sub) -> None:
                    "rstf-poly, rstf-graphite, rstf-polly, tf-eigen, tf-onednn, tf-xla, "
                    "onnxruntime, openvino; tf-eigen, the reference, always runs)")
     b.add_argument("--reps", type=int, default=5, help="timed runs per engine (default 5)")
+    b.add_argument("--rounds", type=int, default=1,
+                   help="the engines take turns in this many rounds, each running its share "
+                   "of --reps (default 1; on a shared machine, 3 or more)")
     b.add_argument("--plot", metavar="FILE.png", help="draw a grouped bar chart")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--input-shape", action="append", default=[], metavar="NAME:d0,d1,...",
@@ -226,7 +229,7 @@ def _bench(a) -> int:
         raise RstfError(f"--plot {a.plot}: the chart is a PNG; name it FILE.png")
     r = bench(a.models, parse_engines(a.engines), a.reps, a.seed,
               parse_input_shapes(a.input_shape), a.march, a.threads, a.rtol,
-              input_range=parse_input_range(a.input_range))
+              input_range=parse_input_range(a.input_range), rounds=a.rounds)
     if a.plot:
         plot(r, a.plot)
     print(json.dumps(r) if a.json else table(r))

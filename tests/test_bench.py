@@ -151,3 +151,32 @@ def test_bench_exit_status_gates_on_rstf_engines(monkeypatch, capsys):
         out, err = capsys.readouterr()
         assert json.loads(out)["models"][0]["engines"] == bad  # the result still prints
         assert err.strip() == f"rstf: error: m: rstf-none {status}"
+
+
+def test_engines_take_turns_in_rounds(tmp_path, monkeypatch):
+    """bench(rounds=R): every engine runs once a round for its share of the reps, the
+    order reversed on alternate rounds, its times pooled; an rstf engine's model is
+    optimized once, in the first round, and run from that folder after."""
+    model = save_graph_def(make_graph_def(tiny_cnn()), str(tmp_path), "tiny.pb")
+    optimized = []
+    real = bench_mod._optimize
+    monkeypatch.setattr(bench_mod, "_optimize",
+                        lambda engine, *a: optimized.append(engine) or real(engine, *a))
+    log = []
+    r = bench_mod.bench([model], ["rstf-poly", "tf-onednn"], reps=3, rounds=2,
+                        log=log.append)
+    assert (r["reps"], r["rounds"]) == (4, 2)  # 2 a round
+    turns = [m.removeprefix("tiny: ") for m in log if m.startswith("tiny: ")]
+    assert turns == ["tf-eigen (round 1 of 2)", "rstf-poly (round 1 of 2)",
+                     "tf-onednn (round 1 of 2)", "tf-onednn (round 2 of 2)",
+                     "rstf-poly (round 2 of 2)", "tf-eigen (round 2 of 2)"]
+    assert optimized == ["rstf-poly"]
+    rows = {row["engine"]: row for row in r["models"][0]["engines"]}
+    for row in rows.values():
+        assert row["status"] == "ok" and len(row["times_ms"]) == 4, row
+        assert row["min_ms"] <= row["median_ms"] <= row["max_ms"]
+        assert row["max_rel_err"] <= 1e-4
+    assert "the engines taking turns in 2 rounds" in bench_mod.table(r)
+    for bad in (0, 4):
+        with pytest.raises(RstfError, match="--rounds"):
+            bench_mod.bench([model], ["tf-onednn"], reps=3, rounds=bad)

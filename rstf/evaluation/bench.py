@@ -28,7 +28,12 @@ bindings; `tf-xla`'s `tf.function` call costs more Python per call than the othe
 
 Every engine runs in its own process (`python -m rstf.evaluation.runner --engine ...`): one warm-up
 call, then `reps` timed calls; the result keeps every time, the median, min/max and
-quartiles. An engine whose Python package is missing is reported "not installed"; one that
+quartiles. With `rounds` R > 1 the engines take turns: R rounds, each running every engine
+once for its share of the `reps` (the order reversed on alternate rounds), and each
+engine's times pooled. A shared machine's slow phases last seconds to minutes (a vCPU taken
+away halves a 2-core machine's speed): engines run one after the other can land one in
+such a phase and another not, and their ratio then says nothing; taking turns spreads the
+phases over every engine. An rstf engine's model is optimized once, in the first round. An engine whose Python package is missing is reported "not installed"; one that
 fails (a compile error, a conversion error) is reported "failed" with a one-line reason, and
 the bench goes on.
 """
@@ -96,9 +101,10 @@ def machine() -> dict:
 def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=None,
           march: str = "native", threads: int = 0, rtol: float = 1e-4, log=None,
           input_range: tuple[float, float] | None = None,
-          optimized: dict[str, str] | None = None) -> dict:
+          optimized: dict[str, str] | None = None, rounds: int = 1) -> dict:
     """Run every engine on every model (module docstring), on rstf.evaluation.inputs' random inputs
-    (`input_range`: every float input uniform in [LO, HI)). `optimized` ({engine: DIR}, one
+    (`input_range`: every float input uniform in [LO, HI)), `reps` timed calls each, in
+    `rounds` turns of every engine (`reps` rounded up to a multiple of them). `optimized` ({engine: DIR}, one
     model only): an rstf engine whose model is already in DIR, written by
     rstf.pipeline.optimize with that engine's optimizer, `march` and `threads`, runs from
     there rather than optimizing the model again (benchmarks/zoo.py has optimized it for its
@@ -123,14 +129,18 @@ def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=No
         raise RstfError("bench needs at least one model")
     if reps < 1:
         raise RstfError("--reps must be at least 1")
+    if not 1 <= rounds <= reps:
+        raise RstfError(f"--rounds {rounds}: give 1 to --reps ({reps}) rounds")
+    per_round = -(-reps // rounds)
     engines = parse_engines(",".join(engines))
     input_range = parse_input_range(input_range)  # "LO,HI" or a pair, checked
     optimized = optimized or {}
     if optimized and len(models) > 1:
         raise RstfError("bench: optimized= names one model's outputs; give one model")
-    results = [_bench_model(m, engines, reps, seed, input_shapes, march, threads, rtol, log,
-                            input_range, optimized) for m in models]
-    return {"machine": machine(), "reps": reps, "seed": seed, "rtol": rtol,
+    results = [_bench_model(m, engines, per_round, rounds, seed, input_shapes, march, threads,
+                            rtol, log, input_range, optimized) for m in models]
+    return {"machine": machine(), "reps": per_round * rounds, "rounds": rounds,
+            "seed": seed, "rtol": rtol,
             "input_range": list(input_range) if input_range else None,
             "engines": list(engines), "models": results}
 
@@ -145,7 +155,7 @@ def rstf_problems(result: dict) -> list[str]:
             if row["engine"].startswith("rstf-") and row["status"] in ("mismatch", "failed")]
 
 
-def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol, log,
+def _bench_model(model, engines, reps, rounds, seed, input_shapes, march, threads, rtol, log,
                  input_range, optimized) -> dict:
     from .compare import (exact_ratio, graph_fetches, run_exact, spread_ratio,
                           worst_rel_err, write_run_files)
@@ -160,15 +170,28 @@ def _bench_model(model, engines, reps, seed, input_shapes, march, threads, rtol,
     with tempfile.TemporaryDirectory(prefix="rstf-bench-") as tmp:
         inputs, original = write_run_files(tmp, graph, feeds)
         outputs = {}
+        ready = dict(optimized)  # rstf engines' output folders, once optimized
         # The reference first: every other engine is compared with it.
-        for engine in sorted(engines, key=lambda e: e != REFERENCE):
-            log(f"{name}: {engine}")
-            row, outs = _run_engine(engine, model, tmp, original, inputs, fetches, reps,
-                                    input_shapes, graph.outputs, march, threads, log,
-                                    optimized.get(engine))
-            rows[engine] = row
-            if outs is not None:
-                outputs[engine] = outs
+        order = sorted(engines, key=lambda e: e != REFERENCE)
+        for turn in range(rounds):
+            for engine in order if turn % 2 == 0 else order[::-1]:
+                if engine in rows and rows[engine]["status"] != "ok":
+                    continue  # failed or missing in an earlier round
+                log(f"{name}: {engine}" + (f" (round {turn + 1} of {rounds})"
+                                           if rounds > 1 else ""))
+                row, outs = _run_engine(engine, model, tmp, original, inputs, fetches, reps,
+                                        input_shapes, graph.outputs, march, threads, log,
+                                        ready.get(engine))
+                if engine.startswith("rstf-") and os.path.isfile(
+                        os.path.join(tmp, engine, "report.json")):
+                    ready.setdefault(engine, os.path.join(tmp, engine))
+                if engine in rows and row["status"] == "ok":
+                    row = _pooled(rows[engine], row)
+                rows[engine] = row
+                if outs is not None:
+                    outputs.setdefault(engine, outs)
+                elif engine in outputs:
+                    del outputs[engine]
         exact, unavailable = run_exact(graph, feeds, fetches, tmp)
         if unavailable:
             log(f"{name}: float64 reference unavailable: {unavailable}")
@@ -239,14 +262,27 @@ def _run_engine(engine, model, tmp, original, inputs, fetches, reps, input_shape
         return _row(engine, "failed", str(e)), None
     except Exception as e:  # an engine's bug must not stop the bench
         return _row(engine, "failed", f"{type(e).__name__}: {e}"), None
-    times = sorted(result["times_ms"])
-    q = np.percentile(times, [25, 75]) if times else [None, None]
     row = _row(engine, "ok")
-    row.update(median_ms=statistics.median(times), min_ms=times[0], max_ms=times[-1],
-               q1_ms=float(q[0]), q3_ms=float(q[1]), times_ms=result["times_ms"],
-               **detail, **{k: v for k, v in result.items()
+    row.update(**detail, **{k: v for k, v in result.items()
                             if k not in ("latency_ms", "times_ms")})
+    row.update(_timing(result["times_ms"]))
     return row, outs
+
+
+def _timing(times_ms: list[float]) -> dict:
+    """A row's timing fields from its calls' times, in the order they ran."""
+    times = sorted(times_ms)
+    if not times:
+        return {"median_ms": None, "min_ms": None, "max_ms": None, "q1_ms": None,
+                "q3_ms": None, "times_ms": []}
+    q = np.percentile(times, [25, 75])
+    return {"median_ms": statistics.median(times), "min_ms": times[0], "max_ms": times[-1],
+            "q1_ms": float(q[0]), "q3_ms": float(q[1]), "times_ms": list(times_ms)}
+
+
+def _pooled(first: dict, later: dict) -> dict:
+    """An engine's row over its rounds so far: the first round's row, every round's times."""
+    return {**first, **_timing(first["times_ms"] + later["times_ms"])}
 
 
 class _NotInstalled(Exception):
@@ -375,7 +411,8 @@ def table(result: dict) -> str:
     """The printed table: per model, one row per engine."""
     m = result["machine"]
     lines = [f"machine: {m['cpu']}, {m['cores']} cores; TensorFlow {m['tensorflow']}; "
-             f"median of {result['reps']} runs after a warm-up; spread: min-max; errors vs "
+             f"median of {result['reps']} runs after a warm-up"
+             f"{_rounds_text(result)}; spread: min-max; errors vs "
              f"TF Eigen (rtol {result['rtol']:g}), err/TF spread: max_rel_err over TF oneDNN's; "
              "f64 err/TF's: error against the float64 run over TF's worse one"]
     for mod in result["models"]:
@@ -391,6 +428,11 @@ def table(result: dict) -> str:
             lines.append(f"  {label:<14} " + " ".join(
                 f"{c:>{w}}" for c, w in zip(numbers, (10, 17, 10, 11, 13, 10))) + f"  {status}")
     return "\n".join(lines)
+
+
+def _rounds_text(result: dict) -> str:
+    rounds = result.get("rounds", 1)
+    return f", the engines taking turns in {rounds} rounds" if rounds > 1 else ""
 
 
 def _row_cells(r: dict) -> list[str]:
