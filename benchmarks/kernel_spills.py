@@ -9,11 +9,12 @@ it spills them, and the kernel loads and stores accumulators every step: ResNet-
 conv on AVX2, whose rows overlap in their input, ran 2.3x slower so (`kloop.trip_steps`).
 Nothing in the C says so; the assembly does.
 
-Each src/subgraph_*.c of OUTDIR (an `rstf optimize` output folder) is compiled to assembly
-with the op library's C flags (`-march` as given), and every loop of each microkernel
+Each src/subgraph_*.c of OUTDIR (an `rstf optimize` output folder) is compiled to
+assembly with the op library's C flags (`-march` as given), and every loop of each microkernel
 (`rstf_mk*`, gcc's clones included) that holds FMAs is counted: its FMAs and its vector
 registers' stack accesses. A loop with more than one such access per --per FMAs (12: one
-step of AVX2's 6x16 tile) is printed. Reads x86 gcc assembly (AT&T syntax); elsewhere it finds no loop.
+step of AVX2's 6x16 tile) is printed. Reads x86 gcc assembly (AT&T syntax); elsewhere it
+finds no loop.
 """
 from __future__ import annotations
 

@@ -33,7 +33,8 @@ once for its share of the `reps` (the order reversed on alternate rounds), and e
 engine's times pooled. A shared machine's slow phases last seconds to minutes (a vCPU taken
 away halves a 2-core machine's speed): engines run one after the other can land one in
 such a phase and another not, and their ratio then says nothing; taking turns spreads the
-phases over every engine. An rstf engine's model is optimized once, in the first round. An engine whose Python package is missing is reported "not installed"; one that
+phases over every engine. An rstf engine's model is optimized once, in the first round.
+An engine whose Python package is missing is reported "not installed"; one that
 fails (a compile error, a conversion error) is reported "failed" with a one-line reason, and
 the bench goes on.
 """
@@ -104,11 +105,11 @@ def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=No
           optimized: dict[str, str] | None = None, rounds: int = 1) -> dict:
     """Run every engine on every model (module docstring), on rstf.evaluation.inputs' random inputs
     (`input_range`: every float input uniform in [LO, HI)), `reps` timed calls each, in
-    `rounds` turns of every engine (`reps` rounded up to a multiple of them). `optimized` ({engine: DIR}, one
-    model only): an rstf engine whose model is already in DIR, written by
-    rstf.pipeline.optimize with that engine's optimizer, `march` and `threads`, runs from
-    there rather than optimizing the model again (benchmarks/zoo.py has optimized it for its
-    coverage report). Returns {"machine", "reps",
+    `rounds` turns of every engine (`reps` rounded up to a multiple of them).
+    `optimized` ({engine: DIR}, one model only): an rstf engine whose model is already in
+    DIR, written by rstf.pipeline.optimize with that engine's optimizer, `march` and
+    `threads`, runs from there rather than optimizing the model again (benchmarks/zoo.py
+    has optimized it for its coverage report). Returns {"machine", "reps", "rounds",
     "seed", "rtol", "input_range", "engines", "models": [{"model", "name", "inputs" ({name:
     shape}), "input_values" ({name: how its values were drawn}), "outputs", "tf_spread"
     (tf-onednn's max_rel_err, None when it did not run), "engines": [row]}]}; a row has
