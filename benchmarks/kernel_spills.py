@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from rstf.build.compiler import c_flags  # noqa: E402
+from rstf.build.compiler import c_flags, sanitize_flags  # noqa: E402
 
 
 def kernel_loops(asm: str, pattern: str = r"rstf_mk\w*") -> dict[str, list[tuple[int, int]]]:
@@ -72,12 +72,15 @@ def spilling(loops: dict[str, list[tuple[int, int]]], per: int = 12) -> list[tup
 
 
 def source_loops(source: str, march: str = "native", include: str = "") -> dict:
-    """`kernel_loops` of one C source compiled with the op library's flags."""
+    """`kernel_loops` of one C source compiled with the op library's flags (its release
+    build's: without RSTF_SANITIZE's instrumentation, which puts its own stack accesses in
+    every loop)."""
     with tempfile.TemporaryDirectory(prefix="rstf-spills-") as tmp:
         c, s = os.path.join(tmp, "k.c"), os.path.join(tmp, "k.s")
         with open(c, "w") as f:
             f.write(source)
-        subprocess.run(["gcc", *c_flags(march), *(["-I", include] if include else []),
+        flags = [f for f in c_flags(march) if f not in sanitize_flags()]
+        subprocess.run(["gcc", *flags, *(["-I", include] if include else []),
                         "-S", "-o", s, c], check=True)
         with open(s) as f:
             return kernel_loops(f.read())
