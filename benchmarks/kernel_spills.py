@@ -10,8 +10,8 @@ conv on AVX2, whose rows overlap in their input, ran 2.3x slower so (`kloop.trip
 Nothing in the C says so; the assembly does.
 
 Each src/subgraph_*.c of OUTDIR (an `rstf optimize` output folder) is compiled to
-assembly with the op library's C flags (`-march` as given), and every loop of each microkernel
-(`rstf_mk*`, gcc's clones included) that holds FMAs is counted: its FMAs and its vector
+assembly with the op library's C flags (`-march` as given), and every loop of each
+microkernel (`rstf_mk*`, gcc's clones included) that holds FMAs is counted: its FMAs and its vector
 registers' stack accesses. A loop with more than one such access per --per FMAs (12: one
 step of AVX2's 6x16 tile) is printed. Reads x86 gcc assembly (AT&T syntax); elsewhere it
 finds no loop.
@@ -39,8 +39,8 @@ def kernel_loops(asm: str, pattern: str = r"rstf_mk\w*") -> dict[str, list[tuple
     `pattern`. A loop is a label and a later branch back to it, counted without the loops
     nested in it (gcc's block layout also branches backwards around straight-line code
     that runs once a call, such as the accumulators' stores). Only vector registers' stack
-    accesses count (spilled
-    accumulators, operands, broadcasts); a pointer spilled to the stack costs far less."""
+    accesses count (spilled accumulators, operands, broadcasts); a pointer spilled to the
+    stack costs far less."""
     out = {}
     for m in re.finditer(rf"^({pattern}(?:\.\w+)*):$", asm, re.M):
         end = asm.find(".cfi_endproc", m.end())

@@ -6,9 +6,9 @@
 
 Each distinct Conv2D or MatMul of the frozen MODEL (its input shape at --batch, its weight
 shape, strides, padding and dilations) becomes one layer of a new graph: a placeholder, the
-op on a fixed random weight, a BiasAdd and a Relu, one connected component a layer, so
-that `rstf optimize` makes each its own custom op (a grouped convolution's bias is an AddV2). The graph is optimized once (with
-`--tuning`, as `rstf optimize` would), then each layer is timed alone in one TensorFlow
+op on a fixed random weight, a BiasAdd (a grouped convolution's: an AddV2) and a Relu,
+one connected component a layer, so that `rstf optimize` makes each its own custom op. The
+graph is optimized once (with `--tuning`, as `rstf optimize` would), then each layer is timed alone in one TensorFlow
 process through the C client, stock TensorFlow's graph and rstf's interleaved round by
 round (`tfclient.run_graphs`), on inputs uniform in [0, 1). TensorFlow runs its default
 kernels (oneDNN on x86; TF_ENABLE_ONEDNN_OPTS=0 in the environment gives Eigen's).

@@ -314,8 +314,8 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
     # accumulators need, and spills those every step.
     opts = (["fp-contract=off"] if contract_off else []) + \
         ([] if shape.vec_a else ["no-predictive-commoning"])
-    attr = f"__attribute__((optimize({', '.join(map(repr, opts))})))\n".replace("'", '"') \
-        if opts else ""
+    quoted = ", ".join(f'"{o}"' for o in opts)
+    attr = f"__attribute__((optimize({quoted})))\n" if opts else ""
     return f"""\
 /* {comment} */
 {attr}{_linkage(shape)} void {name}({params.signature()})
