@@ -1,4 +1,5 @@
-"""rstf/cgen/chelpers.py: the generated C's own vectorisable exp."""
+"""rstf/cgen/chelpers.py and tfmath.py: the generated C's own exp, sigmoid, tanh and erf
+(TensorFlow's, bit for bit) and the libmvec declarations."""
 from __future__ import annotations
 
 import ctypes
@@ -10,19 +11,31 @@ import numpy as np
 import pytest
 
 from rstf.build.compiler import c_flags
-from rstf.cgen.chelpers import EXPF, helpers_for
+from rstf.cgen import tfmath
+from rstf.cgen.chelpers import helpers_for
 
-# A loop over the helper the way Softmax's exp statement calls it (`omp simd`), and the
-# same loop over libm's expf.
+# One `omp simd` loop per helper, the way an elementwise statement calls it, run under the
+# flushed denormals (FTZ and DAZ) TensorFlow's threads and the op library's team run with.
+_OPS = {"rstf_expf": "Exp", "rstf_logisticf": "Sigmoid", "rstf_tanhf": "Tanh",
+        "rstf_erff": "Erf"}
 _HARNESS = """
 #include <math.h>
+#include <xmmintrin.h>
 %s
-__attribute__((visibility("default"))) void vexp(const float *x, float *y, long n)
-{
+""" + "".join(f"""
+__attribute__((noinline)) static void loop_{f}(const float *x, float *y, long n)
+{{
     #pragma omp simd
-    for (long i = 0; i < n; ++i) y[i] = rstf_expf(x[i]);
-}
-"""
+    for (long i = 0; i < n; ++i) y[i] = {f}(x[i]);
+}}
+__attribute__((visibility("default"))) void v_{f}(const float *x, float *y, long n)
+{{
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040);
+    loop_{f}(x, y, n);
+    _mm_setcsr(csr);
+}}
+""" for f in _OPS)
 
 
 @pytest.fixture(scope="module")
@@ -30,60 +43,65 @@ def built():
     with tempfile.TemporaryDirectory() as d:
         src, so = os.path.join(d, "e.c"), os.path.join(d, "e.so")
         with open(src, "w") as f:
-            f.write(_HARNESS % EXPF)
+            f.write(_HARNESS % helpers_for([f"{f}(x)" for f in _OPS]))
         subprocess.run(["gcc", *c_flags(), "-shared", src, "-o", so, "-lm"], check=True)
         asm = subprocess.run(["objdump", "-d", so], capture_output=True, text=True).stdout
-        lib = ctypes.CDLL(so)
-        lib.vexp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
-        yield lib, asm
+        yield ctypes.CDLL(so), asm
 
 
-def _vexp(lib, x: np.ndarray) -> np.ndarray:
+def _run(lib, f: str, x: np.ndarray) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float32)
     y = np.full_like(x, np.nan)
-    lib.vexp(x.ctypes.data, y.ctypes.data, x.size)
+    getattr(lib, f"v_{f}")(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data),
+                           ctypes.c_long(x.size))
     return y
 
 
-def test_within_one_ulp_of_exp_over_the_whole_float_range(built):
+def _inputs() -> np.ndarray:
+    """Random bit patterns (every sign, exponent, NaNs, infinities, subnormals), dense sweeps
+    of the ranges where the functions are not constant, and the ends of their clamps. A
+    multiple of 8 elements: TensorFlow computes a tensor's last (size mod 8) elements with its
+    scalar path (tfmath.py)."""
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 2 ** 32, 1 << 21, dtype=np.uint64).astype(np.uint32)
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 88.723, 88.73,
+                        88.72, 89.0, -104.0, -104.01, -103.99, -87.0, -87.5, 87.0, 16.6355324,
+                        16.64, -16.64, 7.90738964, -7.90738964, 8.0, -8.0, 4.0, -4.0, 1e30,
+                        -1e30, 1e-30, -1e-30, 2.0 ** -126, 2.0 ** -149, 0.5], dtype=np.float32)
+    x = np.concatenate([bits.view(np.float32), special,
+                        np.linspace(-110, 90, 1_000_000, dtype=np.float32),
+                        np.linspace(-9, 9, 1_000_000, dtype=np.float32)])
+    return np.concatenate([x, np.zeros(-x.size % 8, np.float32)])
+
+
+@pytest.mark.parametrize("f", sorted(_OPS))
+def test_bit_identical_to_tensorflows_kernel(built, f):
+    import tensorflow as tf
+
     lib, _ = built
-    # Every float result from the smallest normal to FLT_MAX, densely, plus Softmax's
-    # typical range; the reference is exp in double, rounded once.
-    x = np.concatenate([np.linspace(-87.33, 88.72, 2_000_003, dtype=np.float32),
-                        np.linspace(-20, 0, 100_001, dtype=np.float32)])
-    got = _vexp(lib, x).astype(np.float64)
-    ref = np.exp(x.astype(np.float64))
-    ulp = np.spacing(ref.astype(np.float32)).astype(np.float64)
-    assert np.max(np.abs(got - ref) / ulp) <= 1.01  # measured 1.0006
+    x = _inputs()
+    got = _run(lib, f, x)
+    want = getattr(tf.raw_ops, _OPS[f])(x=tf.constant(x)).numpy()
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    bad = np.flatnonzero(~same)
+    assert bad.size == 0, [(float(x[i]), float(got[i]), float(want[i])) for i in bad[:5]]
 
 
-def test_special_values_and_the_ends_of_the_range(built):
-    lib, _ = built
-    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 89.0, 88.8, 1e30, -1e30, -104.0,
-                  -200.0, -88.0, -100.0], dtype=np.float32)
-    got = _vexp(lib, x)
-    assert np.isnan(got[0])
-    assert got[1] == np.inf and got[2] == 0.0
-    assert got[3] == 1.0 and got[4] == 1.0 and got[5] == np.float32(np.e)
-    assert got[6] == np.inf and got[7] == np.inf and got[8] == np.inf  # past FLT_MAX
-    assert got[9] == 0.0 and got[10] == 0.0 and got[11] == 0.0        # below subnormals
-    # The subnormal range: the result rounds to the nearest subnormal (one rounding more).
-    ref = np.exp(x[12:].astype(np.float64))
-    assert np.all(np.abs(got[12:] - ref) <= np.float64(2 ** -149))
-
-
-def test_the_simd_loop_vectorises_without_a_libm_call(built):
+def test_the_simd_loops_vectorise_without_a_libm_call(built):
     _, asm = built
-    body = asm.split("<vexp>:")[1].split("\n\n")[0]
-    assert "call" not in body  # no expf@plt, no vector-ABI libmvec call either
-    # Vectorised at the width gcc's tuning for this CPU prefers: 512-bit on some AVX-512
-    # parts, 256-bit on others (-mprefer-vector-width=256, e.g. -march=rocketlake).
-    if "avx2" in open("/proc/cpuinfo").read():
-        assert "zmm" in body or "ymm" in body
+    for f in _OPS:
+        body = asm.split(f"<loop_{f}>:")[1].split("\n\n")[0]
+        assert "call" not in body, f  # no libm call, no vector-ABI libmvec call either
+        # At the width gcc's tuning for this CPU prefers: 512-bit on some AVX-512 parts,
+        # 256-bit on others (-mprefer-vector-width=256, e.g. -march=rocketlake).
+        if "avx2" in open("/proc/cpuinfo").read():
+            assert "zmm" in body or "ymm" in body, f
 
 
 def test_a_file_defines_only_the_helpers_it_calls():
-    assert helpers_for(["y[i] = rstf_expf(x[i]);"]) == EXPF
+    assert helpers_for(["y[i] = rstf_expf(x[i]);"]) == tfmath.BLENDF + "\n" + tfmath.EXPF
+    both = helpers_for(["y[i] = rstf_erff(x[i]);", "z = rstf_logisticf(y[i]);"])
+    assert both == "\n".join([tfmath.BLENDF, tfmath.LOGISTICF, tfmath.ERFF])
     assert helpers_for(["y[i] = expf(x[i]);", "y[i] = x[i];"]) == ""
 
 
@@ -92,8 +110,6 @@ _LIBM_LOOPS = """
 %s
 #define LOOP(f) __attribute__((visibility("default"))) void v##f(const float *x, float *y, \\
     long n) { for (long i = 0; i < n; ++i) y[i] = f(x[i]); }
-LOOP(tanhf)
-LOOP(erff)
 LOOP(erfcf)
 """
 
@@ -103,7 +119,7 @@ def _build_libm_loops(d, flags):
 
     src, so = os.path.join(d, "m.c"), os.path.join(d, f"m{len(flags)}.so")
     with open(src, "w") as f:
-        f.write(_LIBM_LOOPS % helpers_for(["tanhf(x)"]))
+        f.write(_LIBM_LOOPS % helpers_for(["erfcf(x)"]))
     subprocess.run(["gcc", *flags, "-shared", src, "-o", so, "-lm", *link_libs(flags)],
                    check=True)
     asm = subprocess.run(["objdump", "-d", so], capture_output=True, text=True).stdout
@@ -112,10 +128,10 @@ def _build_libm_loops(d, flags):
 
 @pytest.mark.parametrize("with_libmvec", [True, False])
 def test_libm_loops_vectorise_with_libmvec_and_stay_within_its_bounds(with_libmvec):
-    """With RSTF_LIBMVEC (where build.vector_math finds glibc's libmvec), the loops call
-    its vector versions; without it the same C calls the scalar functions. Either way the
-    results are within the bounds chelpers states, against the result in double."""
-    from math import erf, erfc, tanh
+    """With RSTF_LIBMVEC (where build.vector_math finds glibc's libmvec), the erfcf loop
+    calls its vector versions; without it the same C calls the scalar function. Either way
+    the results are within the bounds chelpers states, against the result in double."""
+    from math import erfc
 
     from rstf.build.compiler import LIBMVEC_FLAG, vector_math
 
@@ -128,8 +144,7 @@ def test_libm_loops_vectorise_with_libmvec_and_stay_within_its_bounds(with_libmv
         x = np.concatenate([np.linspace(-12, 12, 200001, dtype=np.float32),
                             np.float32(2.0) ** -np.arange(1, 120, dtype=np.float32)])
         # (libmvec's bound, glibc's scalar one: chelpers.py)
-        for name, ref, bounds in (("tanhf", tanh, (1.5, 2.5)), ("erff", erf, (4.0, 1.5)),
-                                  ("erfcf", erfc, (2.0, 3.5))):
+        for name, ref, bounds in (("erfcf", erfc, (2.0, 3.5)),):
             bound = bounds[0] if with_libmvec else bounds[1]
             assert ("_ZGV" in asm and f"v_{name}" in asm) == with_libmvec, name
             y = np.empty_like(x)

@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 
 from .cache import check_trusted, locked, private_cache_dir
+from ..cgen.chelpers import LIBMVEC_FUNCTIONS
 from ..errors import RstfError
 
 # The runtime the op libraries compile in: package data, so that an installed rstf (not
@@ -72,9 +73,10 @@ def vector_math(cc: str) -> bool:
     if platform.machine() not in ("x86_64", "AMD64") or shutil.which(cc) is None:
         return False
     program = ("typedef float v4 __attribute__((vector_size(16)));\n"
-               "v4 _ZGVbN4v_tanhf(v4); v4 _ZGVbN4v_erff(v4); v4 _ZGVbN4v_erfcf(v4);\n"
-               "int main(void) { v4 x = {0}; x = _ZGVbN4v_tanhf(_ZGVbN4v_erff("
-               "_ZGVbN4v_erfcf(x))); return (int)x[0]; }\n")
+               + "".join(f"v4 _ZGVbN4v_{f}(v4);\n" for f in LIBMVEC_FUNCTIONS)
+               + "int main(void) { v4 x = {0};"
+               + "".join(f" x = _ZGVbN4v_{f}(x);" for f in LIBMVEC_FUNCTIONS)
+               + " return (int)x[0]; }\n")
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "probe.c")
         with open(src, "w") as f:

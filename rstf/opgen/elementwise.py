@@ -12,17 +12,17 @@ BOOL = frozenset({np.dtype(np.bool_)})
 
 
 class _Elementwise(OpHandler):
-    """Shared emission: `expr` is a format string over the operand reads {0}, {1}, ..."""
+    """Shared emission: `expr` is a format string over the operand reads {0}, {1}, ...;
+    `float_expr`, where set, replaces it for float32 (TensorFlow's own float functions)."""
 
     expr = "{0}"
+    float_expr = None
     keeps_samples_apart = True  # broadcasting aside, point n of the output reads point n
 
     def expression(self, node: Node, operands: list[str], graph: Graph) -> str:
         m = self.math_suffix(node)
-        # float: rstf's own exp (rstf/cgen/chelpers.py, within 1.001 ulp), which an omp simd loop
-        # (a conv's epilogue, too) vectorises; libm's expf is a scalar call an element.
-        return self.expr.format(*operands, f=self.literal_suffix(node), m=m,
-                                exp="rstf_expf" if m == "f" else f"exp{m}")
+        expr = self.float_expr if m == "f" and self.float_expr else self.expr
+        return expr.format(*operands, f=self.literal_suffix(node), m=m)
 
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         out_shape = node.out_shapes[0]
@@ -72,22 +72,25 @@ class Minimum(_Elementwise):
     expr = "{1} < {0} || {1} != {1} ? {1} : {0}"
 
 
+# Float Sigmoid, Tanh, Exp and Erf are TensorFlow's own functions (rstf/cgen/tfmath.py): the
+# same bits as its kernels, in loops gcc vectorises (a conv's fused epilogue too). Double
+# keeps libm, as TensorFlow's double kernels are not matched bit for bit.
 @op_handler("Sigmoid")
 class Sigmoid(_Elementwise):
-    expr = "1.0{f} / (1.0{f} + {exp}(-{0}))"
+    expr = "1.0{f} / (1.0{f} + exp{m}(-{0}))"
+    float_expr = "rstf_logisticf({0})"
 
 
 @op_handler("Tanh")
 class Tanh(_Elementwise):
-    """glibc's tanhf: libmvec's vector versions where gcc and glibc have them (within 1.4
-    ulp, rstf/cgen/chelpers.py), else one scalar call an element (within 2.2 ulp)."""
-
     expr = "tanh{m}({0})"
+    float_expr = "rstf_tanhf({0})"
 
 
 @op_handler("Exp")
 class Exp(_Elementwise):
-    expr = "{exp}({0})"
+    expr = "exp{m}({0})"
+    float_expr = "rstf_expf({0})"
 
 
 @op_handler("Sqrt")
@@ -165,10 +168,8 @@ class BiasAdd(_Elementwise):
 
 @op_handler("Erf")
 class Erf(_Elementwise):
-    """glibc's erff: its libmvec vector versions where gcc and glibc have them (within 4
-    ulp, rstf/cgen/chelpers.py), else one scalar call an element (within 1 ulp)."""
-
     expr = "erf{m}({0})"
+    float_expr = "rstf_erff({0})"  # TensorFlow's own (rstf/cgen/tfmath.py)
 
 
 @op_handler("Erfc")

@@ -159,7 +159,7 @@ class Softmax(OpHandler):
         R = numel(shape[:-1])
         ct = self.ctype(node)
         ms = self.math_suffix(node)
-        # float: rstf's own exp (rstf/cgen/chelpers.py), which an omp simd loop vectorises.
+        # float: TensorFlow's own exp (rstf/cgen/tfmath.py), which an omp simd loop vectorises.
         exp_fn = "rstf_expf" if ms == "f" else f"exp{ms}"
         lanes = row_lanes(C)
         body = render("ops/softmax.c.j2", R=R, C=C, inp="x", out="y", m="m", s="s", mp="mp",
