@@ -14,47 +14,13 @@ from rstf.build.compiler import c_flags
 from rstf.cgen import tfmath
 from rstf.cgen.chelpers import helpers_for
 
-# One `omp simd` loop per helper, the way an elementwise statement calls it, run under the
-# flushed denormals (FTZ and DAZ) TensorFlow's threads and the op library's team run with.
-_OPS = {"rstf_expf": "Exp", "rstf_logisticf": "Sigmoid", "rstf_tanhf": "Tanh",
-        "rstf_erff": "Erf"}
-_HARNESS = """
-#include <math.h>
-#include <xmmintrin.h>
-%s
-""" + "".join(f"""
-__attribute__((noinline)) static void loop_{f}(const float *x, float *y, long n)
-{{
-    #pragma omp simd
-    for (long i = 0; i < n; ++i) y[i] = {f}(x[i]);
-}}
-__attribute__((visibility("default"))) void v_{f}(const float *x, float *y, long n)
-{{
-    const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040);
-    loop_{f}(x, y, n);
-    _mm_setcsr(csr);
-}}
-""" for f in _OPS)
+from benchmarks.tfmath_exhaustive import OPS, build, differing
 
 
 @pytest.fixture(scope="module")
 def built():
     with tempfile.TemporaryDirectory() as d:
-        src, so = os.path.join(d, "e.c"), os.path.join(d, "e.so")
-        with open(src, "w") as f:
-            f.write(_HARNESS % helpers_for([f"{f}(x)" for f in _OPS]))
-        subprocess.run(["gcc", *c_flags(), "-shared", src, "-o", so, "-lm"], check=True)
-        asm = subprocess.run(["objdump", "-d", so], capture_output=True, text=True).stdout
-        yield ctypes.CDLL(so), asm
-
-
-def _run(lib, f: str, x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    y = np.full_like(x, np.nan)
-    getattr(lib, f"v_{f}")(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data),
-                           ctypes.c_long(x.size))
-    return y
+        yield build(d)
 
 
 def _inputs() -> np.ndarray:
@@ -74,22 +40,17 @@ def _inputs() -> np.ndarray:
     return np.concatenate([x, np.zeros(-x.size % 8, np.float32)])
 
 
-@pytest.mark.parametrize("f", sorted(_OPS))
+@pytest.mark.parametrize("f", sorted(OPS))
 def test_bit_identical_to_tensorflows_kernel(built, f):
-    import tensorflow as tf
-
     lib, _ = built
     x = _inputs()
-    got = _run(lib, f, x)
-    want = getattr(tf.raw_ops, _OPS[f])(x=tf.constant(x)).numpy()
-    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
-    bad = np.flatnonzero(~same)
+    bad, got, want = differing(lib, f, x)
     assert bad.size == 0, [(float(x[i]), float(got[i]), float(want[i])) for i in bad[:5]]
 
 
 def test_the_simd_loops_vectorise_without_a_libm_call(built):
     _, asm = built
-    for f in _OPS:
+    for f in OPS:
         body = asm.split(f"<loop_{f}>:")[1].split("\n\n")[0]
         assert "call" not in body, f  # no libm call, no vector-ABI libmvec call either
         # At the width gcc's tuning for this CPU prefers: 512-bit on some AVX-512 parts,

@@ -239,3 +239,27 @@ def test_reshape_squeeze_expand_identity():
         tf.identity(tf.identity(y) + 1.0, name="out")
 
     check_against_tf(build, {"x": x})
+
+
+@pytest.mark.parametrize("op", ["Mean", "Sum"])
+@pytest.mark.parametrize("shape,axes", [((1, 112, 112, 32), [1, 2]), ((2, 7, 7, 64), [1, 2]),
+                                        ((3, 18, 16), [1]), ((40, 24), [0]),
+                                        ((1, 5, 1, 5, 8), [1, 3])])
+def test_outer_float_reductions_are_bit_identical_to_tensorflow(op, shape, axes):
+    """A float Sum or Mean that keeps the innermost axis (a squeeze-and-excite or global
+    average pool's Mean) adds in Eigen's order, so its bits are TensorFlow's."""
+    from harness import load_graph_def, make_graph_def, run_generated, run_tf
+
+    x = (np.random.RandomState(5).uniform(0, 1, shape) * 7).astype(np.float32)
+    fn = {"Mean": tf.reduce_mean, "Sum": tf.reduce_sum}[op]
+
+    def build():
+        tf.identity(fn(ph(shape), axes, keepdims=True), name="out")
+
+    gd = make_graph_def(build)
+    g = load_graph_def(gd, outputs=["out"])
+    nodes = [n for n in g.topo_order() if g.nodes[n].op not in ("Const", "Placeholder")]
+    got, sg = run_generated(g, nodes, {"x": x})
+    assert "Eigen's order" in sg.source
+    want = run_tf(gd, {"x": x}, ["out:0"])[0]
+    np.testing.assert_array_equal(got["out:0"].view(np.uint32), want.view(np.uint32))

@@ -42,6 +42,38 @@ def row_lanes(columns: int) -> int:
     return LANES if 2 * LANES <= columns <= MAX_ELEMENTS else 0
 
 
+# Eigen's float packet: 8 lanes in the tensorflow-cpu wheel (AVX). TensorFlow's reduction
+# kernels take Eigen's vectorised order only for the outputs whose 8-lane packet lies within
+# one row of the kept innermost axis.
+EIGEN_FLOAT_PACKET = 8
+
+
+def eigen_outer_reduction(in_shape, axes) -> tuple[int, int, int] | None:
+    """(P, R, C) when TensorFlow reduces `axes` of `in_shape` as Eigen's reduction of the
+    middle axis of [P, R, C] that keeps the innermost axis, in the order of its vectorised
+    path (InnerMostDimPreserver: four partial sums, row j into partial j mod 4): its
+    ReductionHelper drops axes of extent 1 and merges neighbours of the same kind, so a
+    global average pool's [N, H, W, C] over H and W is [N, H W, C]. None for another shape,
+    for C not a whole number of packets, and for R < 16 (Eigen sums those rows in turn)."""
+    runs: list[list] = []
+    for d, n in enumerate(in_shape):
+        if n == 1:
+            continue
+        if runs and runs[-1][1] == (d in axes):
+            runs[-1][0] *= n
+        else:
+            runs.append([n, d in axes])
+    kinds = [r for _, r in runs]
+    if kinds == [True, False]:
+        (R, _), (C, _) = runs
+        P = 1
+    elif kinds == [False, True, False]:
+        (P, _), (R, _), (C, _) = runs
+    else:
+        return None
+    return (P, R, C) if C % EIGEN_FLOAT_PACKET == 0 and R >= 16 else None
+
+
 class _Reduce(OpHandler):
     """Reduction over constant axes: init, update over the input's index space, and for Mean
     a final division by the number of reduced elements (as Eigen's MeanReducer divides).
@@ -56,6 +88,7 @@ class _Reduce(OpHandler):
     init = "0.0{f}"
     update = "{acc} + {x}"
     mean = False
+    eigen_order = False  # a float sum: Eigen's order where it is known (eigen_outer_reduction)
 
     def check_batch(self, node: Node, graph: Graph) -> None:
         if 0 in reduction_axes(graph, node, len(graph.tensor_shape(node.inputs[0]))):
@@ -98,6 +131,18 @@ class _Reduce(OpHandler):
                               [ArrayParam("y", (rows,), ct)],
                               scratch=[ArrayParam("p", (rows, lanes), ct)],
                               summary=f"{node.op} {list(in_shape)} axes {axes} keep_dims={keep}")
+        outer = (eigen_outer_reduction(in_shape, axes)
+                 if self.eigen_order and ct == "float" else None)
+        if outer:
+            P, R, C = outer
+            body = render("ops/reduce_outer.c.j2", out="y", inp="x", acc="p", P=P, R=R, C=C,
+                          init=self.init.format(f=fs),
+                          upd=lambda a, x: self.update.format(acc=a, x=x), divisor=divisor)
+            return OpFunction(body, [ArrayParam("x", (P, R, C), ct)],
+                              [ArrayParam("y", (P, C), ct)],
+                              scratch=[ArrayParam("p", (4, P, C), ct)],
+                              summary=f"{node.op} {list(in_shape)} axes {axes} keep_dims={keep}"
+                                      f" in Eigen's order")
         acc, x = subscript("y", red_sub), subscript("x", in_idx)
         body = render("ops/reduce.c.j2", out="y", inp="x", out_idx=out_idx, out_shape=out_shape,
                       in_idx=in_idx, in_shape=in_shape, red_sub=red_sub, copy=not axes,
@@ -110,11 +155,12 @@ class _Reduce(OpHandler):
 @op_handler("Mean")
 class Mean(_Reduce):
     mean = True
+    eigen_order = True
 
 
 @op_handler("Sum")
 class Sum(_Reduce):
-    pass
+    eigen_order = True
 
 
 @op_handler("Prod")
