@@ -50,7 +50,7 @@ def test_bit_identical_to_tensorflows_kernel(built, f):
 
 def test_the_simd_loops_vectorise_without_a_libm_call(built):
     _, asm = built
-    for f in OPS:
+    for f in OPS.keys() - {"rstf_rsqrtf"}:  # the processor's scalar estimate: not vectorised
         body = asm.split(f"<loop_{f}>:")[1].split("\n\n")[0]
         assert "call" not in body, f  # no libm call, no vector-ABI libmvec call either
         # At the width gcc's tuning for this CPU prefers: 512-bit on some AVX-512 parts,

@@ -1,6 +1,6 @@
-"""TensorFlow's own float exp, sigmoid, tanh and erf, as C that the generated code defines for
-itself: the same results, bit for bit, as the TensorFlow CPU kernels of Exp, Sigmoid, Tanh and
-Erf (and Softmax's exp), so that a model's activations match stock TensorFlow instead of
+"""TensorFlow's own float exp, sigmoid, tanh, erf and rsqrt, as C that the generated code defines
+for itself: the same results, bit for bit, as the TensorFlow CPU kernels of Exp, Sigmoid, Tanh,
+Erf and Rsqrt (and Softmax's exp), so that a model's activations match stock TensorFlow instead of
 differing from it by a few ulp at every element.
 
 What TensorFlow computes: its kernels evaluate Eigen's vectorised functions (`pexp_float`,
@@ -15,14 +15,15 @@ does not contract them into FMAs, and clang contracts only within one expression
 
 Checked: against TensorFlow's own ops on every one of the 2^32 float bit patterns, under the
 flushed denormals TensorFlow runs with (`benchmarks/tfmath_exhaustive.py`): no difference for
-any of the four. The tests check a dense sweep and the special values through TensorFlow.
+any of them. The tests check a dense sweep and the special values through TensorFlow.
 Where TensorFlow differs from itself: the last (size mod 8) elements of a tensor go through
 Eigen's scalar path, which for exp and sigmoid calls the C library's `expf` instead (within a
-few ulp of these); tanh and erf use the same formula there.
+few ulp of these); tanh and erf use the same formula there. Rsqrt is the processor's own
+estimate refined once (RSQRTF), so its bits are those TensorFlow gives on the same machine.
 
 Accuracy (Eigen's own figures; that is TensorFlow's accuracy, which these reproduce): sigmoid
 within 4.5 ulp of the exact value, erf within 3 ulp for normal floats, tanh a few ulp, exp
-within about 1 ulp.
+within about 1 ulp, rsqrt about 1-2 ulp after its Newton step.
 
 Why not `?:` for the clamps: a float ternary whose result later arithmetic reads stays a branch
 in gcc (it specialises that arithmetic for the constant arm), and the loop then does not
@@ -165,13 +166,44 @@ static inline float rstf_erff(float x)
                            "1.12945675849914550781250000000e-01f",
                            "4.99425798654556274414062500000e-01f", "1.0f"]))
 
-# Each function's definition, in the order a file defines them; all of them call rstf_blendf.
+# TensorFlow's Rsqrt is the processor's estimate (vrsqrtps) refined by one Newton step (Eigen's
+# prsqrt with generic_rsqrt_newton_step, no FMA): the estimate differs between processors, so
+# this uses the same instruction, and gives the bits TensorFlow gives on the machine it runs
+# on. 1 / sqrtf differed from it on 35% of 2 million inputs. The intrinsic is scalar, so a
+# loop over it does not vectorise: a layer norm's Rsqrt runs once a row. Without SSE (not
+# x86), 1 / sqrtf.
+RSQRTF = """\
+/* 1 / sqrt(x) in float as TensorFlow computes it on x86: the processor's estimate and one
+   Newton step without FMA, Eigen's prsqrt (rstf/cgen/tfmath.py). */
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+static inline float rstf_rsqrtf(float x)
+{
+#if defined(__SSE__)
+    const float e = _mm_cvtss_f32(_mm_rsqrt_ss(_mm_set_ss(x)));
+    const float r2 = x * e;
+    const float half = e * -0.5f;
+    float h = r2 * e;
+    h = h + -1.0f;
+    float s = half * h;
+    s = s + e;
+    return s != s ? e : s;
+#else
+    return 1.0f / sqrtf(x);
+#endif
+}
+"""
+
+# Each function's definition, in the order a file defines them; all but rstf_rsqrtf call
+# rstf_blendf.
 FUNCTIONS = {"rstf_expf": EXPF, "rstf_logisticf": LOGISTICF, "rstf_tanhf": TANHF,
-             "rstf_erff": ERFF}
+             "rstf_erff": ERFF, "rstf_rsqrtf": RSQRTF}
 
 
 def definitions(called) -> str:
     """The C definitions of the functions of `called` (names), with rstf_blendf before them
     when any is there; nothing when none is."""
     texts = [FUNCTIONS[f] for f in FUNCTIONS if f in called]
-    return "\n".join([BLENDF, *texts]) if texts else ""
+    blend = [BLENDF] if any(f in called for f in FUNCTIONS if f != "rstf_rsqrtf") else []
+    return "\n".join([*blend, *texts])

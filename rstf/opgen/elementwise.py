@@ -72,7 +72,7 @@ class Minimum(_Elementwise):
     expr = "{1} < {0} || {1} != {1} ? {1} : {0}"
 
 
-# Float Sigmoid, Tanh, Exp and Erf are TensorFlow's own functions (rstf/cgen/tfmath.py): the
+# Float Sigmoid, Tanh, Exp, Erf and Rsqrt are TensorFlow's own functions (rstf/cgen/tfmath.py): the
 # same bits as its kernels, in loops gcc vectorises (a conv's fused epilogue too). Double
 # keeps libm, as TensorFlow's double kernels are not matched bit for bit.
 @op_handler("Sigmoid")
@@ -123,6 +123,7 @@ class Abs(_Elementwise):
 @op_handler("Rsqrt")
 class Rsqrt(_Elementwise):
     expr = "1.0{f} / sqrt{m}({0})"
+    float_expr = "rstf_rsqrtf({0})"  # TensorFlow's own (rstf/cgen/tfmath.py)
 
 
 @op_handler("Add", "AddV2")
