@@ -1,7 +1,7 @@
-"""Check rstf's float exp, sigmoid, tanh, erf and rsqrt (rstf/cgen/tfmath.py) against TensorFlow's own
-kernels on every float: the 2^32 bit patterns, in chunks, each helper in the `omp simd` loop an
-elementwise statement makes, compiled with the op library's C flags and run under the flushed
-denormals TensorFlow runs with.
+"""Check rstf's float exp, sigmoid, tanh, erf and rsqrt (rstf/cgen/tfmath.py) against
+TensorFlow's own kernels on every float: the 2^32 bit patterns, in chunks, each helper in the
+`omp simd` loop an elementwise statement makes, compiled with the op library's C flags and
+run under the flushed denormals TensorFlow runs with.
 
     python3 benchmarks/tfmath_exhaustive.py [--functions rstf_expf,...] [--stride S]
 

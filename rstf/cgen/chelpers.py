@@ -1,5 +1,5 @@
-"""Math helpers that the generated C defines for itself: TensorFlow's own exp, sigmoid, tanh and
-erf (rstf/cgen/tfmath.py), a vectorisable float select, the index-error channel, and the
+"""Math helpers that the generated C defines for itself: TensorFlow's own exp, sigmoid, tanh,
+erf and rsqrt (rstf/cgen/tfmath.py), a vectorisable float select, the index-error channel, and the
 declarations that let gcc vectorise libm's erfcf.
 """
 from __future__ import annotations
@@ -66,7 +66,8 @@ def helpers_for(texts) -> str:
     """The helper definitions (and declarations) that C `texts` (function bodies) call, in
     one block: nothing when they call none, so a file defines only what it uses."""
     texts = list(texts)
-    parts = [tfmath.definitions({f for f in tfmath.FUNCTIONS if any(f"{f}(" in t for t in texts)}),
+    called = {f for f in tfmath.FUNCTIONS if any(f"{f}(" in t for t in texts)}
+    parts = [tfmath.definitions(called),
              SELECTF if any("rstf_selectf(" in t for t in texts) else "",
              INDEX_ERROR if any("rstf_index_error(" in t for t in texts) else "",
              LIBMVEC if any(_LIBMVEC_CALL.search(t) for t in texts) else ""]

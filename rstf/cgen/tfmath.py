@@ -125,8 +125,8 @@ def _horner(var: str, x: str, coeffs: list[str]) -> str:
 
 
 TANHF = """\
-/* tanh(x) in float as TensorFlow computes it: Eigen's ptanh_float without FMA (rstf/cgen/tfmath.py):
-   a [9/8] rational function of x on [-7.907, 7.907], clamped outside. */
+/* tanh(x) in float as TensorFlow computes it: Eigen's ptanh_float without FMA
+   (rstf/cgen/tfmath.py): a [9/8] rational function of x on [-7.907, 7.907], clamped outside. */
 static inline float rstf_tanhf(float x0)
 {
     float x = rstf_blendf(x0 > 7.90738964080810547f, 7.90738964080810547f, x0);
@@ -144,7 +144,8 @@ static inline float rstf_tanhf(float x0)
 
 ERFF = """\
 /* erf(x) in float as TensorFlow computes it: Eigen's generic_fast_erf<float> without FMA
-   (rstf/cgen/tfmath.py): an [11/10] rational function of x, x^2 clamped at 16, the result at +-1. */
+   (rstf/cgen/tfmath.py): an [11/10] rational function of x, x^2 clamped at 16, the result
+   at +-1. */
 static inline float rstf_erff(float x)
 {
     float x2 = x * x;
