@@ -196,15 +196,14 @@ static inline float rstf_rsqrtf(float x)
 }
 """
 
-# Each function's definition, in the order a file defines them; all but rstf_rsqrtf call
-# rstf_blendf.
+# Each function's definition, in the order a file defines them.
 FUNCTIONS = {"rstf_expf": EXPF, "rstf_logisticf": LOGISTICF, "rstf_tanhf": TANHF,
              "rstf_erff": ERFF, "rstf_rsqrtf": RSQRTF}
 
 
 def definitions(called) -> str:
     """The C definitions of the functions of `called` (names), with rstf_blendf before them
-    when any is there; nothing when none is."""
+    when one of them calls it; nothing when none is called."""
     texts = [FUNCTIONS[f] for f in FUNCTIONS if f in called]
-    blend = [BLENDF] if any(f in called for f in FUNCTIONS if f != "rstf_rsqrtf") else []
+    blend = [BLENDF] if any("rstf_blendf(" in t for t in texts) else []
     return "\n".join([*blend, *texts])
