@@ -1,8 +1,35 @@
-"""Shared test setup: a private build cache per test session, so tests never depend on (or
-fill) the user's ~/.cache/rstf, and subprocesses started by tests see the same cache."""
+"""Shared test setup.
+
+- A private build cache per test session (per pytest-xdist worker), so tests never depend on
+  (or fill) the user's ~/.cache/rstf, and subprocesses started by tests see the same cache.
+- The slowest files run first. The suite runs on two pytest-xdist workers, one file at a time
+  each (`-n 2 --dist loadfile`, the README's test command); a file that takes twenty minutes
+  handed out last would leave one worker idle for most of that time. Files stay whole, so a
+  module's fixtures are built once.
+"""
 import os
 
 import pytest
+
+# The markers whose tests take minutes each, slowest first (pytest.ini describes them).
+_SLOW_FIRST = ("sanitize", "model")
+
+
+def _weight(item) -> int:
+    for rank, marker in enumerate(_SLOW_FIRST):
+        if item.get_closest_marker(marker) is not None:
+            return rank
+    return len(_SLOW_FIRST)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Order files by their slowest test's marker, keeping each file's tests together and in
+    their own order (the sort is stable)."""
+    file_weight = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        file_weight[path] = min(file_weight.get(path, len(_SLOW_FIRST)), _weight(item))
+    items.sort(key=lambda item: file_weight[item.nodeid.split("::", 1)[0]])
 
 
 @pytest.fixture(scope="session", autouse=True)
