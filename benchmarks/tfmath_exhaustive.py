@@ -1,4 +1,4 @@
-"""Check rstf's float exp, sigmoid, tanh, erf and rsqrt (rstf/cgen/tfmath.py) against
+"""Check rstf's float exp, sigmoid, tanh, erf, rsqrt and reciprocal (rstf/cgen/tfmath.py) against
 TensorFlow's own kernels on every float: the 2^32 bit patterns, in chunks, each helper in the
 `omp simd` loop an elementwise statement makes, compiled with the op library's C flags and
 run under the flushed denormals TensorFlow runs with.
@@ -23,7 +23,7 @@ import numpy as np
 
 # Each helper and the TensorFlow op whose float kernel it reproduces.
 OPS = {"rstf_expf": "Exp", "rstf_logisticf": "Sigmoid", "rstf_tanhf": "Tanh",
-       "rstf_erff": "Erf", "rstf_rsqrtf": "Rsqrt"}
+       "rstf_erff": "Erf", "rstf_rsqrtf": "Rsqrt", "rstf_recipf": "Reciprocal"}
 
 _HARNESS = """
 #include <math.h>

@@ -208,6 +208,22 @@ def test_softmax(shape):
     check_against_tf(build, {"x": x})
 
 
+@pytest.mark.parametrize("shape", [(1, 12, 128, 128), (128, 512), (60, 40), (40, 100),
+                                   (1000, 10), (12, 64)])
+def test_float_softmax_is_bit_identical_to_tensorflow(shape):
+    """A float Softmax takes TensorFlow's steps: its exp, the row sum in Eigen's order, the
+    processor's reciprocal estimate refined as Eigen refines it for whole packets of 8 rows,
+    an exact division for the rest (60 = 7 packets + 4 rows), and the product. Sizes a
+    multiple of 8: TensorFlow's exp of the last (size mod 8) elements is the C library's."""
+    rng = np.random.RandomState(8)
+    x = (rng.uniform(-3, 5, shape) * rng.uniform(0.1, 10, shape[:-1] + (1,))).astype(np.float32)
+
+    def build():
+        tf.identity(tf.nn.softmax(ph(shape)), name="out")
+
+    assert_bits_of_tensorflow(build, {"x": x}, summary="Softmax")
+
+
 # ------------------------------------------------------------------ data movement
 @pytest.mark.parametrize("axis", [-1, 1, 0])
 def test_concat(axis):
@@ -248,18 +264,45 @@ def test_reshape_squeeze_expand_identity():
 def test_outer_float_reductions_are_bit_identical_to_tensorflow(op, shape, axes):
     """A float Sum or Mean that keeps the innermost axis (a squeeze-and-excite or global
     average pool's Mean) adds in Eigen's order, so its bits are TensorFlow's."""
-    from harness import load_graph_def, make_graph_def, run_generated, run_tf
-
     x = (np.random.RandomState(5).uniform(0, 1, shape) * 7).astype(np.float32)
     fn = {"Mean": tf.reduce_mean, "Sum": tf.reduce_sum}[op]
 
     def build():
         tf.identity(fn(ph(shape), axes, keepdims=True), name="out")
 
+    assert_bits_of_tensorflow(build, {"x": x})
+
+
+def assert_bits_of_tensorflow(build, feeds, summary="Eigen's order"):
+    """The generated C of `build`'s graph gives TF's exact bits (and its source says
+    `summary`: the path that should)."""
+    from harness import load_graph_def, make_graph_def, run_generated, run_tf
+
     gd = make_graph_def(build)
     g = load_graph_def(gd, outputs=["out"])
     nodes = [n for n in g.topo_order() if g.nodes[n].op not in ("Const", "Placeholder")]
-    got, sg = run_generated(g, nodes, {"x": x})
-    assert "Eigen's order" in sg.source
-    want = run_tf(gd, {"x": x}, ["out:0"])[0]
+    got, sg = run_generated(g, nodes, feeds)
+    assert summary in sg.source
+    want = run_tf(gd, feeds, ["out:0"])[0]
     np.testing.assert_array_equal(got["out:0"].view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("op", ["Mean", "Sum"])
+@pytest.mark.parametrize("shape,axes", [((1, 128, 512), [2]), ((1, 128, 768), [-1]),
+                                        ((7, 33), [1]), ((5, 8), [1]), ((3, 7), [1]),
+                                        ((40, 100), [1]), ((2, 10, 300), [1, 2]),
+                                        ((1, 8192), [1]), ((4, 1, 4095, 1), [2]),
+                                        ((2, 3, 5), [0, 1, 2])])
+def test_inner_float_reductions_are_bit_identical_to_tensorflow(op, shape, axes):
+    """A float Sum or Mean of the innermost axes (a layer norm's moments: rows of 512 or
+    768) adds in Eigen's order (four packets, then the leftover packets, the packet's lanes,
+    the columns past the last packet), so its bits are TensorFlow's."""
+    # Rows of different scales, with the signs mixed, so that the order shows in the bits.
+    rng = np.random.RandomState(6)
+    x = (rng.uniform(-3, 5, shape) * rng.uniform(0.1, 10, shape[:-1] + (1,))).astype(np.float32)
+    fn = {"Mean": tf.reduce_mean, "Sum": tf.reduce_sum}[op]
+
+    def build():
+        tf.identity(fn(ph(shape), axes, keepdims=True), name="out")
+
+    assert_bits_of_tensorflow(build, {"x": x})

@@ -72,9 +72,9 @@ class Minimum(_Elementwise):
     expr = "{1} < {0} || {1} != {1} ? {1} : {0}"
 
 
-# Float Sigmoid, Tanh, Exp, Erf and Rsqrt are TensorFlow's own functions (rstf/cgen/tfmath.py): the
-# same bits as its kernels, in loops gcc vectorises (a conv's fused epilogue too). Double
-# keeps libm, as TensorFlow's double kernels are not matched bit for bit.
+# Float Sigmoid, Tanh, Exp, Erf, Rsqrt and Reciprocal are TensorFlow's own functions
+# (rstf/cgen/tfmath.py): the same bits as its kernels, in loops gcc vectorises (a conv's fused
+# epilogue too). Double keeps libm, as TensorFlow's double kernels are not matched bit for bit.
 @op_handler("Sigmoid")
 class Sigmoid(_Elementwise):
     expr = "1.0{f} / (1.0{f} + exp{m}(-{0}))"
@@ -124,6 +124,12 @@ class Abs(_Elementwise):
 class Rsqrt(_Elementwise):
     expr = "1.0{f} / sqrt{m}({0})"
     float_expr = "rstf_rsqrtf({0})"  # TensorFlow's own (rstf/cgen/tfmath.py)
+
+
+@op_handler("Reciprocal", "Inv")
+class Reciprocal(_Elementwise):
+    expr = "1.0{f} / {0}"
+    float_expr = "rstf_recipf({0})"  # TensorFlow's own (rstf/cgen/tfmath.py)
 
 
 @op_handler("Add", "AddV2")
@@ -286,6 +292,8 @@ class Pow(_Elementwise):
 
     SPECIAL = {2.0: "{0} * {0}", 3.0: "{0} * {0} * {0}", 1.0: "{0}", 0.0: "1.0{f}",
                0.5: "sqrt{m}({0})", -0.5: "1.0{f} / sqrt{m}({0})", -1.0: "1.0{f} / {0}"}
+    # Float Rsqrt and Reciprocal as TensorFlow's own (rstf/cgen/tfmath.py).
+    FLOAT_SPECIAL = {**SPECIAL, -0.5: "rstf_rsqrtf({0})", -1.0: "rstf_recipf({0})"}
 
     def _exponent(self, node: Node, graph: Graph) -> float | None:
         t = node.inputs[1]
@@ -294,5 +302,6 @@ class Pow(_Elementwise):
         return None
 
     def expression(self, node: Node, operands: list[str], graph: Graph) -> str:
-        fmt = self.SPECIAL.get(self._exponent(node, graph), "pow{m}({0}, {1})")
+        special = self.FLOAT_SPECIAL if self.math_suffix(node) == "f" else self.SPECIAL
+        fmt = special.get(self._exponent(node, graph), "pow{m}({0}, {1})")
         return fmt.format(*operands, f=self.literal_suffix(node), m=self.math_suffix(node))

@@ -46,15 +46,16 @@ def row_lanes(columns: int) -> int:
 # kernels take Eigen's vectorised order only for the outputs whose 8-lane packet lies within
 # one row of the kept innermost axis.
 EIGEN_FLOAT_PACKET = 8
+# The scratch a row takes for its partial sums in Eigen's order: four packets.
+EIGEN_ROW_PARTIALS = 4 * EIGEN_FLOAT_PACKET
+# Eigen's InnerMostDimReducer sums a row of more than this many floats as two halves (a
+# tree); up to it, in the one order of `_loops.j2`'s eigen_row_sum.
+EIGEN_LEAF_FLOATS = 8 * 1024
 
 
-def eigen_outer_reduction(in_shape, axes) -> tuple[int, int, int] | None:
-    """(P, R, C) when TensorFlow reduces `axes` of `in_shape` as Eigen's reduction of the
-    middle axis of [P, R, C] that keeps the innermost axis, in the order of its vectorised
-    path (InnerMostDimPreserver: four partial sums, row j into partial j mod 4): its
-    ReductionHelper drops axes of extent 1 and merges neighbours of the same kind, so a
-    global average pool's [N, H, W, C] over H and W is [N, H W, C]. None for another shape,
-    for C not a whole number of packets, and for R < 16 (Eigen sums those rows in turn)."""
+def _merged_runs(in_shape, axes) -> list[tuple[int, bool]]:
+    """The shape as TensorFlow's ReductionHelper sees it: axes of extent 1 dropped, and
+    neighbours that are both reduced or both kept merged. Each run is (extent, reduced)."""
     runs: list[list] = []
     for d, n in enumerate(in_shape):
         if n == 1:
@@ -63,6 +64,17 @@ def eigen_outer_reduction(in_shape, axes) -> tuple[int, int, int] | None:
             runs[-1][0] *= n
         else:
             runs.append([n, d in axes])
+    return [(n, r) for n, r in runs]
+
+
+def eigen_outer_reduction(in_shape, axes) -> tuple[int, int, int] | None:
+    """(P, R, C) when TensorFlow reduces `axes` of `in_shape` as Eigen's reduction of the
+    middle axis of [P, R, C] that keeps the innermost axis, in the order of its vectorised
+    path (InnerMostDimPreserver: four partial sums, row j into partial j mod 4): a global
+    average pool's [N, H, W, C] over H and W is [N, H W, C] (_merged_runs). None for another
+    shape, for C not a whole number of packets, and for R < 16 (Eigen sums those rows in
+    turn)."""
+    runs = _merged_runs(in_shape, axes)
     kinds = [r for _, r in runs]
     if kinds == [True, False]:
         (R, _), (C, _) = runs
@@ -72,6 +84,23 @@ def eigen_outer_reduction(in_shape, axes) -> tuple[int, int, int] | None:
     else:
         return None
     return (P, R, C) if C % EIGEN_FLOAT_PACKET == 0 and R >= 16 else None
+
+
+def eigen_inner_reduction(in_shape, axes) -> tuple[int, int] | None:
+    """(R, C) when TensorFlow reduces `axes` of `in_shape` as Eigen's reduction of each row
+    of [R, C] (a layer norm's moments; R = 1 when every axis of extent > 1 is reduced, which
+    Eigen's full reducer sums on one thread at these sizes), in the order of its
+    InnerMostDimReducer (`_loops.j2`'s eigen_row_sum). None for another shape and for
+    C > EIGEN_LEAF_FLOATS."""
+    runs = _merged_runs(in_shape, axes)
+    kinds = [r for _, r in runs]
+    if kinds == [True]:
+        (R, C) = (1, runs[0][0])
+    elif kinds == [False, True]:
+        (R, _), (C, _) = runs
+    else:
+        return None
+    return (R, C) if C <= EIGEN_LEAF_FLOATS else None
 
 
 class _Reduce(OpHandler):
@@ -88,7 +117,7 @@ class _Reduce(OpHandler):
     init = "0.0{f}"
     update = "{acc} + {x}"
     mean = False
-    eigen_order = False  # a float sum: Eigen's order where it is known (eigen_outer_reduction)
+    eigen_order = False  # a float sum: Eigen's order where it is known (eigen_*_reduction)
 
     def check_batch(self, node: Node, graph: Graph) -> None:
         if 0 in reduction_axes(graph, node, len(graph.tensor_shape(node.inputs[0]))):
@@ -121,6 +150,16 @@ class _Reduce(OpHandler):
         divisor = f"({ct}){count}" if self.mean and axes else None
         rows = math.prod(in_shape[:rank - len(axes)])
         lanes = row_lanes(count)
+        eigen = self.eigen_order and ct == "float"
+        inner = eigen_inner_reduction(in_shape, axes) if eigen else None
+        if inner:
+            R, C = inner
+            body = render("ops/reduce_rows_eigen.c.j2", out="y", inp="x", acc="p", R=R, C=C,
+                          divisor=divisor)
+            return OpFunction(body, [ArrayParam("x", (R, C), ct)], [ArrayParam("y", (R,), ct)],
+                              scratch=[ArrayParam("p", (R, EIGEN_ROW_PARTIALS), ct)],
+                              summary=f"{node.op} {list(in_shape)} axes {axes} keep_dims={keep}"
+                                      f" in Eigen's order")
         if axes == list(range(rank - len(axes), rank)) and lanes:
             # The innermost axes reduced (a layer norm's moments): rows of `count` elements,
             # reduced through lane partials.
@@ -131,8 +170,7 @@ class _Reduce(OpHandler):
                               [ArrayParam("y", (rows,), ct)],
                               scratch=[ArrayParam("p", (rows, lanes), ct)],
                               summary=f"{node.op} {list(in_shape)} axes {axes} keep_dims={keep}")
-        outer = (eigen_outer_reduction(in_shape, axes)
-                 if self.eigen_order and ct == "float" else None)
+        outer = eigen_outer_reduction(in_shape, axes) if eigen else None
         if outer:
             P, R, C = outer
             body = render("ops/reduce_outer.c.j2", out="y", inp="x", acc="p", P=P, R=R, C=C,
@@ -205,15 +243,24 @@ class Softmax(OpHandler):
         R = numel(shape[:-1])
         ct = self.ctype(node)
         ms = self.math_suffix(node)
-        # float: TensorFlow's own exp (rstf/cgen/tfmath.py), which an omp simd loop vectorises.
-        exp_fn = "rstf_expf" if ms == "f" else f"exp{ms}"
+        # float: TensorFlow's own exp and reciprocal (rstf/cgen/tfmath.py), and its row sum's
+        # order; the exp loop vectorises.
+        flt = ms == "f"
+        exp_fn = "rstf_expf" if flt else f"exp{ms}"
+        eigen = flt and C <= EIGEN_LEAF_FLOATS
+        # TensorFlow's float reciprocal of the row sums takes its vector path for whole
+        # packets of rows and divides the rest; a double one divides.
+        recip_rows = R // EIGEN_FLOAT_PACKET * EIGEN_FLOAT_PACKET if flt else 0
         lanes = row_lanes(C)
         body = render("ops/softmax.c.j2", R=R, C=C, inp="x", out="y", m="m", s="s", mp="mp",
-                      sp="sp", lanes=lanes, fs=self.literal_suffix(node), exp_fn=exp_fn,
+                      sp="sp", lanes=lanes, eigen=eigen, fs=self.literal_suffix(node),
+                      exp_fn=exp_fn, recip_fn="rstf_recipf", recip_rows=recip_rows,
                       vmax=lambda a, x: f"{x} > {a} ? {x} : {a}",
                       vsum=lambda a, x: f"{a} + {x}")
         scratch = [ArrayParam("m", (R,), ct), ArrayParam("s", (R,), ct)]
         if lanes:
-            scratch += [ArrayParam("mp", (R, lanes), ct), ArrayParam("sp", (R, lanes), ct)]
+            scratch.append(ArrayParam("mp", (R, lanes), ct))
+        if eigen or lanes:
+            scratch.append(ArrayParam("sp", (R, EIGEN_ROW_PARTIALS if eigen else lanes), ct))
         return OpFunction(body, [ArrayParam("x", (R, C), ct)], [ArrayParam("y", (R, C), ct)],
                           scratch=scratch, summary=f"Softmax {list(shape)} over the last axis")
