@@ -57,6 +57,26 @@ def run_generated(graph: Graph, nodes: list[str], feeds: dict, index: int = 0):
     return run_subgraph_c(sg, inputs), sg
 
 
+def generated_and_tf(build, feeds: dict, fetch: str = "out:0"):
+    """(C result, TF result, SubgraphCode) for a graph whose every non-constant node is
+    generated as one subgraph."""
+    gd = make_graph_def(build)
+    g = load_graph_def(gd, outputs=[fetch.split(":")[0]])
+    nodes = [n for n in g.topo_order() if g.nodes[n].op not in ("Const", "Placeholder")
+             and not g.is_const(f"{n}:0")]
+    outs, sg = run_generated(g, nodes, feeds)
+    return outs[fetch], run_tf(gd, feeds, [fetch])[0], sg
+
+
+def assert_tf_bits(build, feeds: dict, fetch: str = "out:0"):
+    """The generated C of `build`'s graph gives TensorFlow's exact float bits (NaN payloads
+    included); returns the SubgraphCode, for tests that also read the C."""
+    got, ref, sg = generated_and_tf(build, feeds, fetch)
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+    return sg
+
+
 def check_against_tf(build, feeds: dict, fetch: str = "out:0", rtol: float = 1e-5,
                      require_all: bool = True, reference=None):
     """Build a graph, generate every non-constant node as one subgraph, and compare the C

@@ -35,6 +35,11 @@ FLOAT = frozenset({np.dtype(np.float32)})
 INTEGER = frozenset({np.dtype(np.int32), np.dtype(np.int64)})
 ALL_DTYPES = frozenset(C_TYPES)
 
+# Eigen's float packet: 8 lanes in the tensorflow-cpu wheel (AVX). Where a TensorFlow kernel
+# gives one result on its vector path and another on its scalar one (an estimate-based rsqrt
+# or reciprocal, a reduction's order), whole packets of 8 take the first.
+EIGEN_FLOAT_PACKET = 8
+
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "templates")
 
 

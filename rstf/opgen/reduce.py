@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 
 from ..frontend.graph import Graph, Node
-from .base import (MAX_ELEMENTS, ArrayParam, OpFunction, OpHandler, Unsupported,
-                   index_names, numel, op_handler, render, subscript)
+from .base import (EIGEN_FLOAT_PACKET, MAX_ELEMENTS, ArrayParam, OpFunction, OpHandler,
+                   Unsupported, index_names, numel, op_handler, render, subscript)
 
 
 def reduction_axes(graph: Graph, node: Node, rank: int) -> list[int]:
@@ -42,10 +42,8 @@ def row_lanes(columns: int) -> int:
     return LANES if 2 * LANES <= columns <= MAX_ELEMENTS else 0
 
 
-# Eigen's float packet: 8 lanes in the tensorflow-cpu wheel (AVX). TensorFlow's reduction
-# kernels take Eigen's vectorised order only for the outputs whose 8-lane packet lies within
-# one row of the kept innermost axis.
-EIGEN_FLOAT_PACKET = 8
+# TensorFlow's reduction kernels take Eigen's vectorised order only for the outputs whose
+# packet (EIGEN_FLOAT_PACKET) lies within one row of the kept innermost axis.
 # The scratch a row takes for its partial sums in Eigen's order: four packets.
 EIGEN_ROW_PARTIALS = 4 * EIGEN_FLOAT_PACKET
 # Eigen's InnerMostDimReducer sums a row of more than this many floats as two halves (a
