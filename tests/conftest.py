@@ -22,6 +22,12 @@ def _weight(item) -> int:
     return len(_SLOW_FIRST)
 
 
+def pytest_configure(config):
+    # pytest-xdist's loadfile scheduler would hand out the files with the most tests first,
+    # whatever their cost; keep the collection order (below) instead.
+    config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(session, config, items):
     """Order files by their slowest test's marker, keeping each file's tests together and in
     their own order (the sort is stable)."""
