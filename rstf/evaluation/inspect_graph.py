@@ -194,4 +194,5 @@ def print_inspection(r: dict, console=None) -> None:
                       f"TensorFlow: " + "; ".join(_mix(s["ops"], 3) for s in r["skipped"]),
                       markup=False)
     if r["svg"]:
-        console.print(f"drawing: {r['svg']}", markup=False)
+        # A path to copy: never wrapped at the terminal's width.
+        console.print(f"drawing: {r['svg']}", markup=False, soft_wrap=True)
