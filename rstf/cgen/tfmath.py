@@ -1,7 +1,7 @@
-"""TensorFlow's own float exp, sigmoid, tanh, erf, rsqrt and reciprocal, as C that the generated code defines
-for itself: the same results, bit for bit, as the TensorFlow CPU kernels of Exp, Sigmoid, Tanh,
-Erf and Rsqrt (and Softmax's exp), so that a model's activations match stock TensorFlow instead of
-differing from it by a few ulp at every element.
+"""TensorFlow's own float exp, sigmoid, tanh, erf, rsqrt and reciprocal, as C that the generated
+code defines for itself: the same results, bit for bit, as the TensorFlow CPU kernels of Exp,
+Sigmoid, Tanh, Erf, Rsqrt and Reciprocal (and Softmax's exp and reciprocal), so that a model's
+activations match stock TensorFlow instead of differing from it by a few ulp at every element.
 
 What TensorFlow computes: its kernels evaluate Eigen's vectorised functions (`pexp_float`,
 `scalar_logistic_op<float>::packetOp`, `ptanh_float`, `generic_fast_erf<float>`, in

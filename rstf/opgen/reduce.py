@@ -44,6 +44,7 @@ def row_lanes(columns: int) -> int:
 
 # TensorFlow's reduction kernels take Eigen's vectorised order only for the outputs whose
 # packet (EIGEN_FLOAT_PACKET) lies within one row of the kept innermost axis.
+
 # The scratch a row takes for its partial sums in Eigen's order: four packets.
 EIGEN_ROW_PARTIALS = 4 * EIGEN_FLOAT_PACKET
 # Eigen's InnerMostDimReducer sums a row of more than this many floats as two halves (a
