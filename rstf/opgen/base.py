@@ -40,6 +40,12 @@ ALL_DTYPES = frozenset(C_TYPES)
 # or reciprocal, a reduction's order), whole packets of 8 take the first.
 EIGEN_FLOAT_PACKET = 8
 
+
+def eigen_vector_prefix(n: int) -> int:
+    """How many of n float elements (from the first) TensorFlow's kernels take on their
+    vector path: its whole packets; the rest take its scalar path."""
+    return n // EIGEN_FLOAT_PACKET * EIGEN_FLOAT_PACKET
+
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "templates")
 
 

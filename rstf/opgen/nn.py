@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..frontend.graph import Graph, Node
-from .base import (EIGEN_FLOAT_PACKET, ArrayParam, OpFunction, OpHandler, Unsupported,
+from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, eigen_vector_prefix,
                    index_names, numel, op_handler, render)
 from .window import check_window_attrs, window
 
@@ -124,7 +124,7 @@ class FusedBatchNorm(OpHandler):
         eps = np.float32(node.attr["epsilon"].f if "epsilon" in node.attr else 1e-4)
         fs, ms = self.literal_suffix(node), self.math_suffix(node)
         # Float: TensorFlow's vector rsqrt for whole packets of channels (batchnorm.c.j2).
-        est = C // EIGEN_FLOAT_PACKET * EIGEN_FLOAT_PACKET if ms == "f" else 0
+        est = eigen_vector_prefix(C) if ms == "f" else 0
         body = render("ops/batchnorm.c.j2", C=C, idx=index_names("i", len(shape)), shape=shape,
                       out="y", inp="x", scale="scale", offset="offset", mean="mean",
                       var="variance", a="a", b="b", eps=c_float_literal(eps, fs), fs=fs,

@@ -5,7 +5,8 @@ import math
 
 from ..frontend.graph import Graph, Node
 from .base import (EIGEN_FLOAT_PACKET, MAX_ELEMENTS, ArrayParam, OpFunction, OpHandler,
-                   Unsupported, index_names, numel, op_handler, render, subscript)
+                   Unsupported, eigen_vector_prefix, index_names, numel, op_handler, render,
+                   subscript)
 
 
 def reduction_axes(graph: Graph, node: Node, rank: int) -> list[int]:
@@ -249,7 +250,7 @@ class Softmax(OpHandler):
         eigen = flt and C <= EIGEN_LEAF_FLOATS
         # TensorFlow's float reciprocal of the row sums takes its vector path for whole
         # packets of rows and divides the rest; a double one divides.
-        recip_rows = R // EIGEN_FLOAT_PACKET * EIGEN_FLOAT_PACKET if flt else 0
+        recip_rows = eigen_vector_prefix(R) if flt else 0
         lanes = row_lanes(C)
         body = render("ops/softmax.c.j2", R=R, C=C, inp="x", out="y", m="m", s="s", mp="mp",
                       sp="sp", lanes=lanes, eigen=eigen, fs=self.literal_suffix(node),
