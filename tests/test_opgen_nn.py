@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from harness import check_against_tf, load_graph_def, make_graph_def, tf
+from harness import assert_tf_bits, check_against_tf, load_graph_def, make_graph_def, tf
 from rstf.cgen.codegen import generate_subgraph
 from rstf.opgen import check_node, get_handler
 from rstf.opgen.nn import c_float_literal
@@ -72,14 +72,16 @@ def test_depthwise(xs, k, s, padding, d):
         tf.identity(tf.nn.depthwise_conv2d(ph(xs), w, [1, 1, 1, 1], padding,
                                            dilations=[d, d]), name="out")
 
-    reference = None
     if d > 1:
         assert s == (1, 1) and not explicit
-        reference = dilated_by_space_to_batch
+        check_against_tf(build, {"x": x}, reference=dilated_by_space_to_batch)
     elif s[0] != s[1]:
         assert padding != "SAME"
-        reference = stride_one_then_slice
-    check_against_tf(build, {"x": x}, reference=reference)
+        check_against_tf(build, {"x": x}, reference=stride_one_then_slice)
+    else:
+        # Where TensorFlow runs the op itself, its bits: each tap's product rounded, then
+        # added, taps in (kh, kw) order from zero.
+        assert_tf_bits(build, {"x": x})
 
 
 @pytest.mark.parametrize("xs,k,s,padding,guards", [
@@ -102,7 +104,9 @@ def test_depthwise_guards_only_where_needed(xs, k, s, padding, guards):
         assert f"if ({' && '.join(guards)})" in fn
     else:
         assert "if (" not in fn
-    assert "y[n][oh][ow][c] = fmaf(" in fn  # multiplier 1: the output channel is just c
+    # Multiplier 1: the output channel is just c. The product rounded, then added, as in
+    # TensorFlow's kernel (no fused multiply-add).
+    assert "y[n][oh][ow][c] += x[n][" in fn and "fmaf" not in fn
 
 
 # --------------------------------------------------------------------------- grouped conv

@@ -7,8 +7,9 @@ RB x NV accumulators in vector registers for the whole reduction (the textbook l
 reloads and stores them on every step). Rows and reduction steps are at arbitrary element
 strides, so one kernel serves Conv2D (rows = output columns, k = input channels, any
 stride or dilation) and MatMul alike. The accumulation order of every output element is
-the same as the textbook nest's (k ascending, one fused multiply-add a step), so results
-are bit-identical to it.
+the same as the textbook nest's (k ascending, one fused multiply-add a step, or a product
+then a sum where the statement is `y += a * b`: a depthwise convolution, rounded as
+TensorFlow's kernel rounds it), so results are bit-identical to it.
 
 Two variants share the code (`Shape`): a *depthwise* kernel (`vec_a`) reads its row operand
 as vectors too, `y[r][0:VB] += a[r*sar + k*sak + 0:VB] * b[k*sbk + 0:VB]` (a depthwise
