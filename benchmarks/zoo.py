@@ -5,7 +5,7 @@ through rstf and every other engine; with ``--models breadth``, the other model 
 decoders; keras-hub needed), each at its own fixed size.
 
     python benchmarks/zoo.py [--models all|quick|breadth|NAME[@SIZE],...] [--quick] [--input-size H]
-                             [--engines LIST|none] [--reps N] [--out DIR] [--docs]
+                             [--engines LIST|none] [--reps N] [--rounds R] [--out DIR] [--docs]
                              [--timeout-per-model S] [--keep] [--no-latency]
 
 The speed sweep (estimated 25-30 minutes on two cores; the lead's command):
@@ -20,7 +20,8 @@ one of build.py's own names such as ``inception_v4``) and ``rstf.pipeline.optimi
 added), ``rstf.evaluation.bench.bench`` times every engine on the same inputs (uniform in [0, 1), or in
 [0, 255) for a model that rescales raw pixels itself, ``models.build.native_input_range``:
 the range its batch norms were calibrated on, in the row's ``input_range`` and the table;
-``--reps`` timed calls after a warm-up; rstf-poly runs the model optimized above) and
+``--reps`` timed calls after a warm-up, in ``--rounds`` turns of every engine; rstf-poly
+runs the model optimized above) and
 measures each one's error against TF Eigen and TF's own oneDNN-vs-Eigen spread; a model
 passes when bench's rstf-poly status is ok (error within ``--rtol``). ``--engines none``
 instead ``rstf.evaluation.compare.compare``s rstf with stock TensorFlow (``reps=1``), as before the
@@ -152,7 +153,7 @@ def parse_engine_list(text: str) -> tuple[str, ...]:
 
 
 def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
-           engines: tuple[str, ...] = (), reps: int = 10) -> None:
+           engines: tuple[str, ...] = (), reps: int = 10, rounds: int = 1) -> None:
     """Build and optimize one model, then bench it on `engines` (or, with none, compare it
     with TF); write model_dir/result.json.
 
@@ -213,11 +214,11 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
 
             # rstf-poly runs the model optimized above: the pass is not run twice.
             res = bench([pb], engines, reps=reps, rtol=rtol, optimized={RSTF: rstf_dir},
-                        input_range=input_range,
+                        input_range=input_range, rounds=rounds,
                         log=lambda m: print(f"zoo: {name}: {m}", file=sys.stderr, flush=True))
             mod = res["models"][0]
             row.update(engine_fields(mod["engines"], mod["tf_spread"], row["gflop"]),
-                       tf_exact_err=mod["tf_exact_err"],
+                       rounds=res["rounds"], tf_exact_err=mod["tf_exact_err"],
                        exact_unavailable=mod["exact_unavailable"])
         else:
             stage("compare")
@@ -304,14 +305,16 @@ def rstf_over_best(engines: dict, best: dict | None) -> float | None:
 
 
 def run_one(name: str, size: int, out_dir: str, timeout: float, latency: bool,
-            rtol: float, keep: bool, engines: tuple[str, ...] = (), reps: int = 10) -> dict:
+            rtol: float, keep: bool, engines: tuple[str, ...] = (), reps: int = 10,
+            rounds: int = 1) -> dict:
     """One model's row: `worker` in its own process group, killed after `timeout` s; a
     crash or a timeout becomes the row's error."""
     model_dir = os.path.join(out_dir, f"{name}@{size}")
     shutil.rmtree(model_dir, ignore_errors=True)
     os.makedirs(model_dir)
     spec = json.dumps({"name": name, "size": size, "dir": model_dir, "latency": latency,
-                       "rtol": rtol, "engines": list(engines), "reps": reps})
+                       "rtol": rtol, "engines": list(engines), "reps": reps,
+                       "rounds": rounds})
     started = datetime.datetime.now().isoformat(timespec="seconds")
     t0 = time.perf_counter()
     with open(os.path.join(model_dir, "log.txt"), "w") as log:
@@ -590,12 +593,15 @@ def git_commit() -> str:
 
 
 def docs_markdown(md: str, summary_line: str, png_name: str, command: str, date: str,
-                  engines: tuple[str, ...], reps: int) -> str:
+                  engines: tuple[str, ...], reps: int, rounds: int = 1) -> str:
     """docs/benchmarks/DATE-zoo.md: the machine (CPU model, cores), date, commit and command
     line, then the table, the summary and the chart."""
     from rstf.evaluation.bench import cpu_name
 
-    measure = (f"engines {', '.join(engines)}; median of {reps} timed calls after a warm-up, "
+    turns = (f" in {rounds} rounds, the engines taking turns (each engine's process started "
+             "again every round)") if rounds > 1 else ", each engine in its own process in turn"
+    measure = (f"engines {', '.join(engines)}; median of {reps} timed calls after a "
+               f"warm-up{turns}, "
                "inputs uniform in [0, 1) (in [0, 255) where the input column says so: "
                "a model that rescales raw pixels itself); errors vs TF Eigen" if engines
                else "rstf compared with TF (no engines timed)")
@@ -611,7 +617,7 @@ def docs_markdown(md: str, summary_line: str, png_name: str, command: str, date:
 
 
 def write_outputs(rows: list[dict], out_dir: str, docs: bool, command: str,
-                  engines: tuple[str, ...], reps: int) -> str:
+                  engines: tuple[str, ...], reps: int, rounds: int = 1) -> str:
     """zoo.md (table + summary) and, when engines ran, zoo.png in `out_dir`; with `docs`
     also docs/benchmarks/DATE-zoo.md (+ .png beside it). Returns the table and summary."""
     md, line = table(rows), summary(rows)
@@ -634,7 +640,7 @@ def write_outputs(rows: list[dict], out_dir: str, docs: bool, command: str,
             shutil.copyfile(png, base + ".png")
         with open(base + ".md", "w") as f:
             f.write(docs_markdown(md, line, os.path.basename(base) + ".png" if png else "",
-                                  command, date, engines, reps))
+                                  command, date, engines, reps, rounds))
         print(f"zoo: wrote {base}.md", file=sys.stderr)
     return text
 
@@ -659,6 +665,10 @@ def parse_args(argv: list[str] | None):
                         "with TF only")
     p.add_argument("--reps", type=int, default=10, metavar="N",
                    help="timed calls per engine after a warm-up (default 10)")
+    p.add_argument("--rounds", type=int, default=1, metavar="R",
+                   help="the engines take turns in R rounds, each running its share of the "
+                        "--reps (default 1): a shared machine's slow phases then land on "
+                        "every engine, not on one")
     p.add_argument("--out", metavar="DIR", help="results folder (default: a temp folder)")
     p.add_argument("--docs", action="store_true",
                    help="also write docs/benchmarks/DATE-zoo.md and DATE-zoo.png")
@@ -678,6 +688,8 @@ def parse_args(argv: list[str] | None):
         return a
     if a.reps < 1:
         p.error("--reps must be at least 1")
+    if a.rounds < 1:
+        p.error("--rounds must be at least 1")
     try:
         a.engines = parse_engine_list(a.engines)
         a.models = parse_models("quick" if a.quick else a.models, a.input_size)
@@ -710,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.worker:
         s = json.loads(a.worker)
         worker(s["name"], s["size"], s["dir"], s["latency"], s["rtol"],
-               tuple(s["engines"]), s["reps"])
+               tuple(s["engines"]), s["reps"], s["rounds"])
         return 0
 
     out_dir = a.out or tempfile.mkdtemp(prefix="rstf-zoo-")
@@ -718,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.rows:
         rows = rejudge(a.rows)
         engines = tuple(dict.fromkeys(e for r in rows for e in r.get("engines") or {}))
-        print(write_outputs(rows, out_dir, a.docs, command, engines, a.reps))
+        print(write_outputs(rows, out_dir, a.docs, command, engines, a.reps, a.rounds))
         return 0 if all(r.get("passed") for r in rows) else 1
     print(f"zoo: {len(a.models)} models, engines: {', '.join(a.engines) or 'none'}; results "
           f"in {out_dir}", file=sys.stderr, flush=True)
@@ -726,13 +738,13 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(out_dir, "zoo.jsonl"), "a") as jl:
         for name, size in a.models:
             row = run_one(name, size, out_dir, a.timeout_per_model, not a.no_latency,
-                          a.rtol, a.keep, a.engines, a.reps)
+                          a.rtol, a.keep, a.engines, a.reps, a.rounds)
             rows.append(row)
             line = json.dumps(row)
             print(line, flush=True)
             jl.write(line + "\n")
             jl.flush()
-    print(write_outputs(rows, out_dir, a.docs, command, a.engines, a.reps))
+    print(write_outputs(rows, out_dir, a.docs, command, a.engines, a.reps, a.rounds))
     return 0 if all(r.get("passed") for r in rows) else 1
 
 

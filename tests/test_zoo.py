@@ -172,7 +172,7 @@ def test_arguments():
     a = zoo.parse_args(["--quick"])
     assert a.models == [(m, 96) for m in zoo.QUICK]  # 96 is above every quick model's minimum
     assert a.engines == ("rstf-poly", "tf-eigen", "tf-onednn", "onnxruntime", "openvino")
-    assert a.reps == 10 and not a.docs
+    assert a.reps == 10 and a.rounds == 1 and not a.docs
     for required in ("EfficientNetB0", "MobileNetV2", "ResNet50", "DenseNet121",
                      "ConvNeXtTiny", "Xception", "InceptionV3"):
         assert required in zoo.QUICK and required in zoo.ALL
@@ -189,6 +189,7 @@ def test_arguments():
 @pytest.mark.parametrize("argv,says", [
     (["--engines", "tf-nope"], "unknown engine 'tf-nope'"),
     (["--reps", "0"], "--reps must be at least 1"),
+    (["--rounds", "0"], "--rounds must be at least 1"),
     (["--models", "vit@96"], "vit is built at 224 only"),
 ])
 def test_bad_arguments(argv, says, capsys):
@@ -206,13 +207,14 @@ def test_zoo_speed_sweep_end_to_end(tmp_path):
     default is 8.8e-4 from TF Eigen (docs/benchmarks/2026-11-27-fold-scales.md)."""
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "zoo.py"), "--models",
-         "MobileNetV2@32", "--engines", "rstf-poly,tf-eigen", "--reps", "2", "--out",
-         str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=1500,
+         "MobileNetV2@32", "--engines", "rstf-poly,tf-eigen", "--reps", "2", "--rounds", "2",
+         "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=1500,
         env={**os.environ, "PYTHONPATH": ROOT})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (row,) = [json.loads(ln) for ln in (tmp_path / "zoo.jsonl").read_text().splitlines()]
     assert row["passed"] and "error" not in row
     assert set(row["engines"]) == {"rstf-poly", "tf-eigen"}
+    assert row["rounds"] == 2  # the engines took turns
     for e in row["engines"].values():
         assert e["status"] == "ok" and e["q1_ms"] <= e["median_ms"] <= e["q3_ms"]
     assert row["best_other"]["engine"] == "tf-eigen"
