@@ -6,6 +6,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -283,7 +284,7 @@ def test_tf_contraction_order_names_tensorflows_one_row_order():
         np.testing.assert_array_equal(blocked(a, b, 40, fused), chain(a, b, range(40), fused))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run(
-        ["python3", os.path.join(root, "benchmarks", "tf_contraction_order.py"), "1x200x40"],
+        [sys.executable, os.path.join(root, "benchmarks", "tf_contraction_order.py"), "1x200x40"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": root})
     assert proc.returncode == 0, proc.stderr[-2000:]
     (line,) = proc.stdout.splitlines()
