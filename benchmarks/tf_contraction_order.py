@@ -18,9 +18,10 @@ bits differ from TF's:
 Prints one line a shape: the candidates, fewest differing outputs first. A 0 is TF's order
 for that shape; a count below the others' can be an order that holds for part of the
 outputs only (oneDNN's kernel takes 6 rows by 16 columns on AVX2, and the rows and
-columns past the last whole tile take another order). The orders depend on the processor TF dispatches for (oneDNN picks its
-kernels at run time) and on its cache sizes (Eigen's k blocks), so run it on the machine
-in question; rstf's own contractions keep one FMA chain (docs/limitations.md).
+columns past the last whole tile take another order). The orders depend on the processor
+TF dispatches for (oneDNN picks its kernels at run time) and on its cache sizes (Eigen's k
+blocks), so run it on the machine in question; rstf's own contractions keep one FMA chain
+(docs/limitations.md).
 """
 from __future__ import annotations
 

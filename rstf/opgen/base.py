@@ -46,6 +46,7 @@ def eigen_vector_prefix(n: int) -> int:
     vector path: its whole packets; the rest take its scalar path."""
     return n // EIGEN_FLOAT_PACKET * EIGEN_FLOAT_PACKET
 
+
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "templates")
 
 

@@ -47,7 +47,7 @@ class DepthwiseConv2d(OpHandler):
         ct = self.ctype(node)
         body = render("ops/depthwise.c.j2", N=N, OH=OH, OW=OW, OC=OC, KH=KH, KW=KW, C=C, M=M,
                       ih=win.ih, iw=win.iw, guards=win.guards, out="y", inp="x", filt="w",
-                      fs=self.literal_suffix(node), ms=self.math_suffix(node))
+                      fs=self.literal_suffix(node))
         return OpFunction(
             body, [ArrayParam("x", xs, ct), ArrayParam("w", ws, ct)],
             [ArrayParam("y", node.out_shapes[0], ct)],
