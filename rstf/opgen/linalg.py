@@ -1,11 +1,12 @@
 """Conv2D and MatMul: the ops that carry the FLOPs."""
 from __future__ import annotations
 
-from ..frontend.graph import Graph, Node
 import math
 
+from ..frontend.graph import Graph, Node
 from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, broadcast_indices,
                    index_names, op_handler, render, subscript)
+from .kslices import tf_k_slices
 from .window import check_window_attrs, window
 
 
@@ -47,6 +48,15 @@ class Conv2D(OpHandler):
                      f"{win.describe()}, groups {G}"))
 
 
+def k_slices(ct: str, M: int, K: int, N: int) -> list[tuple[int, int]]:
+    """The k slices a float product [M, K] x [K, N] is summed in, TensorFlow's
+    (opgen.kslices); one chain where TF's kernel is another: a matrix-vector product (M or N
+    of 1: Eigen's own kernel) or a double product (Eigen's kernel without TF's slices)."""
+    if ct != "float" or M == 1 or N == 1:
+        return [(0, K)]
+    return tf_k_slices(K)
+
+
 @op_handler("MatMul")
 class MatMul(OpHandler):
     """C = op(A) op(B) with transpose_a / transpose_b folded into the subscripts."""
@@ -72,12 +82,15 @@ class MatMul(OpHandler):
         M, N = node.out_shapes[0]
         K = a_shape[0] if ta else a_shape[1]
         ct = self.ctype(node)
-        body = render("ops/matmul.c.j2", M=M, N=N, K=K, out="c",
+        slices = k_slices(ct, M, K, N)
+        body = render("ops/matmul.c.j2", M=M, N=N, K=K, out="c", slices=slices,
                       a="a[k][i]" if ta else "a[i][k]", b="b[j][k]" if tb else "b[k][j]",
                       fs=self.literal_suffix(node), ms=self.math_suffix(node))
         return OpFunction(body, [ArrayParam("a", a_shape, ct), ArrayParam("b", b_shape, ct)],
                           [ArrayParam("c", (M, N), ct)],
-                          summary=f"MatMul {M}x{K}x{N} transpose_a={ta} transpose_b={tb}")
+                          scratch=[ArrayParam("t", (M, N), ct)] if len(slices) > 1 else [],
+                          summary=f"MatMul {M}x{K}x{N} transpose_a={ta} transpose_b={tb}, "
+                                  f"k slices {len(slices)}")
 
 
 @op_handler("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
@@ -133,10 +146,12 @@ class BatchMatMul(OpHandler):
         a_sub = broadcast_indices(a[:-2], bshape, bidx) + (["k", "i"] if ax else ["i", "k"])
         b_sub = broadcast_indices(b[:-2], bshape, bidx) + (["j", "k"] if ay else ["k", "j"])
         ct = self.ctype(node)
+        slices = k_slices(ct, M, K, N)
         body = render("ops/batch_matmul.c.j2", bidx=bidx, bshape=bshape, M=M, N=N, K=K,
-                      out="c", a=subscript("a", a_sub), b=subscript("b", b_sub),
+                      out="c", a=subscript("a", a_sub), b=subscript("b", b_sub), slices=slices,
                       fs=self.literal_suffix(node), ms=self.math_suffix(node))
         return OpFunction(body, [ArrayParam("a", tuple(a), ct), ArrayParam("b", tuple(b), ct)],
                           [ArrayParam("c", out, ct)],
+                          scratch=[ArrayParam("t", out, ct)] if len(slices) > 1 else [],
                           summary=f"{node.op} {list(a)} x {list(b)} -> {list(out)} "
-                                  f"adj_x={ax} adj_y={ay}")
+                                  f"adj_x={ax} adj_y={ay}, k slices {len(slices)}")
