@@ -16,6 +16,7 @@ of a later stage, leaves the subgraph's C as it was, with the diagnostic: never
 mis-compiled.
 """
 from .deps import Dependences, Violation, check_schedule_legal, compute_dependences, violated
+from .kslices import UnslicedStatement, fold_k_slices
 from .raise_c import raise_subgraph
 from .result import PassResult
 from .scop import Access, ArrayInfo, Call, NotRaisable, Scop, Statement
@@ -90,14 +91,25 @@ def _optimize(source, entry, tile, fuse, constants, winograd, target) -> PassRes
         return PassResult(source, "none", round(time.perf_counter() - t0, 3), why)
 
     try:
-        scop = raise_subgraph(source, entry)
-        deps = compute_dependences(scop)
+        raised = raise_subgraph(source, entry)
     except NotRaisable as e:
         return declined(str(e))
     try:
-        schedules = _schedule(scop, deps, tile, fuse, target)
+        # Contractions in TensorFlow's k slices as one statement each where kernels
+        # compute them whole; where they do not, the textbook slices as they are.
+        folded = fold_k_slices(raised)
+        for scop in [folded] + ([raised] if folded is not raised else []):
+            deps = compute_dependences(scop)
+            try:
+                schedules = _schedule(scop, deps, tile, fuse, target)
+                break
+            except UnslicedStatement:
+                if scop is raised:
+                    raise
         plan = make_plan(scop, schedules, target, frozenset(constants), winograd)
         new, stats = lower(scop, deps, plan, source.split("#include", 1)[0], target)
+    except NotRaisable as e:
+        return declined(str(e))
     except (isl.Error, ValueError, KeyError) as e:
         # A scheduling or lowering failure must never cost the user the subgraph: keep the
         # textbook C, which is correct, and say why.

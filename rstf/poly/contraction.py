@@ -85,13 +85,19 @@ def find_contraction(s: Statement, scop: Scop, t: Target) -> Kernel | None:
                 and n <= 16:
             kern.k2 = c_of[k2]
             kern.k2_lo, kern.k2_hi = box[k2]
+        if s.k_slice:
+            # k in TensorFlow's slices (poly/kslices.py): a kernel of one reduction level,
+            # fused steps, over the whole of k from 0, restarting every kc steps.
+            if isl_name(s.k_slice[0]) != k or kern.k2 or vec_a or not kern.fused or k_lo:
+                continue
+            kern.kc = s.k_slice[1]
         # A short whole reduction: the next loop out runs inside the kernel too, and the
         # ranges become the chunk's own (borders cut taps).
         outer = reds[:-2] if kern.k2 else reds[:-1]
         kin = outer[-1] if outer else None
         steps = kern.depth * (box[kin][1] - box[kin][0] + 1) if kin else 0
         tn = t.tuning
-        if kin and (steps <= tn.kin_depth or steps <= tn.kin_depth_long and (
+        if kin and not s.k_slice and (steps <= tn.kin_depth or steps <= tn.kin_depth_long and (
                 kern.depth <= tn.short_call or not _cut(s, iv.index(kin), box[kin]))):
             kern.kin = c_of[kin]
             kern.kin_lo, kern.kin_hi = box[kin]

@@ -158,6 +158,9 @@ class Shape:
     # Reduction steps a trip of the k loop runs (`Target.k_steps`), unrolled, before a
     # rolled loop over the rest: 1, one step a trip.
     steps: int = 1
+    # k in slices of kc steps (`Kernel.kc`): the accumulators restart from zero at every
+    # slice and the slices' sums are added in turn, the last in registers; 0: one chain.
+    kc: int = 0
 
     @property
     def tag(self) -> str:
@@ -165,7 +168,7 @@ class Shape:
         return ("d" if self.vec_a else "") + ("2" if self.two else "") + \
             ("" if self.fused else "u") + slide + (f"p{self.pf}" if self.pf else "") + \
             ("q" if self.pp else "") + (f"m{self.pad}" if self.pad else "") + \
-            (f"k{self.steps}" if self.steps > 1 else "")
+            (f"k{self.steps}" if self.steps > 1 else "") + (f"c{self.kc}" if self.kc else "")
 
     def rows(self, rb: int) -> "Shape":
         return dataclasses.replace(self, rb=rb)
@@ -305,6 +308,8 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
     if shape.two:
         loop = ("    for (int k2 = 0; k2 < K2; ++k2, a += sak2, b += sbk2) {\n"
                 + "\n".join("    " + ln for ln in loop.splitlines()) + "\n    }")
+    if shape.kc:
+        loop = _sliced_loop(shape, loop)
     # A sliding row indexes its accumulators by constants only, so they can live in
     # registers once the row loops are unrolled; left rolled, gcc zeroes them with a memset
     # of a stack array (measured: in 2 of MobileNet v2's 9 such kernels).
@@ -331,6 +336,57 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
     }}
 }}
 """
+
+
+def _sliced_loop(shape: Shape, loop: str) -> str:
+    """`loop` (a reduction over K steps of `a` and `b`) run in slices of `shape.kc` steps,
+    as TensorFlow sums a long contraction (poly/kslices.py): the first slice continues
+    the accumulators as loaded, every later one restarts them from zero, and the slices'
+    sums are added in turn, `((s0 + s1) + s2) + ...`, in a stack copy of the tile (the
+    registers hold the slice being summed), the last addition back into the accumulators
+    for the kernel's stores or epilogue."""
+    assert not (shape.two or shape.vec_a or shape.slide) and shape.fused, shape
+    vecs = vectors(shape.width, shape.vl)
+
+    def each_row(stmt) -> str:
+        body = "\n".join(f"            {stmt(v, t)}" for v, (t, _) in enumerate(vecs))
+        return f"        for (int r = 0; r < {shape.rb}; ++r) {{\n{body}\n        }}"
+
+    decl = "\n".join(f"    {t} sum{v}[{shape.rb}];" for v, (t, _) in enumerate(vecs))
+    inner = "\n".join("    " + ln for ln in loop.splitlines())
+    zero = each_row(lambda v, t: f"acc{v}[r] = ({t}){{0}};")
+    first = each_row(lambda v, t: f"sum{v}[r] = acc{v}[r];")
+    more = each_row(lambda v, t: f"sum{v}[r] = sum{v}[r] + acc{v}[r];")
+    last = each_row(lambda v, t: f"acc{v}[r] = sum{v}[r] + acc{v}[r];")
+    # The next panel's lines (`Shape.pp`) spread over the whole of K: each slice
+    # prefetches its share.
+    pp_all = "    const char *const pp_all = pp;\n    const int npp_all = npp;\n" if shape.pp else ""
+    pp = ("        const int q0 = (int)(((long)npp_all * ks + K_all - 1) / K_all);\n"
+          "        const int npp = (int)(((long)npp_all * (ks + K) + K_all - 1) / K_all) - q0;\n"
+          "        const char *pp = pp_all + 64L * q0;\n") if shape.pp else ""
+    return f"""\
+{decl}
+    const int K_all = K;
+    const float *const a_all = a, *const b_all = b;
+{pp_all}    for (int ks = 0; ks < K_all; ks += {shape.kc}) {{
+        /* k slice [ks, ks + {shape.kc}): its own chain from zero, then added in turn */
+        const int K = K_all - ks < {shape.kc} ? K_all - ks : {shape.kc};
+        const float *restrict a = a_all + ks * sak;
+        const float *restrict b = b_all + ks * sbk;
+{pp}        if (ks) {{
+{zero}
+        }}
+{inner}
+        if (ks + {shape.kc} < K_all) {{
+            if (!ks) {{
+{first}
+            }} else {{
+{more}
+            }}
+        }} else if (ks) {{
+{last}
+        }}
+    }}"""
 
 
 def _linkage(shape: Shape) -> str:

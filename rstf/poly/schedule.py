@@ -68,6 +68,7 @@ from .contraction import find_contraction, row_expr, slide_column, sliding_row
 from .deps import Dependences
 from .groups import (CallSchedule, Kernel, extents, is_pointwise, kernel_roles, pad_time,
                      violations)
+from .kslices import UnslicedStatement
 from .microkernel import choose_order, single_vector_tile
 from .scop import Scop, Statement, isl_name
 from .target import Target
@@ -336,6 +337,13 @@ def _remainder(s: Statement, kern: Kernel) -> Kernel | None:
                                pad=-cols % half, dims=list(kern.dims))
 
 
+def _unsliced(s: Statement, why: str) -> None:
+    """Raise `UnslicedStatement` for a k-sliced statement (`Statement.k_slice`) that its
+    kernels will not compute whole: its C alone does not say what it computes."""
+    if s.k_slice:
+        raise UnslicedStatement(f"{s.name} ({s.node}), summed in k slices: {why}")
+
+
 def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependences,
                   depth: int, target: Target, tile: bool = True) -> CallSchedule:
     """The new schedule of one call's statements (see the module docstring), its tiles
@@ -343,11 +351,10 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
     prefix = f"[{', '.join(map(isl_name, scop.params))}] -> " if scop.params else ""
     time = {s.name: pad_time(s.schedule.intersect_domain(s.domain), depth) for s in stmts}
     cs = CallSchedule(call, stmts, dict(time), dict(time))
-    if not tile:
-        return cs
     for s in stmts:
-        kern = find_contraction(s, scop, target)
+        kern = find_contraction(s, scop, target) if tile else None
         if kern is None:
+            _unsliced(s, "no microkernel takes it")
             continue
         _order(s, kern, scop, target)
         outs, reds, _, _, _ = kernel_roles(s, kern)
@@ -365,15 +372,20 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
         if tiling is None:
             cs.refused.append(f"{s.name} ({s.node}): its rows do not group by reduction "
                               f"range")
+            _unsliced(s, "its rows do not group by reduction range")
             continue
         tiles, t_rest, t_s = tiling
         if tiles[0][0].is_empty():
+            _unsliced(s, "no whole tile")
             continue
+        if not t_rest.is_empty():
+            _unsliced(s, "points are left to the textbook loops")
         trial = dict(cs.time)
         trial[s.name] = pad_time(t_s, depth)
         bad = violations(stmts, deps, trial)
         if bad:
             cs.refused.append(f"{s.name} ({s.node}): tiling breaks {bad[0]}")
+            _unsliced(s, f"tiling breaks {bad[0]}")
             continue
         cs.time[s.name] = trial[s.name]
         cs.ast_time[s.name] = pad_time(t_rest, depth)

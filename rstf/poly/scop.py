@@ -79,6 +79,10 @@ class Statement:
     line: int = 0  # source line of the assignment
     accesses: list[Access] = dataclasses.field(default_factory=list)  # reads then the write
     guards: list[str] = dataclasses.field(default_factory=list)  # isl constraints of its ifs
+    # (k, kc): a contraction whose reduction over iterator k is summed in slices of kc steps,
+    # each from zero, added to the output in turn (poly/kslices.py); only microkernels
+    # compute it so, and it is never printed as textbook C. (): one chain.
+    k_slice: tuple = ()
 
     @property
     def depth(self) -> int:

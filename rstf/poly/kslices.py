@@ -1,0 +1,142 @@
+"""A contraction summed in k slices, as one statement a microkernel computes.
+
+The op templates spell a float MatMul or BatchMatMul in TensorFlow's k slices
+(`rstf.opgen.kslices`, the `_loops.j2` macro `k_sliced`): the output Y is zeroed and takes
+the first slice's fused multiply-add chain itself, then for each later slice a scratch T is
+zeroed, takes that slice's chain, and is added to Y:
+
+    Y = 0;  Y = fmaf(A, B, Y) for k in [0, kc)
+    T = 0;  T = fmaf(A, B, T) for k in [kc, 2 kc);  Y = Y + T
+    ...
+
+That is exact textbook C, but it leaves the polyhedral pass a zeroing pass, a stored and
+reloaded scratch and an addition pass per slice, and no register epilogue. `fold_k_slices`
+turns such a sequence back into the first contraction statement over all of k, marked
+`Statement.k_slice = (k, kc)`: its microkernels (`Shape.kc`) restart their accumulators at
+every kc steps of k and add each slice's sum to the running one, the same additions in the
+same order, so the result is the textbook C's bit for bit.
+
+A statement so marked means more than its own C says, so it must never be printed as
+textbook C: `schedule.schedule_call` raises `UnslicedStatement` where a marked statement
+is not computed whole by kernels (a refused tiling, points left to the residual loops), and
+the pass then runs again on the unfolded C (`poly._optimize`).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import islpy as isl
+from pycparser import c_ast
+
+from .cparse import multiply_add
+from .groups import extents
+from .scop import Scop, Statement
+
+
+class UnslicedStatement(ValueError):
+    """A k-sliced statement (`fold_k_slices`) that microkernels do not compute whole."""
+
+
+def fold_k_slices(scop: Scop) -> Scop:
+    """`scop` with each k-sliced contraction (module docstring) as one statement marked
+    `k_slice`; the scop itself where there is none."""
+    stmts = scop.statements
+    drop: set[str] = set()
+    folded: dict[str, Statement] = {}
+    for i, s in enumerate(stmts):
+        if s.name in drop or multiply_add(s.ast) is None or s.domain.dim(isl.dim_type.param):
+            continue
+        parts, j = [s], i + 1
+        while _slice_at(stmts[j:j + 3], s, scop):
+            parts.append(stmts[j + 1])
+            j += 3
+        if len(parts) < 2:
+            continue
+        names = {x.name for x in stmts[i + 1:j]}
+        scratch = {x.accesses[-1].array for x in parts[1:]}
+        if any(a.array in scratch for x in stmts if x.name not in names for a in x.accesses):
+            continue  # the scratch is read or written elsewhere: not only a slice's sum
+        merged = _merge(s, parts[1:])
+        if merged is not None:
+            folded[s.name] = merged
+            drop |= names
+    if not folded:
+        return scop
+    return dataclasses.replace(scop, statements=[folded.get(x.name, x) for x in stmts
+                                                 if x.name not in drop])
+
+
+def _slice_at(three: list[Statement], first: Statement, scop: Scop) -> bool:
+    """Whether `three` is one later slice of `first`'s contraction: T = 0, the same step
+    into T, Y = Y + T, every one over the same output points and in the same call."""
+    if len(three) < 3:
+        return False
+    zero, step, add = three
+    y, t = first.accesses[-1], step.accesses[-1]
+    if any(x.call != first.call for x in three) or t.array == y.array \
+            or scop.buffers[t.array].role != "temp":
+        return False
+    rv = zero.ast.rvalue if isinstance(zero.ast, c_ast.Assignment) else None
+    if not (isinstance(rv, c_ast.Constant) and float(rv.value.rstrip("fF")) == 0.0
+            and zero.ast.op == "=" and zero.accesses[-1].array == t.array
+            and len(zero.accesses) == 1 and zero.accesses[0].index == y.index):
+        return False
+    if multiply_add(step.ast) is None or step.iterators != first.iterators \
+            or len(step.accesses) != len(first.accesses):
+        return False
+    for a, b in zip(step.accesses, first.accesses):  # the same step, T for Y
+        if a.array == y.array or ((y.array if a.array == t.array else a.array), a.index,
+                                  a.write) != (b.array, b.index, b.write):
+            return False
+    ra = add.ast.rvalue if isinstance(add.ast, c_ast.Assignment) else None
+    if not (add.ast.op == "=" and isinstance(ra, c_ast.BinaryOp) and ra.op == "+"):
+        return False
+    reads = sorted((a.array, str(a.index)) for a in add.accesses if not a.write)
+    w = add.accesses[-1]
+    return (w.array, w.index) == (y.array, y.index) and reads == sorted(
+        [(y.array, str(y.index)), (t.array, str(y.index))]) and zero.domain.is_equal(
+        add.domain.set_tuple_name(zero.domain.get_tuple_name()))
+
+
+def _merge(first: Statement, later: list[Statement]) -> Statement | None:
+    """`first` over the union of its and the `later` slices' k ranges, marked with the
+    slice length; None unless the slices are one iterator's consecutive ranges of equal
+    length from 0 (the last one shorter or equal) over the same other points."""
+    boxes = [extents(x) for x in [first, *later]]
+    diff = [d for d in range(len(first.iterators)) if len({b[d] for b in boxes}) > 1]
+    if len(diff) != 1:
+        return None
+    d = diff[0]
+    ranges = [b[d] for b in boxes]
+    kc = ranges[0][1] - ranges[0][0] + 1
+    if ranges[0][0] != 0 or any(lo != n * kc or hi - lo + 1 > kc or (
+            n < len(ranges) - 1 and hi - lo + 1 != kc) for n, (lo, hi) in enumerate(ranges)):
+        return None
+    name = first.domain.get_tuple_name()
+    domain = first.domain
+    for x in later:
+        domain = domain.union(x.domain.set_tuple_name(name))
+    domain = domain.coalesce()
+    if domain.n_basic_set() != 1:
+        return None
+    y, t = first.accesses[-1].array, later[0].accesses[-1].array
+
+    def renamed(m: isl.Map) -> isl.Map:
+        m = m.set_tuple_name(isl.dim_type.in_, name)
+        return m.set_tuple_name(isl.dim_type.out, y) if m.get_tuple_name(
+            isl.dim_type.out) == t else m
+
+    def union(m: isl.Map, others) -> isl.Map:
+        for o in others:
+            m = m.union(renamed(o))
+        return m.coalesce()
+
+    accesses = [dataclasses.replace(a, relation=union(a.relation,
+                                                      [x.accesses[n].relation for x in later]))
+                for n, a in enumerate(first.accesses)]
+    if any(len(x.reads) != len(first.reads) for x in later):
+        return None
+    reads = [union(r, [x.reads[n] for x in later]) for n, r in enumerate(first.reads)]
+    writes = [union(w, [x.writes[n] for x in later]) for n, w in enumerate(first.writes)]
+    return dataclasses.replace(first, domain=domain, reads=reads, writes=writes,
+                               accesses=accesses, k_slice=(first.iterators[d], kc))
