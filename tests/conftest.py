@@ -2,6 +2,7 @@
 
 - A private build cache per test session (per pytest-xdist worker), so tests never depend on
   (or fill) the user's ~/.cache/rstf, and subprocesses started by tests see the same cache.
+- TensorFlow's Eigen kernels, whatever the processor (below).
 - The slowest files run first. The suite runs on two pytest-xdist workers, one file at a time
   each (`-n 2 --dist loadfile`, the README's test command); a file that takes twenty minutes
   handed out last would leave one worker idle for most of that time. Files stay whole, so a
@@ -10,6 +11,13 @@
 import os
 
 import pytest
+
+# The tests' own TensorFlow (in this process and the processes it starts) runs its Eigen
+# kernels, rstf's reference (`rstf compare`'s TF Eigen): TensorFlow turns its oneDNN
+# kernels on by default on AVX-512 processors, whose results differ in the last bits, and
+# the tests that ask for TensorFlow's exact bits mean Eigen's. Read once, when TensorFlow
+# is imported, so it is set before any test module imports it.
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
 # The markers whose tests take minutes each, slowest first (pytest.ini describes them).
 _SLOW_FIRST = ("sanitize", "model")
