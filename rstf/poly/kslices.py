@@ -29,7 +29,7 @@ import islpy as isl
 from pycparser import c_ast
 
 from .cparse import multiply_add
-from .groups import extents
+from .groups import extents, flat_addr
 from .scop import Scop, Statement
 
 
@@ -76,25 +76,29 @@ def _slice_at(three: list[Statement], first: Statement, scop: Scop) -> bool:
     if any(x.call != first.call for x in three) or t.array == y.array \
             or scop.buffers[t.array].role != "temp":
         return False
+
+    def at(a) -> tuple:  # an access as (array, write, linear offset): views may differ
+        return a.array, a.write, sorted(flat_addr(a, scop).items(), key=str)
+
+    yat = at(y)[2]
     rv = zero.ast.rvalue if isinstance(zero.ast, c_ast.Assignment) else None
     if not (isinstance(rv, c_ast.Constant) and float(rv.value.rstrip("fF")) == 0.0
-            and zero.ast.op == "=" and zero.accesses[-1].array == t.array
-            and len(zero.accesses) == 1 and zero.accesses[0].index == y.index):
+            and zero.ast.op == "=" and len(zero.accesses) == 1
+            and at(zero.accesses[0]) == (t.array, True, yat)):
         return False
     if multiply_add(step.ast) is None or step.iterators != first.iterators \
             or len(step.accesses) != len(first.accesses):
         return False
     for a, b in zip(step.accesses, first.accesses):  # the same step, T for Y
-        if a.array == y.array or ((y.array if a.array == t.array else a.array), a.index,
-                                  a.write) != (b.array, b.index, b.write):
+        if a.array == y.array or ((y.array if a.array == t.array else a.array),) + at(a)[1:] \
+                != at(b):
             return False
     ra = add.ast.rvalue if isinstance(add.ast, c_ast.Assignment) else None
     if not (add.ast.op == "=" and isinstance(ra, c_ast.BinaryOp) and ra.op == "+"):
         return False
-    reads = sorted((a.array, str(a.index)) for a in add.accesses if not a.write)
-    w = add.accesses[-1]
-    return (w.array, w.index) == (y.array, y.index) and reads == sorted(
-        [(y.array, str(y.index)), (t.array, str(y.index))]) and zero.domain.is_equal(
+    reads = sorted((at(a) for a in add.accesses if not a.write), key=str)
+    return at(add.accesses[-1]) == (y.array, True, yat) and reads == sorted(
+        [(y.array, False, yat), (t.array, False, yat)], key=str) and zero.domain.is_equal(
         add.domain.set_tuple_name(zero.domain.get_tuple_name()))
 
 
@@ -119,24 +123,19 @@ def _merge(first: Statement, later: list[Statement]) -> Statement | None:
     domain = domain.coalesce()
     if domain.n_basic_set() != 1:
         return None
-    y, t = first.accesses[-1].array, later[0].accesses[-1].array
 
-    def renamed(m: isl.Map) -> isl.Map:
-        m = m.set_tuple_name(isl.dim_type.in_, name)
-        return m.set_tuple_name(isl.dim_type.out, y) if m.get_tuple_name(
-            isl.dim_type.out) == t else m
+    def widened(m: isl.Map) -> isl.Map:
+        """An access relation of `first` (affine, restricted to its domain) over `domain`."""
+        out = m.gist_domain(first.domain).intersect_domain(domain)
+        if not out.intersect_domain(first.domain).is_equal(m):
+            raise ValueError(f"{first.name}: an access is not one affine map")
+        return out
 
-    def union(m: isl.Map, others) -> isl.Map:
-        for o in others:
-            m = m.union(renamed(o))
-        return m.coalesce()
-
-    accesses = [dataclasses.replace(a, relation=union(a.relation,
-                                                      [x.accesses[n].relation for x in later]))
-                for n, a in enumerate(first.accesses)]
-    if any(len(x.reads) != len(first.reads) for x in later):
+    try:
+        accesses = [dataclasses.replace(a, relation=widened(a.relation))
+                    for a in first.accesses]
+        reads, writes = [widened(r) for r in first.reads], [widened(w) for w in first.writes]
+    except ValueError:
         return None
-    reads = [union(r, [x.reads[n] for x in later]) for n, r in enumerate(first.reads)]
-    writes = [union(w, [x.writes[n] for x in later]) for n, w in enumerate(first.writes)]
     return dataclasses.replace(first, domain=domain, reads=reads, writes=writes,
                                accesses=accesses, k_slice=(first.iterators[d], kc))

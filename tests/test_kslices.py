@@ -1,0 +1,139 @@
+"""Contractions in TensorFlow's k slices: the rule (rstf/opgen/kslices.py), the textbook C
+against TensorFlow's bits, and the polyhedral pass's one-statement form of it
+(rstf/poly/kslices.py) against the textbook C."""
+import numpy as np
+import pytest
+
+from harness import assert_tf_bits, make_graph_def, tf
+from poly_cases import NATIVE, _run_both, _subgraph
+from rstf.opgen.kslices import EIGEN_K_CAP, tf_k_slices
+from rstf.poly import optimize_source, raise_subgraph
+from rstf.poly.kslices import fold_k_slices
+
+rng = np.random.RandomState(31)
+
+
+@pytest.mark.parametrize("k,expected", [
+    (16, [(0, 16)]), (320, [(0, 320)]),
+    (321, [(0, 168), (168, 321)]),  # two slices of ceil(321 / 2) = 161, rounded up to 8
+    (512, [(0, 256), (256, 512)]),
+    (768, [(0, 256), (256, 512), (512, 768)]),
+    (1280, [(i, i + 320) for i in range(0, 1280, 320)]),  # four whole slices
+    (3072, [(i, min(3072, i + 312)) for i in range(0, 3072, 312)]),  # 10 slices, 9 of 312
+])
+def test_slices_are_tensorflows(k, expected):
+    assert tf_k_slices(k) == expected
+
+
+@pytest.mark.parametrize("k", range(1, 4000, 37))
+def test_slices_cover_k_in_equal_steps(k):
+    s = tf_k_slices(k)
+    assert s[0][0] == 0 and s[-1][1] == k
+    assert all(a[1] == b[0] for a, b in zip(s, s[1:]))
+    sizes = [hi - lo for lo, hi in s]
+    assert all(0 < n <= EIGEN_K_CAP for n in sizes) and len(set(sizes[:-1])) <= 1
+    assert len(s) == 1 or sizes[0] % 8 == 0 and sizes[-1] <= sizes[0]
+
+
+def _matmul(m, k, n, tb=False, bias=True):
+    w = (rng.standard_normal((n, k) if tb else (k, n)) / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [m, k], name="x")
+        y = tf.matmul(x, w, transpose_b=tb)
+        tf.identity(tf.nn.relu(tf.nn.bias_add(y, b)) if bias else y, name="out")
+    return build, {"x": rng.random_sample((m, k)).astype(np.float32)}
+
+
+# Shapes whose rows and columns are many enough that TensorFlow does not shard k over its
+# threads (BERT's projections are such): there its order is the slices' in every output.
+@pytest.mark.parametrize("m,k,n,tb", [(96, 400, 64, False), (96, 1280, 64, False),
+                                      (128, 768, 96, True)])
+def test_matmul_gives_tensorflows_bits(m, k, n, tb):
+    build, feeds = _matmul(m, k, n, tb)
+    sg = assert_tf_bits(build, feeds)
+    assert f"k slices {len(tf_k_slices(k))}" in sg.source
+
+
+def test_batch_matmul_gives_tensorflows_bits():
+    a = rng.random_sample((4, 96, 1000)).astype(np.float32)
+    w = (rng.standard_normal((4, 1000, 64)) / 30).astype(np.float32)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, a.shape, name="x")
+        tf.identity(tf.linalg.matmul(x, w), name="out")
+
+    sg = assert_tf_bits(build, {"x": a})
+    assert "k slices 4" in sg.source
+
+
+@pytest.mark.parametrize("m,n", [(1, 16), (8, 1)])
+def test_matrix_vector_products_keep_one_chain(m, n):
+    """TensorFlow's matrix-vector kernel takes another order: one chain, no scratch."""
+    w = np.ones((700, n), np.float32)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [m, 700], name="x")
+        tf.identity(tf.matmul(x, w), name="out")
+    _, sg = _subgraph(build)
+    assert "k slices 1" in sg.source and "scratch" not in sg.source
+
+
+def _optimized(build, feeds):
+    g, sg = _subgraph(build)
+    ref, got, info, new = _run_both(g, sg, {f"{k}:0": v for k, v in feeds.items()})
+    for name in ref:
+        np.testing.assert_array_equal(got[name].view(np.uint32), ref[name].view(np.uint32))
+    return info, new, sg
+
+
+@pytest.mark.parametrize("m,k,n", [(128, 768, 96), (16, 700, 33), (7, 1000, 100), (2, 321, 17)])
+def test_poly_runs_the_slices_in_one_kernel(m, k, n):
+    """The slices fold into one kernel statement (kernels named for their slice) whose
+    results are the textbook C's bit for bit: whole tiles, a masked remainder (33, 17
+    columns), short chunks of rows."""
+    build, feeds = _matmul(m, k, n)
+    info, new, sg = _optimized(build, feeds)
+    kc = tf_k_slices(k)[0][1]
+    assert {(t["node"], t["statement"]) for t in info["tiled"]} == {("MatMul", "S1")}
+    assert f"c{kc}_" in new and "K_all" in new
+    assert info["statements"] == len(raise_subgraph(sg.source, sg.entry).statements) \
+        - 3 * (len(tf_k_slices(k)) - 1)
+
+
+def test_poly_batch_matmul_slices():
+    a = rng.random_sample((3, 20, 650)).astype(np.float32)
+    w = (rng.standard_normal((3, 650, 40)) / 25).astype(np.float32)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, a.shape, name="x")
+        tf.identity(tf.linalg.matmul(x, w), name="out")
+
+    info, new, _ = _optimized(build, {"x": a})
+    assert len({t["statement"] for t in info["tiled"]}) == 1
+    assert f"c{tf_k_slices(650)[0][1]}_" in new
+
+
+def test_unkernelled_slices_stay_textbook_slices():
+    """Without tiling no kernel computes the folded statement: the pass runs on the
+    unfolded slices, whose C says what it computes."""
+    build, feeds = _matmul(16, 700, 32, bias=False)
+    g, sg = _subgraph(build)
+    new, info = optimize_source(sg.source, sg.entry, tile=False, target=NATIVE)
+    assert info["optimizer"] == "poly" and not info["tiled"]
+    assert info["statements"] == len(raise_subgraph(sg.source, sg.entry).statements)
+    assert "K_all" not in new
+
+
+def test_fold_needs_the_whole_pattern():
+    """Only the template's sequence folds: a product with one slice is left as it is, and
+    the fold marks the statement with its k iterator and slice length."""
+    for k, folded in ((300, False), (700, True)):
+        build, _ = _matmul(8, k, 16, bias=False)
+        _, sg = _subgraph(build)
+        scop = raise_subgraph(sg.source, sg.entry)
+        out = fold_k_slices(scop)
+        marked = [s.k_slice for s in out.statements if s.k_slice]
+        assert (out is not scop) == folded
+        assert marked == ([("k", 240)] if folded else [])
