@@ -137,3 +137,42 @@ def test_fold_needs_the_whole_pattern():
         marked = [s.k_slice for s in out.statements if s.k_slice]
         assert (out is not scop) == folded
         assert marked == ([("k", 240)] if folded else [])
+
+
+def _conv1x1(h, c, o, stride):
+    w = (rng.standard_normal((1, 1, c, o)) / np.sqrt(c)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, h, h, c], name="x")
+        tf.identity(tf.nn.relu6(tf.nn.bias_add(tf.nn.conv2d(x, w, stride, "SAME"), b)),
+                    name="out")
+    return build, {"x": rng.random_sample((1, h, h, c)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("h,c,o,stride", [(14, 480, 80, 1), (28, 384, 64, 2)])
+def test_pointwise_conv_gives_tensorflows_bits(h, c, o, stride):
+    """A 1x1 convolution is TensorFlow's matrix product over the input channels, in its
+    slices (EfficientNet's and MobileNet's projections)."""
+    build, feeds = _conv1x1(h, c, o, stride)
+    sg = assert_tf_bits(build, feeds)
+    assert f"k slices {len(tf_k_slices(c))}" in sg.source
+
+
+def test_wider_windows_keep_one_chain():
+    w = np.ones((3, 3, 400, 8), np.float32)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 6, 6, 400], name="x")
+        tf.identity(tf.nn.conv2d(x, w, 1, "VALID"), name="out")
+    _, sg = _subgraph(build)
+    assert "k slices 1" in sg.source and "scratch" not in sg.source
+
+
+def test_poly_slices_with_the_epilogue_in_registers():
+    """A sliced 1x1 convolution whose bias and ReLU6 run in the kernel's registers: the
+    last slice's sum goes back into the accumulators before the chain."""
+    build, feeds = _conv1x1(7, 1152, 192, 1)
+    info, new, _ = _optimized(build, feeds)
+    assert "c288_" in new
+    assert [f["epilogue_in_registers"] for f in info["fused"]] == [True], info["fused"]

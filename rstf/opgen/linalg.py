@@ -37,15 +37,20 @@ class Conv2D(OpHandler):
         win = window(node, xs, node.out_shapes[0], KH, KW)
         ct = self.ctype(node)
         G = IC // ws[2]  # groups: input channels per group = the filter's in-channels
+        # A 1x1 convolution is TF's matrix product [N*OH*OW, IC] x [IC, OC], in its k
+        # slices; a wider window's reduction runs over (kh, kw, ic), one chain.
+        pointwise = KH == KW == 1 and G == 1 and not win.guards
+        slices = k_slices(ct, N * OH * OW, IC, OC) if pointwise else [(0, IC)]
         body = render("ops/conv2d.c.j2", N=N, OH=OH, OW=OW, OC=OC, KH=KH, KW=KW, IC=ws[2],
                       G=G, OCG=OC // G, ih=win.ih, iw=win.iw, guards=win.guards, out="y",
-                      inp="x", filt="w", fs=self.literal_suffix(node),
+                      inp="x", filt="w", fs=self.literal_suffix(node), slices=slices,
                       ms=self.math_suffix(node))
         return OpFunction(
             body, [ArrayParam("x", xs, ct), ArrayParam("w", ws, ct)],
             [ArrayParam("y", node.out_shapes[0], ct)],
+            scratch=([ArrayParam("t", node.out_shapes[0], ct)] if len(slices) > 1 else []),
             summary=(f"Conv2D {list(xs)} x {list(ws)} -> {list(node.out_shapes[0])}, "
-                     f"{win.describe()}, groups {G}"))
+                     f"{win.describe()}, groups {G}, k slices {len(slices)}"))
 
 
 def k_slices(ct: str, M: int, K: int, N: int) -> list[tuple[int, int]]:
