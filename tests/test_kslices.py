@@ -174,5 +174,5 @@ def test_poly_slices_with_the_epilogue_in_registers():
     last slice's sum goes back into the accumulators before the chain."""
     build, feeds = _conv1x1(7, 1152, 192, 1)
     info, new, _ = _optimized(build, feeds)
-    assert "c288_" in new
+    assert "K_all" in new and "ks += 288" in new
     assert [f["epilogue_in_registers"] for f in info["fused"]] == [True], info["fused"]
