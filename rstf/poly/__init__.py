@@ -1,6 +1,8 @@
 """The polyhedral pass, stage by stage, each a function tested alone:
 
     raise      raise_c.raise_subgraph: the subgraph's C as a `Scop` (statements, accesses)
+    fold       kslices.fold_k_slices: contractions in TensorFlow's k slices as one statement
+               each (run again unfolded where kernels would not compute one whole)
     depend     deps.compute_dependences: its exact dependences
     schedule   schedule.schedule_call (contractions tiled around microkernels),
                fuse (pointwise chains and epilogues), band (row bands of consecutive
