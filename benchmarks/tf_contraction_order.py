@@ -10,6 +10,8 @@ bits differ from TF's:
 - `fma`: one fused multiply-add chain along k from zero (what rstf's contractions compute);
 - `fma/kcB`: k in slices of B, each slice one chain from zero, the slices' sums added in
   turn (Eigen's contraction cut into k blocks, each block run by oneDNN's sgemm);
+- `fma/tf`: those slices as rstf computes them (`rstf.opgen.kslices.tf_k_slices`: up to
+  320 steps, equal, rounded up to 8);
 - `muladd/bB`: blocks of B, each a chain of products rounded then added, from zero, the
   blocks' sums added in turn (Eigen's own kernels built without FMA: a one-row product
   is its matrix-vector kernel, blocks of 16, or all of k below 128);
@@ -20,15 +22,21 @@ for that shape; a count below the others' can be an order that holds for part of
 outputs only (oneDNN's kernel takes 6 rows by 16 columns on AVX2, and the rows and
 columns past the last whole tile take another order). The orders depend on the processor
 TF dispatches for (oneDNN picks its kernels at run time) and on its cache sizes (Eigen's k
-blocks), so run it on the machine in question; rstf's own contractions keep one FMA chain
-(docs/limitations.md).
+blocks), so run it on the machine in question; rstf's own contractions take `fma/tf` where
+the product is not one row, else `fma` (docs/limitations.md).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+from rstf.opgen.kslices import tf_k_slices  # noqa: E402
 
 DEFAULT_SHAPES = ["1x1280x1000", "1x96x24", "144x16x24", "144x16x32", "16x256x64",
                   "64x1024x128", "128x768x256"]
@@ -64,6 +72,7 @@ def candidates(a, b) -> dict:
     for size in (64, 128, 192, 256, 320, 384, 512):
         if size < k:
             out[f"fma/kc{size}"] = blocked(a, b, size, True)
+    out["fma/tf"] = blocked(a, b, tf_k_slices(k)[0][1], True)
     for size in (4, 8, 16, 32, k):
         out[f"muladd/b{size}"] = blocked(a, b, size, False)
     return out

@@ -272,11 +272,12 @@ def test_kernel_spills_counts_each_kernel_loops_stack_accesses(folders, capsys):
     assert main([os.path.dirname(folders[1])]) == 2  # no src/subgraph_*.c there
 
 
-def test_tf_contraction_order_names_tensorflows_one_row_order():
+def test_tf_contraction_order_names_tensorflows_orders():
     """benchmarks/tf_contraction_order.py against TF's MatMul: a one-row product is Eigen's
     own matrix-vector kernel, built without FMA in TensorFlow's wheel on every x86 machine:
-    k in blocks of 16 (200 >= 128), products rounded then added, the blocks' sums in turn.
-    The emulation's own pieces: a block as long as k is the one chain."""
+    k in blocks of 16 (200 >= 128), products rounded then added, the blocks' sums in turn;
+    a product of many rows and columns sums TF's k slices (rstf.opgen.kslices: 512 in two
+    of 256). The emulation's own pieces: a block as long as k is the one chain."""
     from benchmarks.tf_contraction_order import blocked, chain
 
     a, b = rng.rand(3, 40).astype(np.float32), rng.randn(40, 5).astype(np.float32)
@@ -284,8 +285,10 @@ def test_tf_contraction_order_names_tensorflows_one_row_order():
         np.testing.assert_array_equal(blocked(a, b, 40, fused), chain(a, b, range(40), fused))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run(
-        [sys.executable, os.path.join(root, "benchmarks", "tf_contraction_order.py"), "1x200x40"],
+        [sys.executable, os.path.join(root, "benchmarks", "tf_contraction_order.py"), "1x200x40",
+         "96x512x64"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": root})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (line,) = proc.stdout.splitlines()
-    assert line.startswith("1x200x40 (40 outputs): muladd/b16 0, "), line
+    one_row, many = proc.stdout.splitlines()
+    assert one_row.startswith("1x200x40 (40 outputs): muladd/b16 0, "), one_row
+    assert "fma/tf 0" in many and "fma 0" not in many.replace("fma/", ""), many
