@@ -56,15 +56,17 @@ def test_matmul_gives_tensorflows_bits(m, k, n, tb):
     assert f"k slices {len(tf_k_slices(k))}" in sg.source
 
 
-def test_batch_matmul_gives_tensorflows_bits():
-    a = rng.random_sample((4, 96, 1000)).astype(np.float32)
-    w = (rng.standard_normal((4, 1000, 64)) / 30).astype(np.float32)
+def _batch_matmul(b, m, k, n):
+    w = (rng.standard_normal((b, k, n)) / np.sqrt(k)).astype(np.float32)
 
     def build():
-        x = tf.compat.v1.placeholder(tf.float32, a.shape, name="x")
+        x = tf.compat.v1.placeholder(tf.float32, [b, m, k], name="x")
         tf.identity(tf.linalg.matmul(x, w), name="out")
+    return build, {"x": rng.random_sample((b, m, k)).astype(np.float32)}
 
-    sg = assert_tf_bits(build, {"x": a})
+
+def test_batch_matmul_gives_tensorflows_bits():
+    sg = assert_tf_bits(*_batch_matmul(4, 96, 1000, 64))
     assert "k slices 4" in sg.source
 
 
@@ -103,14 +105,7 @@ def test_poly_runs_the_slices_in_one_kernel(m, k, n):
 
 
 def test_poly_batch_matmul_slices():
-    a = rng.random_sample((3, 20, 650)).astype(np.float32)
-    w = (rng.standard_normal((3, 650, 40)) / 25).astype(np.float32)
-
-    def build():
-        x = tf.compat.v1.placeholder(tf.float32, a.shape, name="x")
-        tf.identity(tf.linalg.matmul(x, w), name="out")
-
-    info, new, _ = _optimized(build, {"x": a})
+    info, new, _ = _optimized(*_batch_matmul(3, 20, 650, 40))
     assert len({t["statement"] for t in info["tiled"]}) == 1
     assert f"c{tf_k_slices(650)[0][1]}_" in new
 
