@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from harness import assert_tf_bits, make_graph_def, tf
-from poly_cases import NATIVE, _run_both, _subgraph
+from poly_cases import NATIVE, _run_both, _subgraph, at_l2
+from rstf.poly.target import AVX2
 from rstf.opgen.kslices import EIGEN_K_CAP, tf_k_slices
 from rstf.poly import optimize_source, raise_subgraph
 from rstf.poly.kslices import fold_k_slices
@@ -82,9 +83,10 @@ def test_matrix_vector_products_keep_one_chain(m, n):
     assert "k slices 1" in sg.source and "scratch" not in sg.source
 
 
-def _optimized(build, feeds):
+def _optimized(build, feeds, target=NATIVE):
     g, sg = _subgraph(build)
-    ref, got, info, new = _run_both(g, sg, {f"{k}:0": v for k, v in feeds.items()})
+    ref, got, info, new = _run_both(g, sg, {f"{k}:0": v for k, v in feeds.items()},
+                                    target=target)
     for name in ref:
         np.testing.assert_array_equal(got[name].view(np.uint32), ref[name].view(np.uint32))
     return info, new, sg
@@ -102,6 +104,14 @@ def test_poly_runs_the_slices_in_one_kernel(m, k, n):
     assert f"c{kc}_" in new and "K_all" in new
     assert info["statements"] == len(raise_subgraph(sg.source, sg.entry).statements) \
         - 3 * (len(tf_k_slices(k)) - 1)
+
+
+def test_poly_slices_on_a_16_register_target():
+    """AVX2's kernels run 8 steps a trip of k (kloop.blocked_loop), their panel prefetches
+    spread over the whole of K: each slice's trips and its share of the lines."""
+    build, feeds = _matmul(40, 1000, 40)
+    info, new, _ = _optimized(build, feeds, target=at_l2(AVX2))
+    assert "K_all" in new and "npp_all" in new and "ku < k + 8" in new, info["tiled"]
 
 
 def test_poly_batch_matmul_slices():
