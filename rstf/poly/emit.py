@@ -313,6 +313,9 @@ class CallLowering:
         self._statement(self.stmts[name], args)
 
     def _statement(self, s: Statement, args: list[str]) -> None:
+        if s.k_slice:  # its C says one chain; only its kernels sum the slices (kslices.py)
+            raise ValueError(f"{s.name} ({s.node}), summed in k slices, reached the "
+                             "textbook loops")
         env = dict(zip(map(isl_name, s.iterators), args))
         refs = {id(a.ref): (f"{a.array}_c" if a.array in self.contracted else self._ref(a, env))
                 for a in s.accesses}
