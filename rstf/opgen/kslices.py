@@ -40,5 +40,5 @@ def tf_k_slices(k: int) -> list[tuple[int, int]]:
     if k <= EIGEN_K_CAP:
         return [(0, k)]
     n = -(-k // EIGEN_K_CAP)
-    kc = min(k, -(-(-(-k // n)) // SLICE_ROUND) * SLICE_ROUND)
+    kc = -(-(-(-k // n)) // SLICE_ROUND) * SLICE_ROUND  # < k: n >= 2 slices
     return [(lo, min(k, lo + kc)) for lo in range(0, k, kc)]

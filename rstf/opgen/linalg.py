@@ -10,6 +10,15 @@ from .kslices import tf_k_slices
 from .window import check_window_attrs, window
 
 
+def k_slices(ct: str, M: int, K: int, N: int) -> list[tuple[int, int]]:
+    """The k slices a float product [M, K] x [K, N] is summed in, TensorFlow's
+    (opgen.kslices); one chain where TF's kernel is another: a matrix-vector product (M or N
+    of 1: Eigen's own kernel) or a double product (Eigen's kernel without TF's slices)."""
+    if ct != "float" or M == 1 or N == 1:
+        return [(0, K)]
+    return tf_k_slices(K)
+
+
 @op_handler("Conv2D")
 class Conv2D(OpHandler):
     keeps_samples_apart = True  # windows slide over H and W only
@@ -51,15 +60,6 @@ class Conv2D(OpHandler):
             scratch=([ArrayParam("t", node.out_shapes[0], ct)] if len(slices) > 1 else []),
             summary=(f"Conv2D {list(xs)} x {list(ws)} -> {list(node.out_shapes[0])}, "
                      f"{win.describe()}, groups {G}, k slices {len(slices)}"))
-
-
-def k_slices(ct: str, M: int, K: int, N: int) -> list[tuple[int, int]]:
-    """The k slices a float product [M, K] x [K, N] is summed in, TensorFlow's
-    (opgen.kslices); one chain where TF's kernel is another: a matrix-vector product (M or N
-    of 1: Eigen's own kernel) or a double product (Eigen's kernel without TF's slices)."""
-    if ct != "float" or M == 1 or N == 1:
-        return [(0, K)]
-    return tf_k_slices(K)
 
 
 @op_handler("MatMul")

@@ -99,15 +99,14 @@ def _optimize(source, entry, tile, fuse, constants, winograd, target) -> PassRes
     try:
         # Contractions in TensorFlow's k slices as one statement each where kernels
         # compute them whole; where they do not, the textbook slices as they are.
-        folded = fold_k_slices(raised)
-        for scop in [folded] + ([raised] if folded is not raised else []):
+        scop = fold_k_slices(raised)
+        try:
             deps = compute_dependences(scop)
-            try:
-                schedules = _schedule(scop, deps, tile, fuse, target)
-                break
-            except UnslicedStatement:
-                if scop is raised:
-                    raise
+            schedules = _schedule(scop, deps, tile, fuse, target)
+        except UnslicedStatement:
+            scop = raised
+            deps = compute_dependences(scop)
+            schedules = _schedule(scop, deps, tile, fuse, target)
         plan = make_plan(scop, schedules, target, frozenset(constants), winograd)
         new, stats = lower(scop, deps, plan, source.split("#include", 1)[0], target)
     except NotRaisable as e:

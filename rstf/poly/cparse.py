@@ -225,6 +225,16 @@ def multiply_add(node) -> tuple[c_ast.Node, c_ast.Node] | None:
     return None
 
 
+def is_zero(e) -> bool:
+    """A literal zero (`0.0f`, `0`): where an accumulation starts."""
+    if not (isinstance(e, c_ast.Constant) and e.type in ("float", "double", "int")):
+        return False
+    try:
+        return float(e.value.rstrip("fFlLuU")) == 0.0
+    except ValueError:  # a hex float or an octal spelling: not worth parsing
+        return False
+
+
 def is_accumulation(node) -> bool:
     """`y += ...`, or `y = fmaf(a, b, y)`: a step of a reduction into y."""
     return (isinstance(node, c_ast.Assignment) and node.op == "+=") or \

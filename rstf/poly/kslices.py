@@ -28,7 +28,7 @@ import dataclasses
 import islpy as isl
 from pycparser import c_ast
 
-from .cparse import multiply_add
+from .cparse import is_zero, multiply_add
 from .groups import extents, flat_addr
 from .scop import Scop, Statement
 
@@ -81,9 +81,8 @@ def _slice_at(three: list[Statement], first: Statement, scop: Scop) -> bool:
         return a.array, a.write, sorted(flat_addr(a, scop).items(), key=str)
 
     yat = at(y)[2]
-    rv = zero.ast.rvalue if isinstance(zero.ast, c_ast.Assignment) else None
-    if not (isinstance(rv, c_ast.Constant) and float(rv.value.rstrip("fF")) == 0.0
-            and zero.ast.op == "=" and len(zero.accesses) == 1
+    if not (isinstance(zero.ast, c_ast.Assignment) and zero.ast.op == "="
+            and is_zero(zero.ast.rvalue) and len(zero.accesses) == 1
             and at(zero.accesses[0]) == (t.array, True, yat)):
         return False
     if multiply_add(step.ast) is None or step.iterators != first.iterators \

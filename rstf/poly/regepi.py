@@ -43,7 +43,7 @@ from pycparser import c_ast
 from . import abi
 from .microkernel import (guarded, kernel_text, lanes, splat, valid_lanes, vector_load,
                           vector_store, vectors)
-from .cparse import c_text
+from .cparse import c_text, is_zero
 from .scop import Scop, Statement, isl_name
 from .groups import CallSchedule, Kernel, extents, flat_addr, kernel_roles
 from .target import Target
@@ -226,16 +226,6 @@ def _alone_in(index: list[dict], x: str) -> int | None:
     """The one dimension of `index` that iterator x indexes, when it is x alone; else None."""
     dims = [d for d, i in enumerate(index) if x in i]
     return dims[0] if len(dims) == 1 and index[dims[0]] == {x: 1} else None
-
-
-def is_zero(e) -> bool:
-    """A literal zero (`0.0f`, `0`): the kernel's accumulators start there."""
-    if not (isinstance(e, c_ast.Constant) and e.type in ("float", "double", "int")):
-        return False
-    try:
-        return float(e.value.rstrip("fFlLuU")) == 0.0
-    except ValueError:  # a hex float or an octal spelling: not worth parsing
-        return False
 
 
 def _row_counts(kdom: isl.Set) -> list[int]:

@@ -68,6 +68,7 @@ import islpy as isl
 import numpy as np
 
 from . import regepi
+from .cparse import is_zero
 from .microkernel import fits_registers
 from .scop import Scop, Statement, isl_name
 from .target import Target
@@ -352,7 +353,7 @@ def plan(scop: Scop, cs: CallSchedule, t: Target,
         return None
     # The conv's output starts at zero everywhere (its zeroing statement).
     init = [s for s in cs.statements if s is not upd and s.accesses[-1].array == ya.array]
-    if len(init) != 1 or not regepi.is_zero(init[0].ast.rvalue) \
+    if len(init) != 1 or not is_zero(init[0].ast.rvalue) \
             or not init[0].accesses[-1].relation.range().is_equal(ya.relation.range()):
         return None
     others = {s.name for s in cs.statements} - {upd.name, init[0].name}
