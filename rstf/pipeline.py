@@ -169,6 +169,8 @@ def dynamic_graphs(model, input_shapes, outputs, graph: Graph, log,
 _LOAD_REWRITES = (
     ("bypassed", "bypassed {n} pass-through nodes (Identity, IdentityN...)"),
     ("folded", "folded {n} constant subexpressions"),
+    ("tf_scales_folded", "folded {n} multiplies into the Conv2D filters before them, as "
+                         "TensorFlow's Grappler does"),
     ("batch_shapes_fixed", "made {n} shapes computed from the dynamic batch constant "
                            "(Reshapes take -1 for it)"),
     ("einsums_lowered", "lowered {n} Einsums to batched matmuls between Transposes and "
@@ -181,7 +183,8 @@ _LOAD_REWRITES = (
                           "operand's last axis"),
     ("transposes_folded", "rewrote {n} batched matmuls so that they read no Transpose of "
                           "their product and no adjoint operand"),
-    ("scales_folded", "folded {n} per-channel scales into conv/matmul weights"),
+    ("scales_folded", "folded {n} more per-channel scales into conv/matmul weights "
+                      "(--fold-scales on)"),
 )
 
 
@@ -436,6 +439,7 @@ def _report(graph: Graph, placeholders, codes: list[SubgraphCode], op_types, nod
         "outputs": graph.outputs,
         "options": {"max_ops": max_ops, "march": march},
         "nodes_folded": len(graph.folded),
+        "tf_scales_folded": len(graph.tf_scales_folded),
         "scales_folded": len(graph.scales_folded),
         "tensordots_merged": len(graph.tensordots_merged),
         "einsums_lowered": len(graph.einsums_lowered),

@@ -31,9 +31,11 @@ def save_graph_def(gd, directory, name="model.pb") -> str:
     return path
 
 
-def load_graph_def(gd, outputs=None) -> Graph:
+def load_graph_def(gd, outputs=None, fold: bool = False) -> Graph:
+    """`gd` loaded as written, or with `fold` through the loader's rewrites as `optimize`
+    loads a model."""
     with tempfile.TemporaryDirectory() as d:
-        return load_model(save_graph_def(gd, d), outputs=outputs)
+        return load_model(save_graph_def(gd, d), outputs=outputs, fold=fold)
 
 
 def run_tf(gd, feeds: dict, fetches: list[str]) -> list[np.ndarray]:
@@ -57,21 +59,21 @@ def run_generated(graph: Graph, nodes: list[str], feeds: dict, index: int = 0):
     return run_subgraph_c(sg, inputs), sg
 
 
-def generated_and_tf(build, feeds: dict, fetch: str = "out:0"):
+def generated_and_tf(build, feeds: dict, fetch: str = "out:0", fold: bool = False):
     """(C result, TF result, SubgraphCode) for a graph whose every non-constant node is
-    generated as one subgraph."""
+    generated as one subgraph (`fold`: after the loader's rewrites)."""
     gd = make_graph_def(build)
-    g = load_graph_def(gd, outputs=[fetch.split(":")[0]])
+    g = load_graph_def(gd, outputs=[fetch.split(":")[0]], fold=fold)
     nodes = [n for n in g.topo_order() if g.nodes[n].op not in ("Const", "Placeholder")
              and not g.is_const(f"{n}:0")]
     outs, sg = run_generated(g, nodes, feeds)
     return outs[fetch], run_tf(gd, feeds, [fetch])[0], sg
 
 
-def assert_tf_bits(build, feeds: dict, fetch: str = "out:0"):
+def assert_tf_bits(build, feeds: dict, fetch: str = "out:0", fold: bool = False):
     """The generated C of `build`'s graph gives TensorFlow's exact float bits (NaN payloads
     included); returns the SubgraphCode, for tests that also read the C."""
-    got, ref, sg = generated_and_tf(build, feeds, fetch)
+    got, ref, sg = generated_and_tf(build, feeds, fetch, fold)
     assert got.shape == ref.shape, (got.shape, ref.shape)
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
     return sg

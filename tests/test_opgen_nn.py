@@ -260,6 +260,35 @@ def test_fused_batch_norm_gives_tensorflows_bits(channels):
     assert_tf_bits(build, {"x": x.astype(np.float32)})
 
 
+@pytest.mark.parametrize("k,channels,relu", [(1, 19, True), (3, 16, False)])
+def test_batch_norm_after_a_conv_gives_tensorflows_bits(k, channels, relu):
+    """After a Conv2D it alone reads, Grappler's remapper fuses the batch norm into the
+    conv's output kernel, which computes (x - mean) * a + offset (x * a + b would be off
+    in about a fifth of the outputs): the same bits. A conv with a second reader keeps
+    the batch norm apart, as x * a + b."""
+    from rstf.opgen.nn import fused_into_conv
+
+    shape = (1, 6, 6, channels)
+    w = (randn(k, k, 8, channels) / np.sqrt(8 * k * k)).astype(np.float32)
+    scale, offset, mean, var = _bn_params(channels)
+
+    def build(second_reader):
+        def graph():
+            c = tf.nn.conv2d(ph((1, 6, 6, 8)), w, 1, "SAME", name="conv")
+            y = tf.compat.v1.nn.fused_batch_norm(c, scale, offset, mean, var, epsilon=1e-3,
+                                                 is_training=False, name="bn")[0]
+            y = tf.nn.relu(y) if relu else y
+            # (a Maximum: Grappler would reorder an Add tree over y's own x * a + b)
+            tf.identity(tf.maximum(y, c) if second_reader else y, name="out")
+        return graph
+
+    x = {"x": np.random.RandomState(3).random_sample((1, 6, 6, 8)).astype(np.float32)}
+    for second in (False, True):
+        g = load_graph_def(make_graph_def(build(second)), outputs=["out"])
+        assert fused_into_conv(g.nodes["bn"], g) is not second
+        assert_tf_bits(build(second), x)
+
+
 def test_fused_batch_norm_ndhwc():
     shape = (1, 2, 3, 4, 5)
     x = randn(*shape)

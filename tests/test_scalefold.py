@@ -62,15 +62,58 @@ def test_fold_scales_patterns():
     assert np.abs(ref[2][fin] - got[2][fin]).max() <= 1e-5 * np.abs(ref[2][fin]).max()
 
 
+def test_tensorflow_rule_is_grapplers():
+    """The "tensorflow" rule folds what Grappler's MulConvPushDown folds, and nothing else:
+    TensorFlow running the folded graph gives the bits it gives for the original one,
+    where it folds them itself (non-finite scales included)."""
+    gd, _ = fold_constants(make_graph_def(bn_chains), OUTS)
+    folded_gd, folded = fold_scales(gd, OUTS, rule="tensorflow")
+    assert sorted(folded) == ["conv_mul", "inf_mul"]
+    ops = {n.name: n for n in folded_gd.node}
+    for kept in ("dw_mul", "pw_mul", "two_mul", "h_mul", "out", "out_mm"):
+        assert ops[kept].op == "Mul", kept
+    x = RNG.standard_normal((1, 6, 6, 4)).astype(np.float32)
+    fetch = ["out:0", "out_mm:0", "out_inf:0"]
+    for r, g in zip(run_tf(gd, {"x": x}, fetch), run_tf(folded_gd, {"x": x}, fetch)):
+        np.testing.assert_array_equal(r.view(np.uint32), g.view(np.uint32))
+
+
+def grappler_cases():
+    """Muls Grappler folds into a Conv2D's filter (a scalar, a (1, N) scale on the left, a
+    chain of two) and one it does not: a (1, 1, 6, N) scale, which also varies over W."""
+    x = tf.compat.v1.placeholder(tf.float32, [1, 6, 6, 4], name="x")
+    a = tf.multiply(tf.nn.conv2d(x, const(3, 3, 4, 8), 1, "SAME"), tf.constant(0.3),
+                    name="scalar_mul")
+    a = tf.multiply(const(1, 8), tf.nn.conv2d(a, const(1, 1, 8, 8), 1, "SAME"),
+                    name="left_mul")
+    a = tf.multiply(tf.multiply(tf.nn.conv2d(a, const(1, 1, 8, 8), 1, "SAME"), const(8),
+                                name="chain_1"), const(8), name="chain_2")
+    a = tf.multiply(tf.nn.conv2d(a, const(1, 1, 8, 8), 1, "SAME"), const(1, 1, 6, 8),
+                    name="over_w")
+    tf.identity(tf.nn.relu(a + const(8)), name="out")
+
+
+def test_tensorflow_rule_patterns():
+    gd, _ = fold_constants(make_graph_def(grappler_cases), ["out"])
+    folded_gd, folded = fold_scales(gd, ["out"], rule="tensorflow")
+    assert sorted(folded) == ["chain_1", "chain_2", "left_mul", "scalar_mul"]
+    x = RNG.standard_normal((1, 6, 6, 4)).astype(np.float32)
+    r, g = run_tf(gd, {"x": x}, ["out:0"])[0], run_tf(folded_gd, {"x": x}, ["out:0"])[0]
+    np.testing.assert_array_equal(r.view(np.uint32), g.view(np.uint32))
+
+
 def test_load_model_fold_scales(tmp_path):
     path = save_graph_def(make_graph_def(bn_chains), str(tmp_path))
     g = load_model(path, outputs=OUTS, fold=True, fold_scales=True)
-    assert sorted(g.scales_folded) == ["conv_mul", "dw_mul", "pw_mul"]
+    assert sorted(g.tf_scales_folded) == ["conv_mul", "inf_mul"]
+    assert sorted(g.scales_folded) == ["dw_mul", "pw_mul"]
     assert "conv_mul" not in g.nodes and g.nodes["conv"].out_shapes == [(1, 6, 6, 8)]
     # The replaced weights and scales had no other reader: gone.
     assert all(n.op != "Const" or g.consumers[n.name] or n.name in g.outputs
                for n in g.nodes.values())
-    assert load_model(path, outputs=OUTS, fold=True).scales_folded == []
+    g = load_model(path, outputs=OUTS, fold=True)
+    assert g.scales_folded == [] and sorted(g.tf_scales_folded) == ["conv_mul", "inf_mul"]
+    assert load_model(path, outputs=OUTS).tf_scales_folded == []  # without fold: as written
 
 
 @pytest.mark.parametrize("fold", ["on", "off"])
@@ -84,7 +127,8 @@ def test_optimize_fold_scales(tmp_path, fold):
     rep = optimize(path, out, outputs=OUTS, fold_scales=fold == "on",
                    log=lambda m: None, verbosity=0)
     assert rep["options"]["fold_scales"] is (fold == "on")
-    assert rep["scales_folded"] == (3 if fold == "on" else 0)
+    assert rep["scales_folded"] == (2 if fold == "on" else 0)
+    assert rep["tf_scales_folded"] == 2
     res = compare(path, out, latency=False)
     # (compare's relative error has no meaning for out_inf's inf channel)
     outs = {o["name"]: o for o in res["outputs"]}
@@ -94,7 +138,8 @@ def test_optimize_fold_scales(tmp_path, fold):
 @pytest.mark.parametrize("fold", ["on", "off"])
 def test_inspect_folds_as_optimize_does(tmp_path, fold, capsys):
     """`rstf inspect` loads the model as `optimize` does, so its partitions are the ones
-    `optimize` generates: without the folded Muls by default, with them under `off`."""
+    `optimize` generates: without the Muls TensorFlow folds itself, and under `on` without
+    the others it folds."""
     from rstf import cli
     from rstf.evaluation.inspect_graph import inspect
     from rstf.pipeline import select_parts
@@ -102,11 +147,37 @@ def test_inspect_folds_as_optimize_does(tmp_path, fold, capsys):
     path = save_graph_def(make_graph_def(bn_chains), str(tmp_path))
     on = fold == "on"
     r = inspect(path, outputs=OUTS, fold_scales=on)
-    assert r["fold_scales"] is on and r["scales_folded"] == (3 if on else 0)
+    assert r["fold_scales"] is on and r["scales_folded"] == (2 if on else 0)
     graph = load_model(path, outputs=OUTS, fold=True, fold_scales=on)
     parts, _ = select_parts(graph, 400, lambda m: None)
     assert [p["node_names"] for p in r["partitions"]] == parts
     names = {n for p in parts for n in p}
-    assert ("conv_mul" in names) is not on and "two_mul" in names  # two_mul never folds
+    assert ("dw_mul" in names) is not on and "two_mul" in names  # two_mul never folds
+    assert "conv_mul" not in names  # TensorFlow folds it itself
     assert cli.main(["inspect", path, "--outputs", ",".join(OUTS), "--fold-scales", fold]) == 0
-    assert f"{3 if on else 0} per-channel scales folded" in capsys.readouterr().out
+    assert f"{4 if on else 2} scales folded into weights" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("h,c,groups,o,k,stride", [
+    (12, 168, 1, 168, 1, 1),   # RegNetX's 1x1
+    (12, 168, 7, 168, 3, 1),   # its grouped 3x3
+    (24, 56, 7, 56, 3, 2),
+    (48, 3, 1, 24, 3, 2),      # a stem conv
+])
+def test_batch_norm_after_a_conv_gives_tensorflows_bits(h, c, groups, o, k, stride):
+    """Keras' batch norm after a bias-free conv (`conv * s + t`, ReLU): the generated C,
+    after the loader's fold, computes what TensorFlow computes once Grappler has put `s`
+    into the filter, bit for bit."""
+    from harness import assert_tf_bits
+
+    w = (RNG.standard_normal((k, k, c // groups, o)) / np.sqrt(k * k * c / groups))
+    s = RNG.uniform(0.5, 1.5, o)
+    t = RNG.standard_normal(o) * 0.1
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, h, h, c], name="x")
+        y = tf.nn.conv2d(x, w.astype(np.float32), stride, "SAME")
+        y = y * tf.constant(s.astype(np.float32)) + tf.constant(t.astype(np.float32))
+        tf.identity(tf.nn.relu(y), name="out")
+    feeds = {"x": RNG.random_sample((1, h, h, c)).astype(np.float32)}
+    assert_tf_bits(build, feeds, fold=True)

@@ -84,6 +84,7 @@ def inspect(model: str, input_shapes=None, outputs=None, max_ops: int | None = N
         "nodes_graph": len(graph.nodes),
         "nodes_folded": len(graph.folded),
         "fold_scales": fold_scales,
+        "tf_scales_folded": len(graph.tf_scales_folded),
         "scales_folded": len(graph.scales_folded),
         "tensordots_merged": len(graph.tensordots_merged),
         "einsums_lowered": len(graph.einsums_lowered),
@@ -155,7 +156,8 @@ def print_inspection(r: dict, console=None) -> None:
     shapes = ", ".join(f"{k} {v if v is None else 'x'.join(map(str, v))}"
                        for k, v in r["inputs"].items())
     console.print(f"{r['model']}: {r['nodes_graph']} nodes ({r['nodes_folded']} folded "
-                  f"constants, {r['scales_folded']} per-channel scales folded into weights), "
+                  f"constants, {r['tf_scales_folded'] + r['scales_folded']} scales folded into "
+                  f"weights), "
                   f"inputs: {shapes or 'none'}", markup=False, soft_wrap=True)
     console.print(f"supported: {r['nodes_supported']}/{r['nodes_computing']} computing nodes "
                   f"({pct(r['nodes_supported'], r['nodes_computing'])}); in partitions: "

@@ -67,7 +67,9 @@ class Graph:
         self.folded: list[str] = []  # nodes evaluated at load time (rstf.frontend.fold)
         # pass-through nodes removed at load time (rstf.frontend.passthrough)
         self.bypassed: list[str] = []
-        self.scales_folded: list[str] = []  # Muls folded into weights (rstf.frontend.scalefold)
+        # Muls folded into conv filters as Grappler folds them (rstf.frontend.scalefold)
+        self.tf_scales_folded: list[str] = []
+        self.scales_folded: list[str] = []  # more, under --fold-scales on
         # MatMuls now BatchMatMulV2s (rstf.frontend.tensordot)
         self.tensordots_merged: list[str] = []
         # nodes made constant or batch-free by rstf.frontend.batchshape
@@ -278,6 +280,8 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     - shape arithmetic over a dynamic batch becomes constant (rstf.frontend.batchshape;
       `batch_shapes_fixed`);
     - nodes computable from constants alone are evaluated (rstf.frontend.fold; `folded`);
+    - a constant multiply after a Conv2D goes into its filter where TensorFlow's Grappler
+      puts it (rstf.frontend.scalefold, rule "tensorflow"; `tf_scales_folded`);
     - each two-operand Einsum becomes a batched matmul between Transposes and Reshapes
       (rstf.frontend.einsum; `einsums_lowered`);
     - each transposed convolution becomes a Conv2D and a depth-to-space shuffle
@@ -288,8 +292,8 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
       axis (rstf.frontend.reshapes; `pointwise_hoisted`);
     - Transposes around batched matmuls go into their adjoint flags
       (rstf.frontend.transposes; `transposes_folded`).
-    With `fold_scales` too, per-channel multiplies after a contraction go into its weights
-    (rstf.frontend.scalefold; `scales_folded`, the Muls removed).
+    With `fold_scales` too, the other per-channel multiplies after a contraction go into its
+    weights (rstf.frontend.scalefold, rule "all"; `scales_folded`, the Muls removed).
 
     `batch_pins` pins more input shapes after the dynamic batch's shape arithmetic is made
     constant: the batch-1 graph of a dynamic-batch model (rstf/cgen/batch.py) is so
@@ -324,8 +328,12 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
         gd, batch_shapes = constant_batch_shapes(gd, outs)
     if batch_pins:
         _pin_placeholders(gd, batch_pins)
+    tf_scales = []
     if fold:
+        from .scalefold import fold_scales as fold_scale_muls
+
         gd, folded = fold_constants(gd, outs)
+        gd, tf_scales = fold_scale_muls(gd, outs, rule="tensorflow")
         if any(n.op == "Einsum" for n in gd.node):
             gd, einsums = lower_einsums(gd, outs, infer_shapes(gd))
         if any(n.op == "Conv2DBackpropInput" for n in gd.node):
@@ -337,12 +345,11 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
         gd, transposes = fold_transposes(gd, outs)
     scales = []
     if fold and fold_scales:
-        from .scalefold import fold_scales as fold_scale_muls
-
-        gd, scales = fold_scale_muls(gd, outs)
+        gd, scales = fold_scale_muls(gd, outs, rule="all")
     graph = build_graph(gd, outs)
     graph.folded = folded
     graph.bypassed = bypassed
+    graph.tf_scales_folded = tf_scales
     graph.scales_folded = scales
     graph.tensordots_merged = merged
     graph.transposes_folded = transposes

@@ -2,33 +2,44 @@
 
 A frozen Keras model computes batch norm after a convolution as `conv(x, W) * s + t`, with
 `s` and `t` constant vectors over the output channels (rstf.frontend.fold has already evaluated
-`gamma * rsqrt(var + eps)`). The multiply costs one vector operation per output vector in
-every kernel epilogue, on the same pipes as the contraction's multiply-adds. Since
-`conv(x, W) * s == conv(x, W * s)` exactly in real arithmetic, the multiply can go into the
-weights once, at optimize time: the standard batch-norm folding of Grappler's
-`MulConvPushDown`, oneDNN and OpenVINO. Measured on MobileNet v2 (Zen 4, 2 threads), its
-kernels run in 0.983x the time without the epilogues' multiplies.
+`gamma * rsqrt(var + eps)`). `conv(x, W) * s == conv(x, W * s)` in real arithmetic, but not
+in float32: each product w * s is rounded once, where the unfolded form rounds the sum once
+and then its product. Which of the two a model computes is therefore part of its numbers.
 
-It is not bit-identical: each product w * s is rounded once, where TF rounds the sum once
-and then its product. The difference is a few float32 ulps of each output (1e-7 to 1e-6 of
-its magnitude), but it compounds through a deep network: on calibrated ResNet-50 and
-MobileNet v2 fed images it put rstf 1.1x to 4.9x TensorFlow's own spread (oneDNN against
-Eigen) from TF Eigen, where the unfolded build is at about 1x, for no speed the A/B runs
-could tell from noise (docs/benchmarks/2026-11-27-fold-scales.md). So it is opt-in
-(`--fold-scales on`, `--optimizer poly` only) and never part of `none`.
+Two rules, both `fold_scales(graph_def, keep, rule)`:
 
-Folded patterns (NHWC data, a Const filter, a Const scale of shape (N,) or (1, .., 1, N)
-whose values are all finite, N the output channels; every intermediate has this one
-reader and is no model output):
+- `"tensorflow"`, always applied by the loader: exactly the multiplies TensorFlow itself
+  folds at run time. Grappler's constant folding (`MulConvPushDown`) rewrites
+  `Mul(Conv2D(x, C1), C2)` into `Conv2D(x, Mul(C1, C2))` when C1 and C2 are constants, the
+  Conv2D has no other reader and is no fetched node, and C2 is a single value (any data
+  format) or, in NHWC, broadcasts along the filter's output channels only (shape (N,),
+  (1, N), ..., (1, 1, 1, N)). It then folds `C1 * C2` in the filter's dtype. Since every
+  TensorFlow session does this to a frozen Keras graph, TF Eigen's bits for such a conv
+  are `conv(x, W * s)`; computing the unfolded form puts a few ulps in every layer, which
+  compound through a deep network (RegNetX and EfficientNet at several times TF's own
+  spread). Grappler repeats its passes, so a chain of such Muls folds one after another.
+  Depthwise convolutions, MatMuls and a BiasAdd between the conv and the Mul stop it.
+- `"all"`, opt-in (`--fold-scales on`, `--optimizer poly` only): also DepthwiseConv2dNative
+  and MatMul, and a BiasAdd between the contraction and the Mul. TF computes those
+  multiplies after the contraction, so this rule is a few float32 ulps from TF's rounding:
+  on calibrated ResNet-50 and MobileNet v2 fed images it put rstf 1.1x to 4.9x TensorFlow's
+  own spread (oneDNN against Eigen) from TF Eigen, for no speed the A/B runs could tell
+  from noise (docs/benchmarks/2026-11-27-fold-scales.md). It never takes a scale that is
+  not finite.
+
+Patterns of `"all"` (NHWC data, a Const filter, a Const float32 scale of shape (N,) or
+(1, .., 1, N), N the output channels; every intermediate has this one reader and is no
+model output):
 - Conv2D -> Mul:                  filter W[..., n] * s[n]
 - DepthwiseConv2dNative -> Mul:   filter W[kh, kw, c, m] * s[c * M + m]
 - MatMul (no transpose_a) -> Mul: W[k, n] * s[n] (W[n, k] * s[n] with transpose_b)
 - each of them -> BiasAdd -> Mul: the same, and the bias b[n] * s[n]
-The Mul disappears: its readers read the contraction (or the BiasAdd) instead, and the
-scaled values become new Consts named `<node>/rstf_scaled`.
+Under either rule the Mul disappears: its readers read the contraction (or the BiasAdd)
+instead, and the scaled values become new Consts named `<node>/rstf_scaled`. A Mul that is
+a model output stays (its name must remain).
 
-Contract: `fold_scales(graph_def, keep)` returns (a new GraphDef, names of the removed Muls).
-The input GraphDef is not changed. Consts left without readers are dropped.
+Contract: `fold_scales(graph_def, keep, rule="all")` returns (a new GraphDef, names of the
+removed Muls). The input GraphDef is not changed. Consts left without readers are dropped.
 """
 from __future__ import annotations
 
@@ -38,6 +49,7 @@ from .names import input_node, rebuilt, references, split_tensor
 from .tfutil import tf
 
 CONTRACTIONS = {"Conv2D", "DepthwiseConv2dNative", "MatMul"}
+RULES = ("tensorflow", "all")
 
 
 def _const(nodes: dict, tensor: str) -> np.ndarray | None:
@@ -77,16 +89,43 @@ def _scaled_filter(nd, w: np.ndarray, s: np.ndarray | None):
     return None if v is None else (w * v.reshape(w.shape[2], w.shape[3]), v)
 
 
+def _grappler_filter(nd, w: np.ndarray, s: np.ndarray | None):
+    """(W * s, s) where Grappler's MulConvPushDown folds the Mul by `s` into Conv2D `nd`'s
+    filter `w` (IsValidConstShapeForMulConvPushDown), else None."""
+    if nd.op != "Conv2D" or w.ndim != 4 or s is None or s.dtype != w.dtype:
+        return None
+    fmt = nd.attr["data_format"].s or b"NHWC"
+    if s.ndim <= len(fmt) and s.size == 1:
+        return w * s.reshape(()), s
+    if fmt != b"NHWC" or s.ndim > 4 or s.shape[-1] != w.shape[3]:
+        return None
+    if any(d != 1 for d in s.shape[:-1]):
+        return None
+    return w * s.reshape(-1), s
+
+
 def _const_node(name: str, value: np.ndarray):
     nd = tf.compat.v1.NodeDef(name=name, op="Const")
-    nd.attr["dtype"].type = tf.float32.as_datatype_enum
-    nd.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value.astype(np.float32)))
+    nd.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
+    nd.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
     return nd
 
 
-def fold_scales(graph_def, keep: list[str]):
+def fold_scales(graph_def, keep: list[str], rule: str = "all"):
+    if rule not in RULES:
+        raise ValueError(f"unknown scale-folding rule {rule!r}")
     gd = type(graph_def)()
     gd.CopyFrom(graph_def)
+    removed = []
+    while True:  # a chain Conv2D -> Mul -> Mul folds one Mul a round, as Grappler's passes do
+        gd, folded = _fold_once(gd, keep, rule)
+        if not folded:
+            return gd, removed
+        removed += folded
+
+
+def _fold_once(gd, keep: list[str], rule: str):
+    """One round of `fold_scales` over `gd` (changed in place where nothing folds)."""
     nodes = {n.name: n for n in gd.node}
     refs = references(gd)
     keep = set(keep)
@@ -106,7 +145,7 @@ def fold_scales(graph_def, keep: list[str]):
             continue
         bias = None
         mul = only_reader(c.name)
-        if mul is not None and mul.op == "BiasAdd":
+        if mul is not None and mul.op == "BiasAdd" and rule == "all":
             if (mul.attr["data_format"].s not in (b"NHWC", b"")
                     or input_node(mul.input[0]) != c.name):
                 continue
@@ -116,7 +155,8 @@ def fold_scales(graph_def, keep: list[str]):
         prev = (bias or c).name
         ins = [input_node(t) for t in mul.input]
         w = _const(nodes, c.input[1])
-        scaled = None if w is None else _scaled_filter(
+        filter_rule = _scaled_filter if rule == "all" else _grappler_filter
+        scaled = None if w is None else filter_rule(
             c, w, _const(nodes, mul.input[1 - ins.index(prev)]))
         if scaled is None:
             continue

@@ -94,9 +94,30 @@ class Pad(OpHandler):
                           summary=f"{node.op} {list(in_shape)} -> {list(out_shape)} value {value}")
 
 
+def fused_into_conv(node: Node, graph: Graph) -> bool:
+    """Whether Grappler's remapper fuses batch norm `node` into the Conv2D before it
+    (FindConv2DWithBatchNorm: a `_FusedConv2D` whose output kernel computes
+    `(x - mean) * a + offset`, where a lone batch norm becomes `x * a + b`): float32, the
+    conv NHWC with this batch norm its one reader and no model output, neither with a
+    control edge."""
+    from ..frontend.names import split_tensor
+
+    src, port = split_tensor(node.inputs[0])
+    conv = graph.nodes.get(src)
+    if conv is None or conv.op != "Conv2D" or port != 0 or src in graph.outputs:
+        return False
+    if (node.out_dtypes[0] != np.float32 or conv.out_dtypes[0] != np.float32
+            or (conv.attr["data_format"].s or b"NHWC") != b"NHWC"):
+        return False
+    controls = lambda n: n.control_inputs or any(  # noqa: E731
+        n.name in graph.nodes[c].control_inputs for c in graph.consumers[n.name])
+    return graph.consumers[src] == [node.name] and not controls(conv) and not controls(node)
+
+
 @op_handler("FusedBatchNorm", "FusedBatchNormV3")
 class FusedBatchNorm(OpHandler):
-    """Inference batch normalisation (is_training false), NHWC; only `y` is generated."""
+    """Inference batch normalisation (is_training false), NHWC; only `y` is generated, in
+    the form TensorFlow computes it in that graph (`fused_into_conv`)."""
 
     keeps_samples_apart = True  # moving statistics are constants in inference
 
@@ -128,9 +149,12 @@ class FusedBatchNorm(OpHandler):
         body = render("ops/batchnorm.c.j2", C=C, idx=index_names("i", len(shape)), shape=shape,
                       out="y", inp="x", scale="scale", offset="offset", mean="mean",
                       var="variance", a="a", b="b", eps=c_float_literal(eps, fs), fs=fs,
-                      ms=ms, est=est, rsqrt_fn="rstf_rsqrtf")
+                      ms=ms, est=est, rsqrt_fn="rstf_rsqrtf",
+                      after_conv=fused_into_conv(node, graph))
         ins = [ArrayParam("x", shape, ct)] + [ArrayParam(n, (C,), ct) for n in
                                                ("scale", "offset", "mean", "variance")]
         return OpFunction(body, ins, [ArrayParam("y", shape, ct)],
                           scratch=[ArrayParam("a", (C,), ct), ArrayParam("b", (C,), ct)],
-                          summary=f"{node.op} {list(shape)} epsilon {eps}")
+                          summary=f"{node.op} {list(shape)} epsilon {eps}"
+                          + (" (fused into its conv, as in TensorFlow)"
+                             if fused_into_conv(node, graph) else ""))
