@@ -183,6 +183,8 @@ _LOAD_REWRITES = (
                           "operand's last axis"),
     ("transposes_folded", "rewrote {n} batched matmuls so that they read no Transpose of "
                           "their product and no adjoint operand"),
+    ("add_trees_reordered", "summed {n} trees of additions in the order TensorFlow's "
+                            "Grappler sums them"),
     ("scales_folded", "folded {n} more per-channel scales into conv/matmul weights "
                       "(--fold-scales on)"),
 )

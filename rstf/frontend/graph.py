@@ -70,6 +70,8 @@ class Graph:
         # Muls folded into conv filters as Grappler folds them (rstf.frontend.scalefold)
         self.tf_scales_folded: list[str] = []
         self.scales_folded: list[str] = []  # more, under --fold-scales on
+        # roots of Add trees now summed in Grappler's order (rstf.frontend.addtrees)
+        self.add_trees_reordered: list[str] = []
         # MatMuls now BatchMatMulV2s (rstf.frontend.tensordot)
         self.tensordots_merged: list[str] = []
         # nodes made constant or batch-free by rstf.frontend.batchshape
@@ -282,6 +284,8 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     - nodes computable from constants alone are evaluated (rstf.frontend.fold; `folded`);
     - a constant multiply after a Conv2D goes into its filter where TensorFlow's Grappler
       puts it (rstf.frontend.scalefold, rule "tensorflow"; `tf_scales_folded`);
+    - trees of additions are summed in the order Grappler's arithmetic optimizer sums them
+      (rstf.frontend.addtrees; `add_trees_reordered`);
     - each two-operand Einsum becomes a batched matmul between Transposes and Reshapes
       (rstf.frontend.einsum; `einsums_lowered`);
     - each transposed convolution becomes a Conv2D and a depth-to-space shuffle
@@ -300,6 +304,9 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     rewritten exactly as the dynamic one, node for node.
     """
     gd, signature = read_graph_def(path)
+    # Grappler's symbolic shapes (`addtrees`) are those of the graph TF will run: the one
+    # read (the pins below only set Placeholder shapes, which Grappler does not trust).
+    as_read = gd
     if input_shapes:
         _pin_placeholders(gd, input_shapes)
     sig_outputs = None
@@ -328,12 +335,15 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
         gd, batch_shapes = constant_batch_shapes(gd, outs)
     if batch_pins:
         _pin_placeholders(gd, batch_pins)
-    tf_scales = []
+    tf_scales, add_trees = [], []
     if fold:
+        from .addtrees import grappler_shapes, has_add_trees, sum_in_tf_order
         from .scalefold import fold_scales as fold_scale_muls
 
         gd, folded = fold_constants(gd, outs)
         gd, tf_scales = fold_scale_muls(gd, outs, rule="tensorflow")
+        if has_add_trees(gd):
+            gd, add_trees = sum_in_tf_order(gd, outs, grappler_shapes(as_read, outs))
         if any(n.op == "Einsum" for n in gd.node):
             gd, einsums = lower_einsums(gd, outs, infer_shapes(gd))
         if any(n.op == "Conv2DBackpropInput" for n in gd.node):
@@ -350,6 +360,7 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     graph.folded = folded
     graph.bypassed = bypassed
     graph.tf_scales_folded = tf_scales
+    graph.add_trees_reordered = add_trees
     graph.scales_folded = scales
     graph.tensordots_merged = merged
     graph.transposes_folded = transposes
