@@ -442,6 +442,7 @@ def _report(graph: Graph, placeholders, codes: list[SubgraphCode], op_types, nod
         "options": {"max_ops": max_ops, "march": march},
         "nodes_folded": len(graph.folded),
         "tf_scales_folded": len(graph.tf_scales_folded),
+        "add_trees_reordered": len(graph.add_trees_reordered),
         "scales_folded": len(graph.scales_folded),
         "tensordots_merged": len(graph.tensordots_merged),
         "einsums_lowered": len(graph.einsums_lowered),
