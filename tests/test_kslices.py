@@ -7,7 +7,9 @@ import pytest
 from harness import assert_tf_bits, make_graph_def, tf
 from poly_cases import NATIVE, _run_both, _subgraph, at_l2
 from rstf.poly.target import AVX2
-from rstf.opgen.kslices import EIGEN_K_CAP, tf_k_slices
+from rstf.opgen import kslices
+from rstf.opgen.kslices import EIGEN_K_CAP, tf_k_plan, tf_k_slices
+from rstf.opgen.linalg import k_slices
 from rstf.poly import optimize_source, raise_subgraph
 from rstf.poly.kslices import fold_k_slices
 
@@ -92,24 +94,34 @@ def _optimized(build, feeds, target=NATIVE):
     return info, new, sg
 
 
-@pytest.mark.parametrize("m,k,n", [(128, 768, 96), (16, 700, 33), (7, 1000, 100), (2, 321, 17)])
-def test_poly_runs_the_slices_in_one_kernel(m, k, n):
+@pytest.fixture
+def two_cores(monkeypatch):
+    """A 2-core machine with a 32 KiB L1 and 32 MiB L3, for the tests that read the C's
+    slices (TensorFlow's plan follows the machine; the TF-bits tests use this one's)."""
+    monkeypatch.setattr(kslices, "machine_pool", lambda: 2)
+    monkeypatch.setattr(kslices, "machine_caches", lambda: (32 << 10, 32 << 20))
+
+
+@pytest.mark.parametrize("m,k,n", [(128, 768, 96), (16, 700, 33), (7, 1000, 100), (2, 1000, 17)])
+def test_poly_runs_the_slices_in_one_kernel(m, k, n, two_cores):
     """The slices fold into one kernel statement (kernels named for their slice) whose
     results are the textbook C's bit for bit: whole tiles, a masked remainder (33, 17
     columns), short chunks of rows."""
     build, feeds = _matmul(m, k, n)
     info, new, sg = _optimized(build, feeds)
-    kc = tf_k_slices(k)[0][1]
+    plan = k_slices("float", m, k, n)
+    assert all(len(b) == 1 for b in plan) and len(plan) > 1, plan
+    kc = plan[0][0][1]
     assert {(t["node"], t["statement"]) for t in info["tiled"]} == {("MatMul", "S1")}
     assert f"c{kc}_" in new and "K_all" in new
     assert info["statements"] == len(raise_subgraph(sg.source, sg.entry).statements) \
-        - 3 * (len(tf_k_slices(k)) - 1)
+        - 3 * (len(plan) - 1)
 
 
-def test_poly_slices_on_a_16_register_target():
+def test_poly_slices_on_a_16_register_target(two_cores):
     """AVX2's kernels run 8 steps a trip of k (kloop.blocked_loop), their panel prefetches
     spread over the whole of K: each slice's trips and its share of the lines."""
-    build, feeds = _matmul(40, 1000, 40)
+    build, feeds = _matmul(128, 960, 96)
     info, new, _ = _optimized(build, feeds, target=at_l2(AVX2))
     assert "K_all" in new and "npp_all" in new and "ku < k + 8" in new, info["tiled"]
 
@@ -131,7 +143,7 @@ def test_unkernelled_slices_stay_textbook_slices():
     assert "K_all" not in new
 
 
-def test_fold_needs_the_whole_pattern():
+def test_fold_needs_the_whole_pattern(two_cores):
     """Only the template's sequence folds: a product with one slice is left as it is, and
     the fold marks the statement with its k iterator and slice length."""
     for k, folded in ((300, False), (700, True)):
@@ -141,7 +153,8 @@ def test_fold_needs_the_whole_pattern():
         out = fold_k_slices(scop)
         marked = [s.k_slice for s in out.statements if s.k_slice]
         assert (out is not scop) == folded
-        assert marked == ([("k", 240)] if folded else [])
+        kc = k_slices("float", 8, k, 16)[0][0][1]
+        assert marked == ([("k", kc)] if folded else [])
 
 
 def _conv1x1(h, c, o, stride):
@@ -181,3 +194,43 @@ def test_poly_slices_with_the_epilogue_in_registers():
     info, new, _ = _optimized(build, feeds)
     assert "K_all" in new and "ks += 288" in new
     assert [f["epilogue_in_registers"] for f in info["fused"]] == [True], info["fused"]
+
+
+MACHINE = dict(pool=2, caches=(32 << 10, 32 << 20))
+
+
+def test_plan_follows_eigens_threads():
+    """Eigen's cost model on a 2-core machine with a 32 KiB L1: a small product runs on
+    one thread, in L1-sized blocks (k 368 one chain, k 500 two slices of 256); one with a
+    long k is sharded over k, each half in its own slices; a big one takes the 320 cap."""
+    one = lambda k: [[s] for s in tf_k_slices(k)]  # noqa: E731
+    assert tf_k_plan(9, 368, 368, **MACHINE) == [[(0, 368)]]
+    assert tf_k_plan(9, 500, 64, **MACHINE) == [[(0, 256)], [(256, 500)]]
+    assert tf_k_plan(4, 1000, 64, **MACHINE) == [[(0, 336)], [(336, 672)], [(672, 1000)]]
+    assert tf_k_plan(9, 1152, 192, **MACHINE) == [[(0, 288), (288, 576)],
+                                                   [(576, 864), (864, 1152)]]
+    assert tf_k_plan(128, 768, 3072, **MACHINE) == one(768)
+    assert tf_k_plan(196, 480, 80, **MACHINE) == one(480)
+    # a larger L1 moves the one-thread blocks; one thread runs everything in them
+    assert tf_k_plan(9, 500, 64, pool=2, caches=(48 << 10, 32 << 20)) == [[(0, 500)]]
+    assert tf_k_plan(128, 768, 3072, pool=1, caches=(32 << 10, 32 << 20)) == [
+        [(0, 384)], [(384, 768)]]
+
+
+@pytest.mark.parametrize("m,k,n", [(9, 368, 368), (9, 500, 64), (4, 1000, 64), (9, 1152, 192),
+                                   (36, 672, 112), (9, 2048, 64)])
+def test_small_products_give_tensorflows_bits(m, k, n):
+    """TensorFlow's order on this machine, where its cost model runs the product on one
+    thread or shards it over k (the plan above, for this machine's cores and caches)."""
+    sg = assert_tf_bits(*_matmul(m, k, n))
+    assert f"k slices {sum(map(len, tf_k_plan(m, k, n)))}" in sg.source
+
+
+@pytest.mark.parametrize("h,c,o", [(3, 368, 368), (3, 1152, 192), (6, 672, 112)])
+def test_small_pointwise_convs_give_tensorflows_bits(h, c, o):
+    """EfficientNet's and RegNet's 1x1 convolutions on 3x3 and 6x6 maps, bias and ReLU6
+    after; and the polyhedral pass's kernels give the textbook C's bits for them (where
+    the blocks have slices of their own, without the fold)."""
+    build, feeds = _conv1x1(h, c, o, 1)
+    assert_tf_bits(build, feeds)
+    _optimized(build, feeds)

@@ -23,10 +23,28 @@ convolution's 196 x 480 x 80 give TF's bits in every output with these slices, a
 chain differs in 90% or more of them. Where it matters less: a product whose rows and
 columns are both few is sharded over k between TF's threads, a decision of Eigen's cost
 model that these slices do not follow; a one-row product is Eigen's matrix-vector kernel.
-The rule depends on nothing of the machine rstf runs on, so that the generated C and its
-results are the same wherever it is built.
+
+Which blocking a product gets is Eigen's decision, made per call from its cost model
+(TensorContractionThreadPool's `evalProductImpl`), and `tf_k_plan` follows it for MatMul
+and 1x1 Conv2D:
+- Eigen estimates the product's cost and the threads worth using (`numThreads`: 100000
+  cycles of start-up and per thread). A small product (a 1x1 conv on a 3x3 map) runs on
+  one thread, whose blocking caps k at the L1 bound `((l1 - 256) / 80) & ~7` instead of 320
+  (400 for a 32 KiB L1), with Eigen's own adjustment of the last block, then TF's equal
+  slices: k = 368 is one chain there, k = 500 two slices of 256.
+- A product with few rows and columns but a long k is *sharded over k*
+  (`shardByInnerDim`): k is cut into one block per thread (rounded up to 8, at least 96),
+  each block a product of its own in its slices, and the blocks' sums are added in turn.
+- Otherwise the slices above.
+These decisions read the machine: its thread count (TensorFlow's intra-op pool is one
+thread per core) and the L1 and L3 sizes Eigen finds, which `machine_caches` reads where
+Linux reports them. The generated C therefore gives the bits TensorFlow gives on the
+machine rstf builds on (the machine it serves on, for `-march=native`).
 """
 from __future__ import annotations
+
+import functools
+import os
 
 # Eigen's cap on a multi-threaded contraction's k block (GeneralBlockPanelKernel.h).
 EIGEN_K_CAP = 320
@@ -42,3 +60,129 @@ def tf_k_slices(k: int) -> list[tuple[int, int]]:
     n = -(-k // EIGEN_K_CAP)
     kc = -(-(-(-k // n)) // SLICE_ROUND) * SLICE_ROUND  # < k: n >= 2 slices
     return [(lo, min(k, lo + kc)) for lo in range(0, k, kc)]
+
+
+# Eigen's gebp register tile for float in TF's wheel (AVX packets of 8, no FMA: 16 x 4) and
+# the cost model's constants (TensorContractionThreadPool.h, TensorCostModel.h).
+GEBP_MR, GEBP_NR, PACKET = 16, 4, 8
+_LOAD = _STORE = 11 / 64  # cycles a byte, Eigen's L2 figure
+_STARTUP = _PER_THREAD = 100000.0
+
+
+def _sysfs_cache(level: int, kind: tuple) -> int | None:
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            if not entry.startswith("index"):
+                continue
+            read = lambda f: open(os.path.join(base, entry, f)).read().strip()  # noqa: E731
+            if int(read("level")) == level and read("type") in kind:
+                text = read("size").upper()
+                scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+                return int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def machine_caches() -> tuple[int, int]:
+    """(L1 data, L3) bytes as Linux reports them (the sizes Eigen reads with cpuid), or
+    Eigen's defaults, 32 KiB and 2 MiB, where it does not."""
+    return (_sysfs_cache(1, ("Data",)) or 32 << 10,
+            _sysfs_cache(3, ("Unified", "Data")) or 2 << 20)
+
+
+def machine_pool() -> int:
+    """The threads of TensorFlow's intra-op pool on this machine: one per core it may use."""
+    from ..poly.target import machine_threads
+    return machine_threads()
+
+
+def _single_thread_kc(k: int, m: int, n: int, l1: int) -> int:
+    """Eigen's k block for a product on one thread (evaluateProductBlockingSizesHeuristic)."""
+    if max(k, m, n) < 48:
+        return k
+    max_kc = max(((l1 - GEBP_MR * GEBP_NR * 4) // (GEBP_MR * 4 + GEBP_NR * 4)) & ~7, 1)
+    if k <= max_kc:
+        return k
+    if k % max_kc == 0:
+        return max_kc
+    return max_kc - 8 * ((max_kc - 1 - k % max_kc) // (8 * (k // max_kc + 1)))
+
+
+def _equal_slices(k: int, kc: int, lo: int = 0) -> list[tuple[int, int]]:
+    """TF's refinement of Eigen's block kc: ceil(k / kc) slices as equal as multiples of 8
+    allow, over [lo, lo + k)."""
+    n = -(-k // kc)
+    step = -(-(-(-k // n)) // SLICE_ROUND) * SLICE_ROUND
+    return [(lo + a, lo + min(k, a + step)) for a in range(0, k, step)]
+
+
+def _bandwidth(by_col: bool, bm: int, bn: int, bk: int) -> float:
+    bw = 4.0 if bk == 1 else (2.0 if ((bn if by_col else bm) < GEBP_NR
+                                       or (bm if by_col else bn) < GEBP_MR) else 0.5)
+    return 1.0 if bw == 0.5 else bw  # without FMA a multiply and an add are two operations
+
+
+def _shard_by_col(m: int, n: int, t: int) -> bool:
+    nr = GEBP_NR
+    if m // t >= nr and (n // t < nr or (n // t < 4 * nr and n % (t * nr) != 0
+                                          and (m % (t * nr) == 0 or m // n >= 6))):
+        return False
+    return not (n // t < 16 * nr and m > n * 32)
+
+
+def _threads(m: int, n: int, k: int, pool: int) -> int:
+    """Eigen's numThreads for an m x n output (its first blocking: 2 threads)."""
+    by_col = _shard_by_col(m, n, 2)
+    bk = tf_k_slices(k)[0][1]
+    bm, bn = min(m, 48), min(n, 24)  # TF's blocks: unrolled by 48 and 24, or the whole dim
+    compute = bk * _bandwidth(by_col, bm, bn, bk) / PACKET
+    loaded = 4 * bk / (m if by_col else n)  # the operand not dropped from the memory cost
+    cost = m * n * (loaded * _LOAD + 4 * _STORE + compute)
+    return min(pool, max(1, int((cost - _STARTUP) / _PER_THREAD + 0.9)))
+
+
+def _threads_by_k(m: int, n: int, k: int, pool: int) -> int:
+    """Eigen's numThreadsInnerDim."""
+    inner = 4 * n * _LOAD + 4 * _STORE + _bandwidth(True, m, n, k) * m * n / PACKET
+    parallel = k * inner
+    reduction = m * n * (2 * _LOAD + _STORE + 1 / PACKET)
+    best, best_cost = 1, parallel
+    for nt in range(2, pool + 1, 2):
+        c = parallel / nt + 100000 + nt * (reduction + 3000)
+        if c < best_cost:
+            best, best_cost = nt, c
+    return best
+
+
+def _shard_by_k(m: int, n: int, k: int, nt: int, ntk: int, l3: int) -> bool:
+    nr = GEBP_NR
+    if (n == 1 or ntk < 2 or ntk < nt or m * n * 4 > l3 / ntk or k // ntk < 2 * nr):
+        return False
+    return max(m, n) // nt < nr or (k // ntk > 8 * nr and (min(m, n) < 2 * nr or ntk > nt))
+
+
+def tf_k_plan(rows: int, k: int, cols: int, pool: int | None = None,
+              caches: tuple[int, int] | None = None) -> list[list[tuple[int, int]]] | None:
+    """How TensorFlow sums a float product [rows, k] x [k, cols] on this machine (module
+    docstring): blocks of k slices, each block's slices summed in turn, then the blocks'
+    sums in turn. None where its order is none of these (more than three blocks of k
+    sharded over many threads, summed as a tree)."""
+    pool = machine_pool() if pool is None else pool
+    l1, l3 = caches or machine_caches()
+    m, n = cols, rows  # Eigen's column-major view of TF's row-major product
+    nt = _threads(m, n, k, pool) if pool > 1 else 1
+    ntk = _threads_by_k(m, n, k, pool) if pool > 1 else 1
+    if _shard_by_k(m, n, k, nt, ntk, l3):
+        size = min(k, max(12 * PACKET, -(-(-(-k // ntk)) // 8) * 8))
+        blocks = [(lo, min(k, lo + size)) for lo in range(0, k, size)]
+        if len(blocks) > 3:
+            return None
+        if len(blocks) == 1:  # one block: a product on one thread
+            return [[s] for s in _equal_slices(k, _single_thread_kc(k, m, n, l1))]
+        return [[(lo + a, lo + b) for a, b in tf_k_slices(hi - lo)] for lo, hi in blocks]
+    if nt == 1:
+        return [[s] for s in _equal_slices(k, _single_thread_kc(k, m, n, l1))]
+    return [[s] for s in tf_k_slices(k)]

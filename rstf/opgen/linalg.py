@@ -6,17 +6,35 @@ import math
 from ..frontend.graph import Graph, Node
 from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, broadcast_indices,
                    index_names, op_handler, render, subscript)
-from .kslices import tf_k_slices
+from .kslices import tf_k_plan, tf_k_slices
 from .window import check_window_attrs, window
 
 
-def k_slices(ct: str, M: int, K: int, N: int) -> list[tuple[int, int]]:
-    """The k slices a float product [M, K] x [K, N] is summed in, TensorFlow's
-    (opgen.kslices); one chain where TF's kernel is another: a matrix-vector product (M or N
-    of 1: Eigen's own kernel) or a double product (Eigen's kernel without TF's slices)."""
+def k_slices(ct: str, M: int, K: int, N: int, batched: bool = False) -> list[list[tuple]]:
+    """The blocks of k slices a float product [M, K] x [K, N] is summed in (the `k_sliced`
+    macro's `blocks`), TensorFlow's on this machine (opgen.kslices `tf_k_plan`; a batched
+    matmul, whose threads TF spends over the batch, in its multi-threaded slices); one
+    chain where TF's kernel is another: a matrix-vector product (M or N of 1: Eigen's own
+    kernel) or a double product (Eigen's kernel without TF's slices)."""
     if ct != "float" or M == 1 or N == 1:
-        return [(0, K)]
-    return tf_k_slices(K)
+        return [[(0, K)]]
+    plan = None if batched else tf_k_plan(M, K, N)
+    return plan or [[s] for s in tf_k_slices(K)]
+
+
+def k_scratch(blocks: list[list[tuple]], shape, ct: str) -> list[ArrayParam]:
+    """The scratch arrays `k_sliced` sums `blocks` through: t past one slice, u where a
+    later block has slices of its own."""
+    scratch = [ArrayParam("t", tuple(shape), ct)] if sum(map(len, blocks)) > 1 else []
+    if any(len(b) > 1 for b in blocks[1:]):
+        scratch.append(ArrayParam("u", tuple(shape), ct))
+    return scratch
+
+
+def describe_slices(blocks: list[list[tuple]]) -> str:
+    """'k slices N' (and ' in B blocks' where the slices are grouped), for summaries."""
+    n = sum(map(len, blocks))
+    return f"k slices {n}" + (f" in {len(blocks)} blocks" if n > len(blocks) else "")
 
 
 @op_handler("Conv2D")
@@ -49,7 +67,7 @@ class Conv2D(OpHandler):
         # A 1x1 convolution is TF's matrix product [N*OH*OW, IC] x [IC, OC], in its k
         # slices; a wider window's reduction runs over (kh, kw, ic), one chain.
         pointwise = KH == KW == 1 and G == 1 and not win.guards
-        slices = k_slices(ct, N * OH * OW, IC, OC) if pointwise else [(0, IC)]
+        slices = k_slices(ct, N * OH * OW, IC, OC) if pointwise else [[(0, IC)]]
         body = render("ops/conv2d.c.j2", N=N, OH=OH, OW=OW, OC=OC, KH=KH, KW=KW, IC=ws[2],
                       G=G, OCG=OC // G, ih=win.ih, iw=win.iw, guards=win.guards, out="y",
                       inp="x", filt="w", fs=self.literal_suffix(node), slices=slices,
@@ -57,9 +75,9 @@ class Conv2D(OpHandler):
         return OpFunction(
             body, [ArrayParam("x", xs, ct), ArrayParam("w", ws, ct)],
             [ArrayParam("y", node.out_shapes[0], ct)],
-            scratch=([ArrayParam("t", node.out_shapes[0], ct)] if len(slices) > 1 else []),
+            scratch=k_scratch(slices, node.out_shapes[0], ct),
             summary=(f"Conv2D {list(xs)} x {list(ws)} -> {list(node.out_shapes[0])}, "
-                     f"{win.describe()}, groups {G}, k slices {len(slices)}"))
+                     f"{win.describe()}, groups {G}, {describe_slices(slices)}"))
 
 
 @op_handler("MatMul")
@@ -93,9 +111,9 @@ class MatMul(OpHandler):
                       fs=self.literal_suffix(node), ms=self.math_suffix(node))
         return OpFunction(body, [ArrayParam("a", a_shape, ct), ArrayParam("b", b_shape, ct)],
                           [ArrayParam("c", (M, N), ct)],
-                          scratch=[ArrayParam("t", (M, N), ct)] if len(slices) > 1 else [],
+                          scratch=k_scratch(slices, (M, N), ct),
                           summary=f"MatMul {M}x{K}x{N} transpose_a={ta} transpose_b={tb}, "
-                                  f"k slices {len(slices)}")
+                                  f"{describe_slices(slices)}")
 
 
 @op_handler("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
@@ -151,12 +169,12 @@ class BatchMatMul(OpHandler):
         a_sub = broadcast_indices(a[:-2], bshape, bidx) + (["k", "i"] if ax else ["i", "k"])
         b_sub = broadcast_indices(b[:-2], bshape, bidx) + (["j", "k"] if ay else ["k", "j"])
         ct = self.ctype(node)
-        slices = k_slices(ct, M, K, N)
+        slices = k_slices(ct, M, K, N, batched=True)
         body = render("ops/batch_matmul.c.j2", bidx=bidx, bshape=bshape, M=M, N=N, K=K,
                       out="c", a=subscript("a", a_sub), b=subscript("b", b_sub), slices=slices,
                       fs=self.literal_suffix(node), ms=self.math_suffix(node))
         return OpFunction(body, [ArrayParam("a", tuple(a), ct), ArrayParam("b", tuple(b), ct)],
                           [ArrayParam("c", out, ct)],
-                          scratch=[ArrayParam("t", out, ct)] if len(slices) > 1 else [],
+                          scratch=k_scratch(slices, out, ct),
                           summary=f"{node.op} {list(a)} x {list(b)} -> {list(out)} "
-                                  f"adj_x={ax} adj_y={ay}, k slices {len(slices)}")
+                                  f"adj_x={ax} adj_y={ay}, {describe_slices(slices)}")
