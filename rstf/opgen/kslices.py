@@ -20,9 +20,8 @@ multi-threaded contraction, then TF's refinement for its oneDNN kernel):
 Measured against TF's MatMul on an AVX2 host (`benchmarks/tf_contraction_order.py`):
 BERT's projections (128 x 768 x 768, 128 x 768 x 3072, 128 x 3072 x 768) and a 1x1
 convolution's 196 x 480 x 80 give TF's bits in every output with these slices, and one
-chain differs in 90% or more of them. Where it matters less: a product whose rows and
-columns are both few is sharded over k between TF's threads, a decision of Eigen's cost
-model that these slices do not follow; a one-row product is Eigen's matrix-vector kernel.
+chain differs in 90% or more of them. A one-row product is Eigen's matrix-vector kernel
+(not these slices).
 
 Which blocking a product gets is Eigen's decision, made per call from its cost model
 (TensorContractionThreadPool's `evalProductImpl`), and `tf_k_plan` follows it for MatMul
