@@ -38,8 +38,10 @@ Under either rule the Mul disappears: its readers read the contraction (or the B
 instead, and the scaled values become new Consts named `<node>/rstf_scaled`. A Mul that is
 a model output stays (its name must remain).
 
-Contract: `fold_scales(graph_def, keep, rule="all")` returns (a new GraphDef, names of the
-removed Muls). The input GraphDef is not changed. Consts left without readers are dropped.
+Contract: `fold_scales(graph_def, keep, rule="all", shapes=None)` returns (a new GraphDef,
+names of the removed Muls). `shapes`, Grappler's symbolic shapes (`addtrees.grappler_shapes`),
+makes the "tensorflow" rule also require what Grappler checks with them: that the Mul's
+shape is symbolically the conv's. The input GraphDef is not changed. Consts left without readers are dropped.
 """
 from __future__ import annotations
 
@@ -104,6 +106,11 @@ def _grappler_filter(nd, w: np.ndarray, s: np.ndarray | None):
     return w * s.reshape(-1), s
 
 
+def _same_symbolic_shape(a, b) -> bool:
+    """Grappler's ShapesSymbolicallyEqual: known ranks, no unknown (-1) dimension, equal."""
+    return a is not None and a == b and all(d != -1 for d in a)
+
+
 def _const_node(name: str, value: np.ndarray):
     nd = tf.compat.v1.NodeDef(name=name, op="Const")
     nd.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
@@ -111,20 +118,20 @@ def _const_node(name: str, value: np.ndarray):
     return nd
 
 
-def fold_scales(graph_def, keep: list[str], rule: str = "all"):
+def fold_scales(graph_def, keep: list[str], rule: str = "all", shapes: dict | None = None):
     if rule not in RULES:
         raise ValueError(f"unknown scale-folding rule {rule!r}")
     gd = type(graph_def)()
     gd.CopyFrom(graph_def)
     removed = []
     while True:  # a chain Conv2D -> Mul -> Mul folds one Mul a round, as Grappler's passes do
-        gd, folded = _fold_once(gd, keep, rule)
+        gd, folded = _fold_once(gd, keep, rule, shapes)
         if not folded:
             return gd, removed
         removed += folded
 
 
-def _fold_once(gd, keep: list[str], rule: str):
+def _fold_once(gd, keep: list[str], rule: str, shapes: dict | None):
     """One round of `fold_scales` over `gd` (changed in place where nothing folds)."""
     nodes = {n.name: n for n in gd.node}
     refs = references(gd)
@@ -152,6 +159,9 @@ def _fold_once(gd, keep: list[str], rule: str):
             bias, mul = mul, only_reader(mul.name)
         if mul is None or mul.op != "Mul" or len(mul.input) != 2 or mul.name in keep:
             continue
+        if rule == "tensorflow" and shapes is not None and not _same_symbolic_shape(
+                shapes.get(f"{mul.name}:0"), shapes.get(f"{c.name}:0")):
+            continue  # Grappler cannot tell that the Mul keeps the conv's shape
         prev = (bias or c).name
         ins = [input_node(t) for t in mul.input]
         w = _const(nodes, c.input[1])
