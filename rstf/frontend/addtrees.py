@@ -50,13 +50,34 @@ def grappler_shapes(graph_def, fetches: list[str]) -> dict[str, tuple | None]:
 
     g = tf.Graph()
     with g.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
+        tf.graph_util.import_graph_def(_without_weights(graph_def), name="")
         for f in fetches:
             g.add_to_collection("train_op", g.get_operation_by_name(f))
         meta = tf.compat.v1.train.export_meta_graph(graph=g)
     props = grappler_item.Item(meta).GetOpProperties()
     return {f"{name}:{i}": None if p.shape.unknown_rank else tuple(d.size for d in p.shape.dim)
             for name, outs in props.items() for i, p in enumerate(outs)}
+
+
+def _without_weights(graph_def):
+    """`graph_def` with every large Const's values dropped (its dtype and shape kept):
+    shape inference reads only small constants, and a model's weights would make the
+    metagraph Grappler needs cost seconds to build."""
+    out = type(graph_def)()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    for n in graph_def.node:
+        m = out.node.add()
+        if n.op == "Const" and n.attr["value"].tensor.ByteSize() > 4096:
+            m.name, m.op, m.device = n.name, n.op, n.device
+            m.input.extend(n.input)
+            m.attr["dtype"].CopyFrom(n.attr["dtype"])
+            t = m.attr["value"].tensor
+            t.dtype = n.attr["value"].tensor.dtype
+            t.tensor_shape.CopyFrom(n.attr["value"].tensor.tensor_shape)
+        else:
+            m.CopyFrom(n)
+    return out
 
 
 def has_add_trees(graph_def) -> bool:
