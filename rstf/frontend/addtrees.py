@@ -159,6 +159,8 @@ def sum_in_tf_order(graph_def, keep: list[str], shapes: dict):
     taken: set[str] = set()
     gone: set[str] = set()
     rewritten, new_nodes = [], []
+    before: dict[str, list] = {}  # each root's new additions, placed just before it
+    placed = 0
     names = set(nodes)
     for root in reversed(list(gd.node)):
         if not (candidate(root) and _defined(shape(root.name)) and operands_broadcast(root)):
@@ -198,6 +200,8 @@ def sum_in_tf_order(graph_def, keep: list[str], shapes: dict):
                                                              names, new_nodes)
         last = new_nodes.pop()  # the last addition is the root itself
         names.discard(last.name)
+        before[root.name] = new_nodes[placed:]
+        placed = len(new_nodes)
         root.op = "AddV2"
         del root.input[:]
         root.input.extend(last.input)
@@ -206,7 +210,10 @@ def sum_in_tf_order(graph_def, keep: list[str], shapes: dict):
         rewritten.append(root.name)
     if not rewritten:
         return gd, []
-    return rebuilt(gd, [n for n in gd.node if n.name not in gone] + new_nodes, keep), rewritten
+    # (in GraphDef order next to their root: the loader's topological order follows it, and
+    # the fusion passes find the sum right after the contraction that feeds it)
+    order = [m for n in gd.node if n.name not in gone for m in before.get(n.name, []) + [n]]
+    return rebuilt(gd, order, keep), rewritten
 
 
 def _add(pair, root, names: set, new_nodes: list) -> str:
