@@ -322,3 +322,17 @@ def test_a_crashed_runner_is_reported_by_how_it_ended_not_by_tensorflow_chatter(
     proc = subprocess.run([sys.executable, "-c", "import os, signal; "
                            "os.kill(os.getpid(), signal.SIGKILL)"], capture_output=True, text=True)
     assert runner_failure(proc) == "killed by SIGKILL (as the system does when memory runs out)"
+
+
+def test_output_errors_of_non_finite_outputs():
+    """The same infinity (or NaN) in both outputs is no error; an infinity on one side
+    only, or of the other sign, is; the scale is the largest finite magnitude."""
+    ref = np.array([1.0, 2.0, np.inf, -np.inf, np.nan], np.float32)
+    assert compare_mod.output_errors(ref, ref.copy()) == (0.0, 0.0)
+    got = ref.copy()
+    got[1] = 2.5
+    assert compare_mod.output_errors(ref, got) == (0.5, 0.25)
+    for i, v in ((2, -np.inf), (2, 3.0), (4, 1.0), (0, np.inf)):
+        bad = ref.copy()
+        bad[i] = v
+        assert compare_mod.output_errors(ref, bad) == (math.inf, math.inf), (i, v)

@@ -130,9 +130,9 @@ def test_optimize_fold_scales(tmp_path, fold):
     assert rep["scales_folded"] == (2 if fold == "on" else 0)
     assert rep["tf_scales_folded"] == 2
     res = compare(path, out, latency=False)
-    # (compare's relative error has no meaning for out_inf's inf channel)
+    # out_inf's inf channel is inf or NaN where TF's is (TF folds that scale as well)
     outs = {o["name"]: o for o in res["outputs"]}
-    assert outs["out:0"]["passed"] and outs["out_mm:0"]["passed"], outs
+    assert all(o["passed"] for o in outs.values()), outs
 
 
 @pytest.mark.parametrize("fold", ["on", "off"])

@@ -240,17 +240,23 @@ def _shapes(feeds: dict) -> dict[str, list]:
 
 
 def output_errors(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
-    """(max_abs_err, max_rel_err) of `got` against the reference `ref` (module docstring);
-    (inf, inf) for a shape mismatch or a non-finite difference where `ref` is not NaN too."""
+    """(max_abs_err, max_rel_err) of `got` against the reference `ref` (module docstring),
+    relative to `ref`'s largest finite magnitude; equal values (the same infinity, NaN in
+    both) differ by nothing; (inf, inf) for a shape mismatch or any other non-finite
+    difference."""
     if ref.shape != got.shape:
         return float("inf"), float("inf")
     if ref.size == 0:
         return 0.0, 0.0
-    diff = np.abs(ref - got)
-    if not np.all(np.isfinite(diff) | (np.isnan(ref) & np.isnan(got))):
+    with np.errstate(invalid="ignore"):  # inf - inf: decided by `same` below
+        diff = np.abs(ref - got)
+    same = (ref == got) | (np.isnan(ref) & np.isnan(got))
+    diff = np.where(same, 0, diff)
+    if not np.all(np.isfinite(diff)):
         return float("inf"), float("inf")
-    abs_err = float(np.nanmax(diff))
-    scale = float(np.nanmax(np.abs(ref)))
+    abs_err = float(diff.max())
+    finite = np.abs(ref[np.isfinite(ref)])
+    scale = float(finite.max()) if finite.size else 0.0
     return abs_err, abs_err / scale if scale > 0 else abs_err
 
 
