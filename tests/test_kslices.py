@@ -4,7 +4,7 @@ against TensorFlow's bits, and the polyhedral pass's one-statement form of it
 import numpy as np
 import pytest
 
-from harness import assert_tf_bits, make_graph_def, tf
+from harness import assert_tf_bits, tf
 from poly_cases import NATIVE, _run_both, _subgraph, at_l2
 from rstf.poly.target import AVX2
 from rstf.opgen import kslices

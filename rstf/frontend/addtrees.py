@@ -120,15 +120,13 @@ def _smaller(a, b) -> bool:
 
 def _ordered(shapes: list) -> list | None:
     """The leaf shapes smallest first, or None where TensorFlow's order is not determined
-    by the sizes (three or more shapes, two of them equal or incomparable)."""
-    if len(shapes) <= 2:
-        return sorted(shapes, key=functools.cmp_to_key(
-            lambda a, b: -1 if _smaller(a, b) else 1 if _smaller(b, a) else 0))
-    for i, a in enumerate(shapes):
-        for b in shapes[i + 1:]:
-            if not (_smaller(a, b) or _smaller(b, a)):
-                return None
-    return sorted(shapes, key=functools.cmp_to_key(lambda a, b: -1 if _smaller(a, b) else 1))
+    by the sizes (three or more shapes, two of them equal or incomparable; with two, either
+    order gives the same sum)."""
+    cmp = lambda a, b: -1 if _smaller(a, b) else 1 if _smaller(b, a) else 0  # noqa: E731
+    if len(shapes) > 2 and any(cmp(a, b) == 0 for i, a in enumerate(shapes)
+                               for b in shapes[i + 1:]):
+        return None
+    return sorted(shapes, key=functools.cmp_to_key(cmp))
 
 
 def sum_in_tf_order(graph_def, keep: list[str], shapes: dict):
@@ -158,9 +156,8 @@ def sum_in_tf_order(graph_def, keep: list[str], shapes: dict):
 
     taken: set[str] = set()
     gone: set[str] = set()
-    rewritten, new_nodes = [], []
+    rewritten = []
     before: dict[str, list] = {}  # each root's new additions, placed just before it
-    placed = 0
     names = set(nodes)
     for root in reversed(list(gd.node)):
         if not (candidate(root) and _defined(shape(root.name)) and operands_broadcast(root)):
@@ -183,25 +180,23 @@ def sum_in_tf_order(graph_def, keep: list[str], shapes: dict):
         for t in leaves:
             groups.setdefault(shape(t), []).append(t)
         order = _ordered(list(groups))
-        if order is None:
-            continue
-        if len(leaves) < 2:
+        if order is None or len(leaves) < 2:
             continue
         taken.update(n.name for n in absorbed)
         taken.add(root.name)
         gone.update(n.name for n in absorbed)  # their one reader was in the tree
         # TensorFlow's AddN sums left to right; then the shapes' sums, smallest first.
+        adds: list = []
         partial = None
         for s in order:
             group_sum = groups[s][0]
             for t in groups[s][1:]:
-                group_sum = _add((group_sum, t), root, names, new_nodes)
+                group_sum = _add((group_sum, t), root, names, adds)
             partial = group_sum if partial is None else _add((partial, group_sum), root,
-                                                             names, new_nodes)
-        last = new_nodes.pop()  # the last addition is the root itself
+                                                             names, adds)
+        last = adds.pop()  # the last addition is the root itself
         names.discard(last.name)
-        before[root.name] = new_nodes[placed:]
-        placed = len(new_nodes)
+        before[root.name] = adds
         root.op = "AddV2"
         del root.input[:]
         root.input.extend(last.input)
@@ -216,12 +211,13 @@ def sum_in_tf_order(graph_def, keep: list[str], shapes: dict):
     return rebuilt(gd, order, keep), rewritten
 
 
-def _add(pair, root, names: set, new_nodes: list) -> str:
-    """A new AddV2 `pair[0] + pair[1]` beside `root` (its dtype); returns its name."""
-    name = fresh_name(names, f"{root.name}/rstf_sum_{len(new_nodes)}")
+def _add(pair, root, names: set, adds: list) -> str:
+    """A new AddV2 `pair[0] + pair[1]` of `root`'s dtype, appended to `adds` (the root's
+    additions so far); returns its name."""
+    name = fresh_name(names, f"{root.name}/rstf_sum_{len(adds)}")
     names.add(name)
     nd = tf.compat.v1.NodeDef(name=name, op="AddV2", input=list(pair))
     nd.attr["T"].CopyFrom(root.attr["T"])
-    new_nodes.append(nd)
+    adds.append(nd)
     return name
 

@@ -341,11 +341,13 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
         from .scalefold import fold_scales as fold_scale_muls
 
         gd, folded = fold_constants(gd, outs)
-        # Grappler's symbolic shapes, which its rewrites consult (computed once, if needed)
+        # Grappler's symbolic shapes, which its rewrites consult (computed once, if needed;
+        # folding a Mul into a conv makes no addition read another)
+        trees = has_add_trees(gd)
         tf_shapes = (grappler_shapes(as_read, outs)
-                     if has_add_trees(gd) or any(n.op == "Conv2D" for n in gd.node) else None)
+                     if trees or any(n.op == "Conv2D" for n in gd.node) else None)
         gd, tf_scales = fold_scale_muls(gd, outs, rule="tensorflow", shapes=tf_shapes)
-        if has_add_trees(gd):
+        if trees:
             gd, add_trees = sum_in_tf_order(gd, outs, tf_shapes)
         if any(n.op == "Einsum" for n in gd.node):
             gd, einsums = lower_einsums(gd, outs, infer_shapes(gd))

@@ -41,7 +41,8 @@ a model output stays (its name must remain).
 Contract: `fold_scales(graph_def, keep, rule="all", shapes=None)` returns (a new GraphDef,
 names of the removed Muls). `shapes`, Grappler's symbolic shapes (`addtrees.grappler_shapes`),
 makes the "tensorflow" rule also require what Grappler checks with them: that the Mul's
-shape is symbolically the conv's. The input GraphDef is not changed. Consts left without readers are dropped.
+shape is symbolically the conv's. The input GraphDef is not changed. Consts left without
+readers are dropped.
 """
 from __future__ import annotations
 
@@ -145,6 +146,7 @@ def _fold_once(gd, keep: list[str], rule: str, shapes: dict | None):
         t = next(t for t in r.input if input_node(t) == name)
         return r if not t.startswith("^") and split_tensor(t)[1] == 0 else None
 
+    filter_rule = _scaled_filter if rule == "all" else _grappler_filter
     folded, new_nodes, renamed = [], [], {}
     taken = set(nodes)
     for c in list(gd.node):
@@ -165,7 +167,6 @@ def _fold_once(gd, keep: list[str], rule: str, shapes: dict | None):
         prev = (bias or c).name
         ins = [input_node(t) for t in mul.input]
         w = _const(nodes, c.input[1])
-        filter_rule = _scaled_filter if rule == "all" else _grappler_filter
         scaled = None if w is None else filter_rule(
             c, w, _const(nodes, mul.input[1 - ins.index(prev)]))
         if scaled is None:

@@ -43,7 +43,6 @@ machine rstf builds on (the machine it serves on, for `-march=native`).
 from __future__ import annotations
 
 import functools
-import os
 
 # Eigen's cap on a multi-threaded contraction's k block (GeneralBlockPanelKernel.h).
 EIGEN_K_CAP = 320
@@ -54,11 +53,21 @@ SLICE_ROUND = 8
 def tf_k_slices(k: int) -> list[tuple[int, int]]:
     """The [lo, hi) ranges TensorFlow's float contraction sums separately over a reduction
     of length `k` (module docstring), in the order it adds them; one range when k <= 320."""
-    if k <= EIGEN_K_CAP:
+    return _equal_slices(k, EIGEN_K_CAP)
+
+
+def _round_up(x: int, step: int) -> int:
+    return -(-x // step) * step
+
+
+def _equal_slices(k: int, kc: int) -> list[tuple[int, int]]:
+    """TF's refinement of Eigen's k block kc: ceil(k / kc) slices as equal as multiples of
+    8 allow, the last one the rest; one when k <= kc (an empty k too)."""
+    if k <= kc:
         return [(0, k)]
-    n = -(-k // EIGEN_K_CAP)
-    kc = -(-(-(-k // n)) // SLICE_ROUND) * SLICE_ROUND  # < k: n >= 2 slices
-    return [(lo, min(k, lo + kc)) for lo in range(0, k, kc)]
+    n = -(-k // kc)
+    step = _round_up(-(-k // n), SLICE_ROUND)
+    return [(lo, min(k, lo + step)) for lo in range(0, k, step)]
 
 
 # Eigen's gebp register tile for float in TF's wheel (AVX packets of 8, no FMA: 16 x 4) and
@@ -68,28 +77,13 @@ _LOAD = _STORE = 11 / 64  # cycles a byte, Eigen's L2 figure
 _STARTUP = _PER_THREAD = 100000.0
 
 
-def _sysfs_cache(level: int, kind: tuple) -> int | None:
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for entry in sorted(os.listdir(base)):
-            if not entry.startswith("index"):
-                continue
-            read = lambda f: open(os.path.join(base, entry, f)).read().strip()  # noqa: E731
-            if int(read("level")) == level and read("type") in kind:
-                text = read("size").upper()
-                scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-                return int(text.rstrip("KM")) * scale
-    except (OSError, ValueError):
-        pass
-    return None
-
-
 @functools.lru_cache(maxsize=None)
 def machine_caches() -> tuple[int, int]:
     """(L1 data, L3) bytes as Linux reports them (the sizes Eigen reads with cpuid), or
     Eigen's defaults, 32 KiB and 2 MiB, where it does not."""
-    return (_sysfs_cache(1, ("Data",)) or 32 << 10,
-            _sysfs_cache(3, ("Unified", "Data")) or 2 << 20)
+    from ..poly.target import sysfs_cache_bytes
+    return (sysfs_cache_bytes(1, ("Data",)) or 32 << 10,
+            sysfs_cache_bytes(3, ("Unified", "Data")) or 2 << 20)
 
 
 def machine_pool() -> int:
@@ -108,14 +102,6 @@ def _single_thread_kc(k: int, m: int, n: int, l1: int) -> int:
     if k % max_kc == 0:
         return max_kc
     return max_kc - 8 * ((max_kc - 1 - k % max_kc) // (8 * (k // max_kc + 1)))
-
-
-def _equal_slices(k: int, kc: int, lo: int = 0) -> list[tuple[int, int]]:
-    """TF's refinement of Eigen's block kc: ceil(k / kc) slices as equal as multiples of 8
-    allow, over [lo, lo + k)."""
-    n = -(-k // kc)
-    step = -(-(-(-k // n)) // SLICE_ROUND) * SLICE_ROUND
-    return [(lo + a, lo + min(k, a + step)) for a in range(0, k, step)]
 
 
 def _bandwidth(by_col: bool, bm: int, bn: int, bk: int) -> float:
@@ -175,7 +161,7 @@ def tf_k_plan(rows: int, k: int, cols: int, pool: int | None = None,
     nt = _threads(m, n, k, pool) if pool > 1 else 1
     ntk = _threads_by_k(m, n, k, pool) if pool > 1 else 1
     if _shard_by_k(m, n, k, nt, ntk, l3):
-        size = min(k, max(12 * PACKET, -(-(-(-k // ntk)) // 8) * 8))
+        size = min(k, max(12 * PACKET, _round_up(-(-k // ntk), SLICE_ROUND)))
         blocks = [(lo, min(k, lo + size)) for lo in range(0, k, size)]
         if len(blocks) > 3:
             return None

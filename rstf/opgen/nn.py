@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..frontend.graph import Graph, Node
+from ..frontend.names import split_tensor
 from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, eigen_vector_prefix,
                    index_names, numel, op_handler, render)
 from .window import check_window_attrs, window
@@ -100,8 +101,6 @@ def fused_into_conv(node: Node, graph: Graph) -> bool:
     `(x - mean) * a + offset`, where a lone batch norm becomes `x * a + b`): float32, the
     conv NHWC with this batch norm its one reader and no model output, neither with a
     control edge."""
-    from ..frontend.names import split_tensor
-
     src, port = split_tensor(node.inputs[0])
     conv = graph.nodes.get(src)
     if conv is None or conv.op != "Conv2D" or port != 0 or src in graph.outputs:
@@ -146,15 +145,15 @@ class FusedBatchNorm(OpHandler):
         fs, ms = self.literal_suffix(node), self.math_suffix(node)
         # Float: TensorFlow's vector rsqrt for whole packets of channels (batchnorm.c.j2).
         est = eigen_vector_prefix(C) if ms == "f" else 0
+        after_conv = fused_into_conv(node, graph)
         body = render("ops/batchnorm.c.j2", C=C, idx=index_names("i", len(shape)), shape=shape,
                       out="y", inp="x", scale="scale", offset="offset", mean="mean",
                       var="variance", a="a", b="b", eps=c_float_literal(eps, fs), fs=fs,
                       ms=ms, est=est, rsqrt_fn="rstf_rsqrtf",
-                      after_conv=fused_into_conv(node, graph))
+                      after_conv=after_conv)
         ins = [ArrayParam("x", shape, ct)] + [ArrayParam(n, (C,), ct) for n in
                                                ("scale", "offset", "mean", "variance")]
-        return OpFunction(body, ins, [ArrayParam("y", shape, ct)],
-                          scratch=[ArrayParam("a", (C,), ct), ArrayParam("b", (C,), ct)],
+        scratch = [ArrayParam("a", (C,), ct)] + ([] if after_conv else [ArrayParam("b", (C,), ct)])
+        return OpFunction(body, ins, [ArrayParam("y", shape, ct)], scratch=scratch,
                           summary=f"{node.op} {list(shape)} epsilon {eps}"
-                          + (" (fused into its conv, as in TensorFlow)"
-                             if fused_into_conv(node, graph) else ""))
+                          + (" (fused into its conv, as in TensorFlow)" if after_conv else ""))

@@ -111,16 +111,28 @@ TARGETS = {t.name: t for t in (AVX512, AVX512_FULL, AVX2, SSE)}
 
 
 
+def sysfs_cache_bytes(level: int, kinds: tuple) -> int | None:
+    """The size of this machine's cache of `level` and one of `kinds` ("Data", "Unified")
+    as Linux reports it in sysfs, or None."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            if not entry.startswith("index"):
+                continue
+            read = lambda f: open(os.path.join(base, entry, f)).read().strip()  # noqa: E731
+            if int(read("level")) == level and read("type") in kinds:
+                text = read("size").upper()
+                scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+                return int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def machine_l2_bytes() -> int:
     """This machine's per-core L2 cache (the generated code is built for it: -march=native),
     from sysfs; 1 MiB when unknown."""
-    try:
-        with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
-            text = f.read().strip().upper()
-        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-        return int(text.rstrip("KM")) * scale
-    except (OSError, ValueError):
-        return 1 << 20
+    return sysfs_cache_bytes(2, ("Unified", "Data")) or 1 << 20
 
 
 def machine_threads() -> int:
