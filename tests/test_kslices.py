@@ -96,10 +96,11 @@ def _optimized(build, feeds, target=NATIVE):
 
 @pytest.fixture
 def two_cores(monkeypatch):
-    """A 2-core machine with a 32 KiB L1 and 32 MiB L3, for the tests that read the C's
+    """A 2-core AVX-512 machine with a 32 KiB L1 and 32 MiB L3, for the tests that read the C's
     slices (TensorFlow's plan follows the machine; the TF-bits tests use this one's)."""
     monkeypatch.setattr(kslices, "machine_pool", lambda: 2)
     monkeypatch.setattr(kslices, "machine_caches", lambda: (32 << 10, 32 << 20))
+    monkeypatch.setattr(kslices, "machine_sgemm_k_block", lambda: 384)
 
 
 @pytest.mark.parametrize("m,k,n", [(128, 768, 96), (16, 700, 33), (7, 1000, 100), (2, 1000, 17)])
@@ -196,7 +197,7 @@ def test_poly_slices_with_the_epilogue_in_registers():
     assert [f["epilogue_in_registers"] for f in info["fused"]] == [True], info["fused"]
 
 
-MACHINE = dict(pool=2, caches=(32 << 10, 32 << 20))
+MACHINE = dict(pool=2, caches=(32 << 10, 32 << 20), sgemm_k_block=384)
 
 
 def test_plan_follows_eigens_threads():
@@ -211,10 +212,23 @@ def test_plan_follows_eigens_threads():
                                                    [(576, 864), (864, 1152)]]
     assert tf_k_plan(128, 768, 3072, **MACHINE) == one(768)
     assert tf_k_plan(196, 480, 80, **MACHINE) == one(480)
-    # a larger L1 moves the one-thread blocks; one thread runs everything in them
-    assert tf_k_plan(9, 500, 64, pool=2, caches=(48 << 10, 32 << 20)) == [[(0, 500)]]
+    # a larger L1 moves the one-thread blocks past oneDNN's 384, which halves them
+    big_l1 = dict(pool=2, caches=(48 << 10, 32 << 20))
+    assert tf_k_plan(9, 500, 64, **big_l1, sgemm_k_block=384) == [[(0, 250)], [(250, 500)]]
+    assert tf_k_plan(4, 1000, 64, **big_l1, sgemm_k_block=384) == [
+        [(0, 252)], [(252, 504)], [(504, 752)], [(752, 1000)]]
+    assert tf_k_plan(9, 500, 64, **big_l1, sgemm_k_block=None) == [[(0, 500)]]
+    # one thread runs everything in its blocks
     assert tf_k_plan(128, 768, 3072, pool=1, caches=(32 << 10, 32 << 20)) == [
         [(0, 384)], [(384, 768)]]
+
+
+def test_sgemm_blocks_follow_onednn():
+    """oneDNN's k blocks of one sgemm call: 384 while 768 or more remain, then halves."""
+    assert kslices._sgemm_blocks(0, 384, 384) == [(0, 384)]
+    assert kslices._sgemm_blocks(0, 385, 384) == [(0, 193), (193, 385)]
+    assert kslices._sgemm_blocks(100, 1000, 384) == [(100, 484), (484, 742), (742, 1000)]
+    assert kslices._sgemm_blocks(0, 1000, None) == [(0, 1000)]
 
 
 @pytest.mark.parametrize("m,k,n", [(9, 368, 368), (9, 500, 64), (4, 1000, 64), (9, 1152, 192),

@@ -35,9 +35,19 @@ and 1x1 Conv2D:
   (`shardByInnerDim`): k is cut into one block per thread (rounded up to 8, at least 96),
   each block a product of its own in its slices, and the blocks' sums are added in turn.
 - Otherwise the slices above.
+Each of Eigen's k blocks is one call of oneDNN's sgemm, which blocks k again on AVX-512
+machines (its `avx512_core` kernels, `sgemm_nocopy_driver` and the copy-based
+`gemm_driver` alike): a call's k of 768 or more runs in blocks of 384 first, and a rest
+between 384 and 768 runs in two halves, the first `(rest + 1) / 2`. Each block sums its own
+chain and adds it into the output, so it is one more slice of the same sum. Eigen's
+multi-threaded blocks (320 at most) never reach it; a one-thread block does where the L1
+bound exceeds 384 (a 48 KiB L1 allows 608: k = 500 runs as 250 + 250, measured on a Xeon
+with a 48 KiB L1). `tf_k_plan` applies it on machines with oneDNN's avx512_core ISA, the
+one whose rule was measured; on others oneDNN's blocks are taken to be no shorter than
+Eigen's.
 These decisions read the machine: its thread count (TensorFlow's intra-op pool is one
-thread per core) and the L1 and L3 sizes Eigen finds, which `machine_caches` reads where
-Linux reports them. The generated C therefore gives the bits TensorFlow gives on the
+thread per core), the L1 and L3 sizes Eigen finds, which `machine_caches` reads where
+Linux reports them, and its ISA (`machine_sgemm_k_block`). The generated C therefore gives the bits TensorFlow gives on the
 machine rstf builds on (the machine it serves on, for `-march=native`).
 """
 from __future__ import annotations
@@ -90,6 +100,28 @@ def machine_pool() -> int:
     """The threads of TensorFlow's intra-op pool on this machine: one per core it may use."""
     from ..poly.target import machine_threads
     return machine_threads()
+
+
+# oneDNN's sgemm k block on avx512_core (gemm_info's `bk` and the nocopy driver's `BK`).
+ONEDNN_AVX512_K_BLOCK = 384
+
+
+def machine_sgemm_k_block() -> int | None:
+    """oneDNN's sgemm k block on this machine: 384 where it runs its avx512_core kernels
+    (AVX-512 F, BW, VL and DQ), None (no block shorter than Eigen's) elsewhere."""
+    from ..poly.target import cpu_flags
+    need = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+    return ONEDNN_AVX512_K_BLOCK if need <= cpu_flags() else None
+
+
+def _sgemm_blocks(lo: int, hi: int, bk: int | None) -> list[tuple[int, int]]:
+    """The k blocks oneDNN's sgemm runs one call over [lo, hi) in (module docstring)."""
+    out = []
+    while bk and hi - lo > bk:
+        size = bk if hi - lo >= 2 * bk else (hi - lo + 1) // 2
+        out.append((lo, lo + size))
+        lo += size
+    return out + [(lo, hi)]
 
 
 def _single_thread_kc(k: int, m: int, n: int, l1: int) -> int:
@@ -149,14 +181,33 @@ def _shard_by_k(m: int, n: int, k: int, nt: int, ntk: int, l3: int) -> bool:
     return max(m, n) // nt < nr or (k // ntk > 8 * nr and (min(m, n) < 2 * nr or ntk > nt))
 
 
+_UNSET = object()
+
+
 def tf_k_plan(rows: int, k: int, cols: int, pool: int | None = None,
-              caches: tuple[int, int] | None = None) -> list[list[tuple[int, int]]] | None:
+              caches: tuple[int, int] | None = None,
+              sgemm_k_block: int | None | object = _UNSET
+              ) -> list[list[tuple[int, int]]] | None:
     """How TensorFlow sums a float product [rows, k] x [k, cols] on this machine (module
     docstring): blocks of k slices, each block's slices summed in turn, then the blocks'
     sums in turn. None where its order is none of these (more than three blocks of k
-    sharded over many threads, summed as a tree)."""
-    pool = machine_pool() if pool is None else pool
-    l1, l3 = caches or machine_caches()
+    sharded over many threads, summed as a tree). `pool`, `caches` and `sgemm_k_block`
+    name another machine's threads, (L1, L3) bytes and oneDNN k block (None: none)."""
+    bk = machine_sgemm_k_block() if sgemm_k_block is _UNSET else sgemm_k_block
+    plan = _eigen_k_plan(rows, k, cols, machine_pool() if pool is None else pool,
+                         caches or machine_caches())
+    if plan is None:
+        return None
+    blocks = [[b for s in blk for b in _sgemm_blocks(*s, bk)] for blk in plan]
+    if all(len(blk) == 1 for blk in plan):  # slices summed in turn: keep one a block
+        return [[s] for blk in blocks for s in blk]
+    return blocks
+
+
+def _eigen_k_plan(rows: int, k: int, cols: int, pool: int,
+                  caches: tuple[int, int]) -> list[list[tuple[int, int]]] | None:
+    """Eigen's blocks of k slices (tf_k_plan without oneDNN's own blocks)."""
+    l1, l3 = caches
     m, n = cols, rows  # Eigen's column-major view of TF's row-major product
     nt = _threads(m, n, k, pool) if pool > 1 else 1
     ntk = _threads_by_k(m, n, k, pool) if pool > 1 else 1

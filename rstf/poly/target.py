@@ -152,13 +152,19 @@ def _from_macros(macros: str) -> Target:
     return SSE
 
 
-def _from_cpuinfo() -> Target:
+@functools.lru_cache(maxsize=None)
+def cpu_flags() -> frozenset:
+    """The ISA flags Linux reports for this machine's first CPU (empty where it does not)."""
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")),
-                         [])
+            return frozenset(next((ln.split(":", 1)[1].split() for ln in f
+                                   if ln.startswith("flags")), []))
     except OSError:
-        flags = []
+        return frozenset()
+
+
+def _from_cpuinfo() -> Target:
+    flags = cpu_flags()
     return AVX512 if "avx512f" in flags else AVX2 if "avx" in flags else SSE
 
 
