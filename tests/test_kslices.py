@@ -217,7 +217,7 @@ def test_plan_follows_eigens_threads():
     assert tf_k_plan(9, 500, 64, **big_l1, sgemm_k_block=384) == [[(0, 250)], [(250, 500)]]
     assert tf_k_plan(4, 1000, 64, **big_l1, sgemm_k_block=384) == [
         [(0, 252)], [(252, 504)], [(504, 752)], [(752, 1000)]]
-    assert tf_k_plan(9, 500, 64, **big_l1, sgemm_k_block=None) == [[(0, 500)]]
+    assert tf_k_plan(9, 500, 64, **big_l1, sgemm_k_block=0) == [[(0, 500)]]
     # one thread runs everything in its blocks
     assert tf_k_plan(128, 768, 3072, pool=1, caches=(32 << 10, 32 << 20)) == [
         [(0, 384)], [(384, 768)]]
@@ -228,7 +228,7 @@ def test_sgemm_blocks_follow_onednn():
     assert kslices._sgemm_blocks(0, 384, 384) == [(0, 384)]
     assert kslices._sgemm_blocks(0, 385, 384) == [(0, 193), (193, 385)]
     assert kslices._sgemm_blocks(100, 1000, 384) == [(100, 484), (484, 742), (742, 1000)]
-    assert kslices._sgemm_blocks(0, 1000, None) == [(0, 1000)]
+    assert kslices._sgemm_blocks(0, 1000, 0) == [(0, 1000)]
 
 
 @pytest.mark.parametrize("m,k,n", [(9, 368, 368), (9, 500, 64), (4, 1000, 64), (9, 1152, 192),

@@ -47,8 +47,8 @@ one whose rule was measured; on others oneDNN's blocks are taken to be no shorte
 Eigen's.
 These decisions read the machine: its thread count (TensorFlow's intra-op pool is one
 thread per core), the L1 and L3 sizes Eigen finds, which `machine_caches` reads where
-Linux reports them, and its ISA (`machine_sgemm_k_block`). The generated C therefore gives the bits TensorFlow gives on the
-machine rstf builds on (the machine it serves on, for `-march=native`).
+Linux reports them, and its ISA (`machine_sgemm_k_block`). The generated C therefore gives
+the bits TensorFlow gives on the machine rstf builds on (the machine it serves on, for `-march=native`).
 """
 from __future__ import annotations
 
@@ -102,19 +102,20 @@ def machine_pool() -> int:
     return machine_threads()
 
 
-# oneDNN's sgemm k block on avx512_core (gemm_info's `bk` and the nocopy driver's `BK`).
+# oneDNN's sgemm k block on avx512_core (gemm_info's `bk` and the nocopy driver's `BK`),
+# and the ISA flags that make a machine avx512_core for oneDNN.
 ONEDNN_AVX512_K_BLOCK = 384
+ONEDNN_AVX512_CORE = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
 
 
-def machine_sgemm_k_block() -> int | None:
-    """oneDNN's sgemm k block on this machine: 384 where it runs its avx512_core kernels
-    (AVX-512 F, BW, VL and DQ), None (no block shorter than Eigen's) elsewhere."""
+def machine_sgemm_k_block() -> int:
+    """oneDNN's sgemm k block on this machine: 384 where it runs its avx512_core kernels,
+    0 (no block shorter than Eigen's) elsewhere."""
     from ..poly.target import cpu_flags
-    need = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
-    return ONEDNN_AVX512_K_BLOCK if need <= cpu_flags() else None
+    return ONEDNN_AVX512_K_BLOCK if ONEDNN_AVX512_CORE <= cpu_flags() else 0
 
 
-def _sgemm_blocks(lo: int, hi: int, bk: int | None) -> list[tuple[int, int]]:
+def _sgemm_blocks(lo: int, hi: int, bk: int) -> list[tuple[int, int]]:
     """The k blocks oneDNN's sgemm runs one call over [lo, hi) in (module docstring)."""
     out = []
     while bk and hi - lo > bk:
@@ -181,19 +182,15 @@ def _shard_by_k(m: int, n: int, k: int, nt: int, ntk: int, l3: int) -> bool:
     return max(m, n) // nt < nr or (k // ntk > 8 * nr and (min(m, n) < 2 * nr or ntk > nt))
 
 
-_UNSET = object()
-
-
 def tf_k_plan(rows: int, k: int, cols: int, pool: int | None = None,
-              caches: tuple[int, int] | None = None,
-              sgemm_k_block: int | None | object = _UNSET
+              caches: tuple[int, int] | None = None, sgemm_k_block: int | None = None
               ) -> list[list[tuple[int, int]]] | None:
     """How TensorFlow sums a float product [rows, k] x [k, cols] on this machine (module
     docstring): blocks of k slices, each block's slices summed in turn, then the blocks'
     sums in turn. None where its order is none of these (more than three blocks of k
     sharded over many threads, summed as a tree). `pool`, `caches` and `sgemm_k_block`
-    name another machine's threads, (L1, L3) bytes and oneDNN k block (None: none)."""
-    bk = machine_sgemm_k_block() if sgemm_k_block is _UNSET else sgemm_k_block
+    name another machine's threads, (L1, L3) bytes and oneDNN k block (0: none)."""
+    bk = machine_sgemm_k_block() if sgemm_k_block is None else sgemm_k_block
     plan = _eigen_k_plan(rows, k, cols, machine_pool() if pool is None else pool,
                          caches or machine_caches())
     if plan is None:

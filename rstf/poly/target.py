@@ -110,7 +110,6 @@ SSE = Target("sse", 4, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chu
 TARGETS = {t.name: t for t in (AVX512, AVX512_FULL, AVX2, SSE)}
 
 
-
 def sysfs_cache_bytes(level: int, kinds: tuple) -> int | None:
     """The size of this machine's cache of `level` and one of `kinds` ("Data", "Unified")
     as Linux reports it in sysfs, or None."""
