@@ -8,8 +8,8 @@ iterations to the others, a region closed without the workers that come too late
 barrier that ends `omp for`, a nested region (rstf's batch loop around parallel sample code)
 running on its caller alone, team sizes changing from region to region, the workers' sleep
 and wake-up (within a call and between calls), and a child of fork() starting its own
-workers. A second program checks the workers' placement: a worker held on the CPU of the
-thread that starts the regions is moved off it."""
+workers. Two more programs check the workers' placement: a worker held on the CPU of the
+thread that starts the regions is moved off it, and a sleeping worker is woken off it."""
 from __future__ import annotations
 
 import os
@@ -214,7 +214,8 @@ def test_team_runs_what_the_generated_c_needs(program, spin_us):
     assert proc.stdout.strip() == "ok"
 
 
-PLACEMENT = r"""
+# Where thread 1 runs in dynamic regions of 40 chunks of 20 us each.
+PLACEMENT_REGIONS = r"""
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <sched.h>
@@ -248,7 +249,9 @@ static void region(int r) {
         if (omp_get_thread_num() == 1) worker_cpu[r] = sched_getcpu();
     }
 }
+"""
 
+PLACEMENT = PLACEMENT_REGIONS + r"""
 int main(void) {
     omp_set_num_threads(2);
     rstf_team_lock();
@@ -288,6 +291,46 @@ def test_team_moves_a_worker_off_the_starting_threads_cpu(tmp_path):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs")  # (one CPU: nowhere to move a worker to)
     proc = subprocess.run([_build(tmp_path, PLACEMENT)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("ok")
+
+
+WAKE_PLACEMENT = PLACEMENT_REGIONS + r"""
+int main(void) {
+    omp_set_num_threads(2);
+    static int starter_cpu[REGIONS];
+    enum { CALLS = 60 };
+    for (int r = 0; r < CALLS; ++r) {
+        /* Longer than a worker waits after a call: it is asleep when the call starts. */
+        usleep(3000);
+        rstf_team_lock();
+        starter_cpu[r] = sched_getcpu();
+        region(r);
+        rstf_team_unlock();
+    }
+    int away = 0, beside = 0, missed = 0;
+    for (int r = 1; r < CALLS; ++r) {
+        away += worker_cpu[r] >= 0 && worker_cpu[r] != starter_cpu[r];
+        beside += worker_cpu[r] == starter_cpu[r];
+        missed += worker_cpu[r] < 0;
+    }
+    if (away < (CALLS - 1) / 2)
+        FAIL("a woken worker ran on another CPU in %d of %d calls, on the waker's in %d, "
+             "in none in %d", away, CALLS - 1, beside, missed);
+    printf("ok %d %d %d\n", away, beside, missed);
+    return 0;
+}
+"""
+
+
+def test_team_wakes_a_sleeping_worker_off_the_starting_threads_cpu(tmp_path):
+    """Calls far enough apart that the worker sleeps between them: thread 0 wakes it at the
+    call's region, and Linux may queue a woken thread beside its (busy) waker, where it would
+    miss the region. The team moves it off first, so it works on another CPU alongside."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    proc = subprocess.run([_build(tmp_path, WAKE_PLACEMENT)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("ok")

@@ -163,11 +163,20 @@ static int rstf_idle_enough(long deadline) {
  * wherever it was moved to. Measured end to end on MobileNet v2 (10 process pairs of 100
  * calls): calls over 1.4x the median 77 -> 21, the median 1.007x. Checking at every region
  * start instead ran 1.02x slower in the median, and keeping the worker off the CPU until
- * thread 0 moved 1.03x. A region every worker joined costs nothing more. */
+ * thread 0 moved 1.03x. A region every worker joined costs nothing more.
+ *
+ * A worker asleep on the futex is the same case, known before it happens: the wake queues
+ * it beside the waker whenever Linux judges that cheap, and where it last noted being is
+ * then stale, so rstf_unstack would not see it. On a 2-vCPU KVM guest a thread woken after
+ * a millisecond asleep ran on its busy waker's CPU in nearly every wake, and the calls that
+ * woke the worker (a process's first calls; a server's requests that come apart) ran most
+ * of their regions on thread 0 alone. So thread 0 moves every sleeping worker off its CPU
+ * before it wakes them (rstf_unstack_sleepers), and starts new workers off it. */
 static struct {
     _Alignas(64) atomic_int cpu; /* where the worker last ran; -1 unknown */
     atomic_int tid;              /* its kernel thread id; 0 until it has started */
     atomic_int moved;            /* its affinity excludes a CPU, until it joins a region */
+    atomic_int asleep;           /* on the futex, or about to be */
 } rstf_place[RSTF_MAX_THREADS];
 
 /* No worker known anywhere: before the first workers start, and in a child of fork(). */
@@ -176,11 +185,33 @@ static void rstf_forget_places(void) {
         atomic_store(&rstf_place[t].tid, 0);
         atomic_store(&rstf_place[t].cpu, -1);
         atomic_store(&rstf_place[t].moved, 0);
+        atomic_store(&rstf_place[t].asleep, 0);
     }
 }
 
 static void rstf_note_cpu(unsigned me) {
     atomic_store_explicit(&rstf_place[me].cpu, sched_getcpu(), memory_order_relaxed);
+}
+
+/* Thread 0: move worker t off `here`, its CPU (the process's CPUs less that one; the kernel
+ * migrates a running worker at once, and wakes a sleeping one elsewhere). The worker takes
+ * the process's CPUs back when it next sees a region. */
+/* The process's CPUs less `here` in *set; 0 when none is left. */
+static int rstf_all_but(int here, cpu_set_t *set) {
+    *set = rstf_team.allowed;
+    CPU_CLR(here, set);
+    return CPU_COUNT(set) > 0;
+}
+
+static void rstf_move_off(unsigned t, int here) {
+    const int tid = atomic_load_explicit(&rstf_place[t].tid, memory_order_relaxed);
+    cpu_set_t set;
+    if (tid <= 0 || !rstf_all_but(here, &set)) return;
+    /* `moved` after the call: a worker that reads it set has been moved, and restores. */
+    if (sched_setaffinity(tid, sizeof set, &set) == 0) {
+        atomic_store_explicit(&rstf_place[t].moved, 1, memory_order_relaxed);
+        atomic_store_explicit(&rstf_place[t].cpu, -1, memory_order_relaxed);
+    }
 }
 
 /* Thread 0, after a dynamic region that workers of 1..n-1 missed: move those last seen on
@@ -189,20 +220,21 @@ static void rstf_unstack(unsigned n) {
     if (!rstf_team.can_move) return;
     const int here = sched_getcpu();
     if (here < 0) return;
-    for (unsigned t = 1; t < n; ++t) {
-        if (atomic_load_explicit(&rstf_place[t].cpu, memory_order_relaxed) != here ||
-            atomic_load_explicit(&rstf_place[t].moved, memory_order_relaxed))
-            continue;
-        const int tid = atomic_load_explicit(&rstf_place[t].tid, memory_order_relaxed);
-        if (tid <= 0) continue;
-        cpu_set_t set = rstf_team.allowed;
-        CPU_CLR(here, &set);
-        if (CPU_COUNT(&set) == 0) continue;
-        if (sched_setaffinity(tid, sizeof set, &set) == 0) {
-            atomic_store_explicit(&rstf_place[t].moved, 1, memory_order_relaxed);
-            atomic_store_explicit(&rstf_place[t].cpu, -1, memory_order_relaxed);
-        }
-    }
+    for (unsigned t = 1; t < n; ++t)
+        if (atomic_load_explicit(&rstf_place[t].cpu, memory_order_relaxed) == here &&
+            !atomic_load_explicit(&rstf_place[t].moved, memory_order_relaxed))
+            rstf_move_off(t, here);
+}
+
+/* Thread 0, about to wake the sleeping workers: move them off its CPU first. */
+static void rstf_unstack_sleepers(void) {
+    if (!rstf_team.can_move) return;
+    const int here = sched_getcpu();
+    if (here < 0) return;
+    for (int t = 1; t <= rstf_team.workers; ++t)
+        if (atomic_load_explicit(&rstf_place[t].asleep, memory_order_relaxed) &&
+            !atomic_load_explicit(&rstf_place[t].moved, memory_order_relaxed))
+            rstf_move_off((unsigned)t, here);
 }
 
 /* arg: the worker's thread number in the low 16 bits, above them the region word when it
@@ -224,10 +256,12 @@ static void *rstf_worker(void *arg) {
                 if ((i & 63) == 63) {
                     rstf_note_cpu(me);
                     if (rstf_idle_enough(deadline)) {
+                        atomic_store_explicit(&rstf_place[me].asleep, 1, memory_order_relaxed);
                         atomic_fetch_add(&rstf_team.sleepers, 1);
                         now = atomic_load_explicit(&rstf_team.region, memory_order_acquire);
                         if (now == seen) rstf_futex_wait(&rstf_team.region, seen);
                         atomic_fetch_sub(&rstf_team.sleepers, 1);
+                        atomic_store_explicit(&rstf_place[me].asleep, 0, memory_order_relaxed);
                         continue;
                     }
                 }
@@ -300,6 +334,13 @@ static unsigned rstf_start_workers(unsigned n) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* Started off this thread's CPU, as a sleeping worker is woken (see Placement): a
+         * new thread too may be queued beside its creator, before it has run to note it. */
+        const int here = rstf_team.can_move ? sched_getcpu() : -1;
+        cpu_set_t set;
+        if (here >= 0 && rstf_all_but(here, &set) &&
+            pthread_attr_setaffinity_np(&attr, sizeof set, &set) == 0)
+            atomic_store(&rstf_place[rstf_team.workers + 1].moved, 1);
         const uintptr_t word = atomic_load(&rstf_team.region);
         int rc = pthread_create(&t, &attr, rstf_worker,
                                 (void *)(word << 16 | (uintptr_t)(rstf_team.workers + 1)));
@@ -498,7 +539,10 @@ static void rstf_parallel(rstf_region_fn fn, void *data, unsigned num_threads,
     /* seq_cst, as is the load of `sleepers` after it: a worker going to sleep either sees
      * the new word or is seen and woken (it counts itself before its last look). */
     atomic_store(&rstf_team.region, count << RSTF_SIZE_BITS | (n - 1));
-    if (atomic_load(&rstf_team.sleepers)) rstf_futex_wake_all(&rstf_team.region);
+    if (atomic_load(&rstf_team.sleepers)) {
+        rstf_unstack_sleepers();
+        rstf_futex_wake_all(&rstf_team.region);
+    }
     rstf_tnum = 0, rstf_tsize = n, rstf_in_region = 1;
     fn(data);
     rstf_tnum = 0, rstf_tsize = 1, rstf_in_region = 0;
