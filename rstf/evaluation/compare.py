@@ -329,7 +329,7 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
         run_engine("reference", gpath, [], in_path, fetches, 0, EIGEN_ENV, save)
         with np.load(save) as ref_npz:
             ref = {t: ref_npz[f"out{i}"] for i, t in enumerate(fetches)}
-        onednn = _onednn_per_subgraph(gpath, graph, codes, ref, tmp)
+        onednn = _onednn_per_subgraph(graph, codes, ref, tmp)
 
     def value(t):
         return ref[t] if t in ref else graph.const_value(t)
@@ -379,7 +379,7 @@ def compare_per_subgraph(model: str, out_dir: str, inputs: str | None = None,
             "input_values": sources}
 
 
-def _onednn_per_subgraph(gpath: str, graph, codes, ref: dict, tmp: str) -> dict:
+def _onednn_per_subgraph(graph, codes, ref: dict, tmp: str) -> dict:
     """{subgraph output tensor: its value from stock TF with oneDNN}, each subgraph's nodes
     fed its inputs' values in `ref` (Eigen's), as its custom op is fed. Subgraphs share a
     run unless one's output is another's input: a fed tensor that is fetched returns the
@@ -397,13 +397,48 @@ def _onednn_per_subgraph(gpath: str, graph, codes, ref: dict, tmp: str) -> dict:
             rounds.append((fed, fetched))
     values = {}
     for k, (fed, fetched) in enumerate(rounds):
-        in_path, save = (os.path.join(tmp, f"onednn{k}.{x}.npz") for x in ("in", "out"))
-        np.savez(in_path, **{t: ref[t] for t in sorted(fed)})
+        in_path, save, cut_path = (os.path.join(tmp, f"onednn{k}.{x}")
+                                   for x in ("in.npz", "out.npz", "pb"))
+        cut, names = fed_as_placeholders(graph.graph_def, {t: ref[t] for t in fed})
+        with open(cut_path, "wb") as f:
+            f.write(cut.SerializeToString())
+        np.savez(in_path, **{names[t]: ref[t] for t in sorted(fed)})
         fetch = sorted(fetched)
-        run_engine("TF oneDNN", gpath, [], in_path, fetch, 0, ONEDNN_ENV, save)
+        run_engine("TF oneDNN", cut_path, [], in_path, fetch, 0, ONEDNN_ENV, save)
         with np.load(save) as npz:
             values.update((t, npz[f"out{i}"]) for i, t in enumerate(fetch))
     return values
+
+
+def fed_as_placeholders(graph_def, values: dict) -> tuple[object, dict[str, str]]:
+    """A copy of `graph_def` in which every data input reading a tensor of `values`
+    ("node:k" -> array) reads a new Placeholder of that value's dtype and shape instead:
+    (the copy, {tensor: the Placeholder's tensor name}). Why not feed the tensors themselves:
+    with oneDNN on, TF's graph rewrites fuse a node with its consumers (a Conv2D with the
+    add after it) even when the node's output is fed, and the run then fails to find it."""
+    from ..frontend.tfutil import tf
+
+    out = tf.compat.v1.GraphDef()
+    out.CopyFrom(graph_def)
+    taken = {n.name for n in out.node}
+    names: dict[str, str] = {}
+    for i, (t, v) in enumerate(sorted(values.items())):
+        name = f"rstf_fed_{i}"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        p = out.node.add(name=name, op="Placeholder")
+        p.attr["dtype"].type = tf.as_dtype(np.asarray(v).dtype).as_datatype_enum
+        p.attr["shape"].shape.CopyFrom(tf.TensorShape(np.shape(v)).as_proto())
+        names[t] = f"{name}:0"
+    for n in out.node:
+        for j, inp in enumerate(n.input):
+            if inp.startswith("^"):
+                continue
+            key = inp if ":" in inp else f"{inp}:0"
+            if key in names:
+                n.input[j] = names[key]
+    return out, names
 
 
 def _first_bad_node(graph, sg, value, rtol, run_subgraph_c, generate_subgraph):
