@@ -33,6 +33,8 @@ import sys
 
 import numpy as np
 
+# Read once, when TensorFlow is imported, and rstf's modules import it: before them.
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -83,7 +85,6 @@ def main(argv=None) -> int:
     p.add_argument("shapes", nargs="*", default=DEFAULT_SHAPES, metavar="MxKxN")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"  # read once, when TensorFlow is imported
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 

@@ -8,8 +8,8 @@ from harness import assert_tf_bits, tf
 from poly_cases import NATIVE, _run_both, _subgraph, at_l2
 from rstf.poly.target import AVX2
 from rstf.opgen import kslices
-from rstf.opgen.kslices import EIGEN_K_CAP, tf_k_plan, tf_k_slices
-from rstf.opgen.linalg import k_slices
+from rstf.opgen.kslices import EIGEN_K_CAP, tf_k_plan, tf_k_slices, tf_matvec_blocks
+from rstf.opgen.linalg import product_order
 from rstf.poly import optimize_source, raise_subgraph
 from rstf.poly.kslices import fold_k_slices
 
@@ -73,14 +73,44 @@ def test_batch_matmul_gives_tensorflows_bits():
     assert "k slices 4" in sg.source
 
 
-@pytest.mark.parametrize("m,n", [(1, 16), (8, 1)])
-def test_matrix_vector_products_keep_one_chain(m, n):
-    """TensorFlow's matrix-vector kernel takes another order: one chain, no scratch."""
-    w = np.ones((700, n), np.float32)
+@pytest.mark.parametrize("k,n,size", [(127, 40, 127), (128, 40, 16), (1408, 1000, 16),
+                                      (200, 8000, 4), (200, 7999, 16)])
+def test_matvec_blocks_are_eigens(k, n, size):
+    blocks = tf_matvec_blocks(k, n)
+    assert all(len(b) == 1 for b in blocks) and blocks[0][0] == (0, min(k, size))
+    assert [b[0][1] for b in blocks][-1] == k and len(blocks) == -(-k // size)
+
+
+# One-row products are Eigen's matrix-vector kernel (blocks of 16 along k, products rounded
+# before the sum), a classifier's Dense and a squeeze-and-excite block's 1x1 convolutions
+# on their 1x1 map alike; a short k is one block.
+@pytest.mark.parametrize("k,n", [(700, 64), (90, 24), (200, 8100)])
+def test_matrix_vector_products_give_tensorflows_bits(k, n):
+    sg = assert_tf_bits(*_matmul(1, k, n))
+    assert f"k slices {len(tf_matvec_blocks(k, n))}" in sg.source
+
+
+def test_pointwise_conv_on_a_one_pixel_map_gives_tensorflows_bits():
+    w = (rng.standard_normal((1, 1, 352, 88)) / np.sqrt(352)).astype(np.float32)
+    b = rng.standard_normal(88).astype(np.float32)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 1, 1, 352], name="x")
+        y = tf.nn.conv2d(x, w, 1, "VALID")
+        tf.identity(tf.nn.sigmoid(tf.nn.bias_add(y, b)), name="out")
+    sg = assert_tf_bits(build, {"x": rng.random_sample((1, 1, 1, 352)).astype(np.float32)})
+    assert "k slices 22" in sg.source
+
+
+@pytest.mark.parametrize("m,n,tb", [(1, 16, True), (8, 1, False)])
+def test_other_vector_products_keep_one_chain(m, n, tb):
+    """A one-column product and a one-row product of a transposed B: another of TF's
+    kernels, which rstf does not follow: one chain, no scratch."""
+    w = np.ones((n, 700) if tb else (700, n), np.float32)
 
     def build():
         x = tf.compat.v1.placeholder(tf.float32, [m, 700], name="x")
-        tf.identity(tf.matmul(x, w), name="out")
+        tf.identity(tf.matmul(x, w, transpose_b=tb), name="out")
     _, sg = _subgraph(build)
     assert "k slices 1" in sg.source and "scratch" not in sg.source
 
@@ -110,13 +140,24 @@ def test_poly_runs_the_slices_in_one_kernel(m, k, n, two_cores):
     columns), short chunks of rows."""
     build, feeds = _matmul(m, k, n)
     info, new, sg = _optimized(build, feeds)
-    plan = k_slices("float", m, k, n)
+    plan = product_order("float", m, k, n).blocks
     assert all(len(b) == 1 for b in plan) and len(plan) > 1, plan
     kc = plan[0][0][1]
     assert {(t["node"], t["statement"]) for t in info["tiled"]} == {("MatMul", "S1")}
     assert f"c{kc}_" in new and "K_all" in new
     assert info["statements"] == len(raise_subgraph(sg.source, sg.entry).statements) \
         - 3 * (len(plan) - 1)
+
+
+@pytest.mark.parametrize("k,n", [(1408, 1000), (352, 88), (200, 8100)])
+def test_poly_runs_a_matrix_vector_product_in_one_kernel(k, n, two_cores):
+    """Eigen's matrix-vector order (blocks of 16 or 4, unfused steps) folds into one kernel
+    statement too, and gives the textbook C's bits."""
+    build, feeds = _matmul(1, k, n)
+    info, new, sg = _optimized(build, feeds)
+    size = tf_matvec_blocks(k, n)[0][0][1]
+    assert {(t["node"], t["statement"]) for t in info["tiled"]} == {("MatMul", "S1")}
+    assert f"c{size}_" in new and "K_all" in new
 
 
 def test_poly_slices_on_a_16_register_target(two_cores):
@@ -154,7 +195,7 @@ def test_fold_needs_the_whole_pattern(two_cores):
         out = fold_k_slices(scop)
         marked = [s.k_slice for s in out.statements if s.k_slice]
         assert (out is not scop) == folded
-        kc = k_slices("float", 8, k, 16)[0][0][1]
+        kc = product_order("float", 8, k, 16).blocks[0][0][1]
         assert marked == ([("k", kc)] if folded else [])
 
 

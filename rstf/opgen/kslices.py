@@ -21,7 +21,7 @@ Measured against TF's MatMul on an AVX2 host (`benchmarks/tf_contraction_order.p
 BERT's projections (128 x 768 x 768, 128 x 768 x 3072, 128 x 3072 x 768) and a 1x1
 convolution's 196 x 480 x 80 give TF's bits in every output with these slices, and one
 chain differs in 90% or more of them. A one-row product is Eigen's matrix-vector kernel
-(not these slices).
+(not these slices, and not fused: `tf_matvec_blocks`).
 
 Which blocking a product gets is Eigen's decision, made per call from its cost model
 (TensorContractionThreadPool's `evalProductImpl`), and `tf_k_plan` follows it for MatMul
@@ -56,6 +56,11 @@ import functools
 
 # Eigen's cap on a multi-threaded contraction's k block (GeneralBlockPanelKernel.h).
 EIGEN_K_CAP = 320
+# Eigen's matrix-vector kernel (GeneralMatrixVector.h, column-major) sums k in blocks of
+# these many columns: all of k below EIGEN_GEMV_WHOLE_K, else 16 while a column (n
+# floats) is under EIGEN_GEMV_WIDE_BYTES, else 4.
+EIGEN_GEMV_WHOLE_K = 128
+EIGEN_GEMV_WIDE_BYTES = 32000
 # TF rounds its equal slices up to a multiple of the packet size, at least 8.
 SLICE_ROUND = 8
 
@@ -180,6 +185,18 @@ def _shard_by_k(m: int, n: int, k: int, nt: int, ntk: int, l3: int) -> bool:
     if (n == 1 or ntk < 2 or ntk < nt or m * n * 4 > l3 / ntk or k // ntk < 2 * nr):
         return False
     return max(m, n) // nt < nr or (k // ntk > 8 * nr and (min(m, n) < 2 * nr or ntk > nt))
+
+
+def tf_matvec_blocks(k: int, n: int) -> list[list[tuple[int, int]]]:
+    """How TensorFlow sums a one-row float product [1, k] x [k, n] (its B row-major, as a
+    Dense layer's or a 1x1 convolution's weight): Eigen's matrix-vector kernel, whatever the
+    machine. Each block of k is a chain of products from zero, each product rounded and then
+    added (the wheel builds Eigen's own kernels without FMA), and the blocks' sums are added
+    in turn; as `tf_k_plan`'s plans, blocks of one slice each."""
+    if k < EIGEN_GEMV_WHOLE_K:
+        return [[(0, k)]]
+    size = 16 if 4 * n < EIGEN_GEMV_WIDE_BYTES else 4
+    return [[(lo, min(k, lo + size))] for lo in range(0, k, size)]
 
 
 def tf_k_plan(rows: int, k: int, cols: int, pool: int | None = None,

@@ -2,24 +2,37 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from ..frontend.graph import Graph, Node
 from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, broadcast_indices,
                    index_names, op_handler, render, subscript)
-from .kslices import tf_k_plan, tf_k_slices
+from .kslices import tf_k_plan, tf_k_slices, tf_matvec_blocks
 from .window import check_window_attrs, window
 
 
-def k_slices(ct: str, M: int, K: int, N: int, batched: bool = False) -> list[list[tuple]]:
-    """The blocks of k slices a float product [M, K] x [K, N] is summed in (the `k_sliced`
-    macro's `blocks`), TensorFlow's on this machine (opgen.kslices `tf_k_plan`; a batched
-    matmul, whose threads TF spends over the batch, in its multi-threaded slices); one
-    chain where TF's kernel is another: a matrix-vector product (M or N of 1: Eigen's own
-    kernel) or a double product (Eigen's kernel without TF's slices)."""
-    if ct != "float" or M == 1 or N == 1:
-        return [[(0, K)]]
+class ProductOrder(NamedTuple):
+    """How a float product [M, K] x [K, N] is summed: `blocks` of k slices (the `k_sliced`
+    macro's), and whether each step is one fused multiply-add (`fused`, oneDNN's sgemm) or
+    a product rounded and then added (Eigen's own kernels, as the TF wheel builds them)."""
+    blocks: list[list[tuple]]
+    fused: bool = True
+
+
+def product_order(ct: str, M: int, K: int, N: int, batched: bool = False,
+                  b_transposed: bool = False) -> ProductOrder:
+    """TensorFlow's order on this machine: a one-row product with B row-major (M of 1) is
+    Eigen's matrix-vector kernel (opgen.kslices `tf_matvec_blocks`), any other
+    `tf_k_plan`'s (a batched matmul, whose threads TF spends over the batch, in its
+    multi-threaded slices). One fused chain where TF's kernel is another that rstf does not
+    follow: a one-column product (N of 1), a one-row product of a transposed B or in a
+    batch, and a double product (Eigen's kernel without TF's slices)."""
+    if ct != "float" or N == 1 or M == 1 and (batched or b_transposed):
+        return ProductOrder([[(0, K)]])
+    if M == 1:
+        return ProductOrder(tf_matvec_blocks(K, N), fused=False)
     plan = None if batched else tf_k_plan(M, K, N)
-    return plan or [[s] for s in tf_k_slices(K)]
+    return ProductOrder(plan or [[s] for s in tf_k_slices(K)])
 
 
 def k_scratch(blocks: list[list[tuple]], shape, ct: str) -> list[ArrayParam]:
@@ -67,11 +80,13 @@ class Conv2D(OpHandler):
         # A 1x1 convolution is TF's matrix product [N*OH*OW, IC] x [IC, OC], in its k
         # slices; a wider window's reduction runs over (kh, kw, ic), one chain.
         pointwise = KH == KW == 1 and G == 1 and not win.guards
-        slices = k_slices(ct, N * OH * OW, IC, OC) if pointwise else [[(0, IC)]]
+        order = product_order(ct, N * OH * OW, IC, OC) if pointwise else \
+            ProductOrder([[(0, IC)]])
+        slices = order.blocks
         body = render("ops/conv2d.c.j2", N=N, OH=OH, OW=OW, OC=OC, KH=KH, KW=KW, IC=ws[2],
                       G=G, OCG=OC // G, ih=win.ih, iw=win.iw, guards=win.guards, out="y",
                       inp="x", filt="w", fs=self.literal_suffix(node), slices=slices,
-                      ms=self.math_suffix(node))
+                      fused=order.fused, ms=self.math_suffix(node))
         return OpFunction(
             body, [ArrayParam("x", xs, ct), ArrayParam("w", ws, ct)],
             [ArrayParam("y", node.out_shapes[0], ct)],
@@ -105,8 +120,10 @@ class MatMul(OpHandler):
         M, N = node.out_shapes[0]
         K = a_shape[0] if ta else a_shape[1]
         ct = self.ctype(node)
-        slices = k_slices(ct, M, K, N)
+        order = product_order(ct, M, K, N, b_transposed=tb)
+        slices = order.blocks
         body = render("ops/matmul.c.j2", M=M, N=N, K=K, out="c", slices=slices,
+                      fused=order.fused,
                       a="a[k][i]" if ta else "a[i][k]", b="b[j][k]" if tb else "b[k][j]",
                       fs=self.literal_suffix(node), ms=self.math_suffix(node))
         return OpFunction(body, [ArrayParam("a", a_shape, ct), ArrayParam("b", b_shape, ct)],
@@ -169,7 +186,7 @@ class BatchMatMul(OpHandler):
         a_sub = broadcast_indices(a[:-2], bshape, bidx) + (["k", "i"] if ax else ["i", "k"])
         b_sub = broadcast_indices(b[:-2], bshape, bidx) + (["j", "k"] if ay else ["k", "j"])
         ct = self.ctype(node)
-        slices = k_slices(ct, M, K, N, batched=True)
+        slices = product_order(ct, M, K, N, batched=True).blocks
         body = render("ops/batch_matmul.c.j2", bidx=bidx, bshape=bshape, M=M, N=N, K=K,
                       out="c", a=subscript("a", a_sub), b=subscript("b", b_sub), slices=slices,
                       fs=self.literal_suffix(node), ms=self.math_suffix(node))

@@ -86,9 +86,9 @@ def find_contraction(s: Statement, scop: Scop, t: Target) -> Kernel | None:
             kern.k2 = c_of[k2]
             kern.k2_lo, kern.k2_hi = box[k2]
         if s.k_slice:
-            # k in TensorFlow's slices (poly/kslices.py): a kernel of one reduction level,
-            # fused steps, over the whole of k from 0, restarting every kc steps.
-            if isl_name(s.k_slice[0]) != k or kern.k2 or vec_a or not kern.fused or k_lo:
+            # k in TensorFlow's slices (poly/kslices.py): a kernel of one reduction level
+            # over the whole of k from 0, restarting every kc steps.
+            if isl_name(s.k_slice[0]) != k or kern.k2 or vec_a or k_lo:
                 continue
             kern.kc = s.k_slice[1]
         # A short whole reduction: the next loop out runs inside the kernel too, and the

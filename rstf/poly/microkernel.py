@@ -345,7 +345,7 @@ def _sliced_loop(shape: Shape, loop: str) -> str:
     sums are added in turn, `((s0 + s1) + s2) + ...`, in a stack copy of the tile (the
     registers hold the slice being summed), the last addition back into the accumulators
     for the kernel's stores or epilogue."""
-    assert not (shape.two or shape.vec_a or shape.slide) and shape.fused, shape
+    assert not (shape.two or shape.vec_a or shape.slide), shape
     vecs = vectors(shape.width, shape.vl)
 
     def each_row(stmt) -> str:
