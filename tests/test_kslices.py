@@ -160,6 +160,41 @@ def test_poly_runs_a_matrix_vector_product_in_one_kernel(k, n, two_cores):
     assert f"c{size}_" in new and "K_all" in new
 
 
+def test_poly_matrix_vector_epilogue_over_a_tile_and_its_masked_rest(two_cores):
+    """28 columns: a kernel of 16 and a masked one of 12 lanes, each with the bias and relu
+    in its registers; their epilogue kernels are named apart (they once collided)."""
+    w = (rng.standard_normal((1, 1, 448, 28)) / np.sqrt(448)).astype(np.float32)
+    b = rng.standard_normal(28).astype(np.float32)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 1, 1, 448], name="x")
+        r = tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "VALID"), b)
+        tf.identity(r * tf.sigmoid(r), name="out")
+    info, new, _ = _optimized(build, {"x": rng.random_sample((1, 1, 1, 448)).astype(np.float32)})
+    assert "rstf_mke0_1x16uc16(" in new and "rstf_mke0_1x16um4c16(" in new
+
+
+def test_poly_squeeze_and_excite_gives_the_textbook_bits(two_cores):
+    """A squeeze-and-excite block's reduce and expand convolutions on the pooled one-pixel
+    map (Eigen's matrix-vector order, k of 352 and of 22), with swish and a sigmoid over 22
+    and 352 channels (the last 6 of 22 on TF's scalar path): the poly build is the textbook
+    C's bits, and they are TensorFlow's."""
+    w1 = (rng.standard_normal((1, 1, 352, 22)) / np.sqrt(352)).astype(np.float32)
+    w2 = (rng.standard_normal((1, 1, 22, 352)) / np.sqrt(22)).astype(np.float32)
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 6, 6, 352], name="x")
+        m = tf.reduce_mean(x, axis=[1, 2], keepdims=True)
+        r = tf.nn.conv2d(m, w1, 1, "VALID") + 0.1
+        r = r * tf.sigmoid(r)
+        e = tf.sigmoid(tf.nn.conv2d(r, w2, 1, "VALID") - 0.2)
+        tf.identity(x * e, name="out")
+    feeds = {"x": rng.random_sample((1, 6, 6, 352)).astype(np.float32)}
+    info, new, sg = _optimized(build, feeds)
+    assert "rstf_logistic_tailf" in sg.source and "k slices 22" in sg.source
+    assert_tf_bits(build, feeds)  # and the textbook C is TensorFlow's
+
+
 def test_poly_slices_on_a_16_register_target(two_cores):
     """AVX2's kernels run 8 steps a trip of k (kloop.blocked_loop), their panel prefetches
     spread over the whole of K: each slice's trips and its share of the lines."""

@@ -51,6 +51,47 @@ def test_transcendental_elementwise_bit_identical_to_tensorflow(op):
     assert_tf_bits(build, {"x": x})
 
 
+def _tf_vector_path(fn, x):
+    """fn's TensorFlow bits for each of x on Eigen's vector path (a multiple of 8 elements)."""
+    pad = np.concatenate([x, np.ones(-x.size % 8, np.float32)])
+    with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+        return sess.run(fn(tf.constant(pad)))[:x.size]
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "Exp", "Reciprocal"])
+@pytest.mark.parametrize("shape", [(4007,), (1, 1, 1, 6), (1, 3, 3, 22), (3, 5)])
+def test_the_last_elements_take_tensorflows_scalar_path(op, shape):
+    """A tensor's last (size mod 8) elements go through Eigen's scalar functions (Sigmoid and
+    Exp: the C library's expf; Reciprocal: a division). Those elements are inputs where the
+    scalar path's bits differ from the vector path's, so only the scalar path passes."""
+    import ctypes
+
+    expf = ctypes.CDLL("libm.so.6").expf
+    expf.restype, expf.argtypes = ctypes.c_float, [ctypes.c_float]
+    fn = {"Sigmoid": tf.sigmoid, "Exp": tf.exp, "Reciprocal": tf.math.reciprocal}[op]
+
+    def scalar(v):
+        if op == "Exp":
+            return np.float32(expf(v))
+        if op == "Reciprocal":
+            return np.float32(1) / v
+        e = np.float32(expf(min(v, np.float32(16.6355324))))
+        return e / (np.float32(1) + e)
+    lo, hi = {"Sigmoid": (-20, 20), "Exp": (-20, 20), "Reciprocal": (0.5, 2)}[op]
+    cands = np.random.RandomState(7).uniform(lo, hi, 4000).astype(np.float32)
+    vec = _tf_vector_path(fn, cands)
+    differ = [v for v, w in zip(cands, vec) if scalar(v).view(np.uint32) != w.view(np.uint32)]
+    size = int(np.prod(shape))
+    n = size % 8
+    assert len(differ) >= n
+    x = np.concatenate([np.random.RandomState(8).uniform(lo, hi, size - n).astype(np.float32),
+                        np.array(differ[:n], np.float32)]).reshape(shape)
+
+    def build():
+        tf.identity(fn(ph(shape)), name="out")
+    assert_tf_bits(build, {"x": x})
+
+
 def test_rsqrt_bit_identical_to_tensorflow():
     """Float Rsqrt is the processor's estimate refined as TensorFlow refines it
     (rstf/cgen/tfmath.py): the same bits on the same machine, where 1 / sqrtf differs."""

@@ -18,7 +18,9 @@ flushed denormals TensorFlow runs with (`benchmarks/tfmath_exhaustive.py`): no d
 any of them. The tests check a dense sweep and the special values through TensorFlow.
 Where TensorFlow differs from itself: the last (size mod 8) elements of a tensor go through
 Eigen's scalar path, which for exp and sigmoid calls the C library's `expf` instead (within a
-few ulp of these); tanh and erf use the same formula there. Rsqrt and the reciprocal are the
+few ulp of these), and for the reciprocal divides; tanh and erf use the same formula there.
+rstf's elementwise ops compute those elements that way too (`LOGISTIC_TAILF`,
+opgen.elementwise `_Elementwise.float_tail_expr`). Rsqrt and the reciprocal are the
 processor's own estimates refined once (RSQRTF, RECIPF), so their bits are those TensorFlow
 gives on the same machine.
 
@@ -224,9 +226,24 @@ static inline float rstf_recipf(float x)
 }
 """
 
+# TensorFlow's scalar path of the sigmoid (Eigen's scalar_logistic_op<float>::operator()),
+# which a tensor's last (size mod 8) elements take: the C library's expf, then e / (1 + e).
+# rstf's elementwise ops call it there (opgen.elementwise `_Elementwise.float_tail_expr`);
+# Exp's scalar path is expf itself and Reciprocal's an exact division.
+LOGISTIC_TAILF = """\
+/* 1 / (1 + exp(-x)) in float as TensorFlow computes a tensor's last (size mod 8) elements:
+   Eigen's scalar path, expf of x capped at 16.6355324, then e / (1 + e) (rstf/cgen/tfmath.py). */
+static inline float rstf_logistic_tailf(float x)
+{
+    const float e = expf(16.6355324f < x ? 16.6355324f : x);
+    return e / (1.0f + e);
+}
+"""
+
 # Each function's definition, in the order a file defines them.
 FUNCTIONS = {"rstf_expf": EXPF, "rstf_logisticf": LOGISTICF, "rstf_tanhf": TANHF,
-             "rstf_erff": ERFF, "rstf_rsqrtf": RSQRTF, "rstf_recipf": RECIPF}
+             "rstf_erff": ERFF, "rstf_rsqrtf": RSQRTF, "rstf_recipf": RECIPF,
+             "rstf_logistic_tailf": LOGISTIC_TAILF}
 
 
 def definitions(called) -> str:

@@ -11,18 +11,37 @@ NUMBERS = FLOAT | INTEGER
 BOOL = frozenset({np.dtype(np.bool_)})
 
 
+# TensorFlow's float kernels evaluate Eigen's packets of 8 and then, one at a time, the
+# last (size mod 8) elements of the tensor, through Eigen's scalar functions.
+TF_PACKET = 8
+
+
 class _Elementwise(OpHandler):
     """Shared emission: `expr` is a format string over the operand reads {0}, {1}, ...;
-    `float_expr`, where set, replaces it for float32 (TensorFlow's own float functions)."""
+    `float_expr`, where set, replaces it for float32 (TensorFlow's own float functions), and
+    `float_tail_expr`, where set, for the tensor's last (size mod 8) elements, where
+    TensorFlow's scalar path computes another function (Sigmoid's and Exp's expf)."""
 
     expr = "{0}"
     float_expr = None
+    float_tail_expr = None
     keeps_samples_apart = True  # broadcasting aside, point n of the output reads point n
 
-    def expression(self, node: Node, operands: list[str], graph: Graph) -> str:
+    def expression(self, node: Node, operands: list[str], graph: Graph,
+                   tail: bool = False) -> str:
         m = self.math_suffix(node)
         expr = self.float_expr if m == "f" and self.float_expr else self.expr
+        if tail and m == "f" and self.float_tail_expr:
+            expr = self.float_tail_expr
         return expr.format(*operands, f=self.literal_suffix(node), m=m)
+
+    def tail_start(self, node: Node) -> int | None:
+        """The flat index from which TensorFlow's scalar path computes this op's output,
+        where it computes another function there; else None."""
+        size = int(np.prod(node.out_shapes[0], dtype=np.int64))
+        if self.math_suffix(node) != "f" or not self.float_tail_expr or not size % TF_PACKET:
+            return None
+        return size - size % TF_PACKET
 
     def emit(self, node: Node, graph: Graph) -> OpFunction:
         out_shape = node.out_shapes[0]
@@ -32,8 +51,13 @@ class _Elementwise(OpHandler):
             shape = graph.tensor_shape(t)
             ins.append(ArrayParam(f"x{k}", shape, self.input_ctype(graph, t)))
             reads.append(subscript(f"x{k}", broadcast_indices(shape, out_shape, idx)))
+        tail = self.tail_start(node)
+        flat = " + ".join(f"{v} * {int(np.prod(out_shape[d + 1:], dtype=np.int64))}"
+                          for d, v in enumerate(idx)) if idx else "0"
         body = render("ops/elementwise.c.j2", idx=idx, shape=out_shape, out="y",
-                      expr=self.expression(node, reads, graph))
+                      expr=self.expression(node, reads, graph), tail=tail, flat=flat,
+                      tail_expr=tail is not None and self.expression(node, reads, graph,
+                                                                     tail=True))
         shapes = " , ".join(str(list(p.shape)) for p in ins)
         return OpFunction(body, ins, [ArrayParam("y", out_shape, self.ctype(node))],
                           summary=f"{node.op} {shapes} -> {list(out_shape)}")
@@ -79,6 +103,7 @@ class Minimum(_Elementwise):
 class Sigmoid(_Elementwise):
     expr = "1.0{f} / (1.0{f} + exp{m}(-{0}))"
     float_expr = "rstf_logisticf({0})"
+    float_tail_expr = "rstf_logistic_tailf({0})"
 
 
 @op_handler("Tanh")
@@ -91,6 +116,7 @@ class Tanh(_Elementwise):
 class Exp(_Elementwise):
     expr = "exp{m}({0})"
     float_expr = "rstf_expf({0})"
+    float_tail_expr = "expf({0})"
 
 
 @op_handler("Sqrt")
@@ -130,6 +156,7 @@ class Rsqrt(_Elementwise):
 class Reciprocal(_Elementwise):
     expr = "1.0{f} / {0}"
     float_expr = "rstf_recipf({0})"  # TensorFlow's own (rstf/cgen/tfmath.py)
+    float_tail_expr = "1.0f / {0}"
 
 
 @op_handler("Add", "AddV2")

@@ -117,10 +117,12 @@ class RegisterEpilogue:
     lines: dict = dataclasses.field(default_factory=dict)
 
     def name(self, k: Kernel, rows: int | None = None) -> str:
-        """The kernel of `rows` rows, or (None) the dispatcher over the chunk sizes."""
+        """The kernel of `rows` rows, or (None) the dispatcher over the chunk sizes; named
+        for its shape's tag too, as a tile's kernel and its masked remainder's may have the
+        same rows and width."""
         if rows is None:
-            return f"rstf_mkve{self.call}_{k.rb}x{k.width}"
-        return f"rstf_mke{self.call}_{rows}x{k.width}"
+            return f"rstf_mkve{self.call}_{k.rb}x{k.width}{k.shape.tag}"
+        return f"rstf_mke{self.call}_{rows}x{k.width}{k.shape.tag}"
 
 
 def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
