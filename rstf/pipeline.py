@@ -169,6 +169,8 @@ def dynamic_graphs(model, input_shapes, outputs, graph: Graph, log,
 _LOAD_REWRITES = (
     ("bypassed", "bypassed {n} pass-through nodes (Identity, IdentityN...)"),
     ("folded", "folded {n} constant subexpressions"),
+    ("divisions_reciprocated", "made {n} divisions by constants multiplies by their "
+                               "reciprocals, as TensorFlow's Grappler does"),
     ("tf_scales_folded", "folded {n} multiplies into the Conv2D filters before them, as "
                          "TensorFlow's Grappler does"),
     ("batch_shapes_fixed", "made {n} shapes computed from the dynamic batch constant "
@@ -442,6 +444,7 @@ def _report(graph: Graph, placeholders, codes: list[SubgraphCode], op_types, nod
         "options": {"max_ops": max_ops, "march": march},
         "nodes_folded": len(graph.folded),
         "tf_scales_folded": len(graph.tf_scales_folded),
+        "divisions_reciprocated": len(graph.divisions_reciprocated),
         "add_trees_reordered": len(graph.add_trees_reordered),
         "scales_folded": len(graph.scales_folded),
         "tensordots_merged": len(graph.tensordots_merged),

@@ -69,6 +69,8 @@ class Graph:
         self.bypassed: list[str] = []
         # Muls folded into conv filters as Grappler folds them (rstf.frontend.scalefold)
         self.tf_scales_folded: list[str] = []
+        # divisions by constants now multiplies, as Grappler runs them (rstf.frontend.divfold)
+        self.divisions_reciprocated: list[str] = []
         self.scales_folded: list[str] = []  # more, under --fold-scales on
         # roots of Add trees now summed in Grappler's order (rstf.frontend.addtrees)
         self.add_trees_reordered: list[str] = []
@@ -282,6 +284,8 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     - shape arithmetic over a dynamic batch becomes constant (rstf.frontend.batchshape;
       `batch_shapes_fixed`);
     - nodes computable from constants alone are evaluated (rstf.frontend.fold; `folded`);
+    - a float division by a constant becomes a multiply by its reciprocal, as Grappler runs
+      it (rstf.frontend.divfold; `divisions_reciprocated`);
     - a constant multiply after a Conv2D goes into its filter where TensorFlow's Grappler
       puts it (rstf.frontend.scalefold, rule "tensorflow"; `tf_scales_folded`);
     - trees of additions are summed in the order Grappler's arithmetic optimizer sums them
@@ -335,12 +339,14 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
         gd, batch_shapes = constant_batch_shapes(gd, outs)
     if batch_pins:
         _pin_placeholders(gd, batch_pins)
-    tf_scales, add_trees = [], []
+    tf_scales, add_trees, divisions = [], [], []
     if fold:
         from .addtrees import grappler_shapes, has_add_trees, sum_in_tf_order
+        from .divfold import reciprocal_divisions
         from .scalefold import fold_scales as fold_scale_muls
 
         gd, folded = fold_constants(gd, outs)
+        gd, divisions = reciprocal_divisions(gd)
         # Grappler's symbolic shapes, which its rewrites consult (computed once, if needed;
         # folding a Mul into a conv makes no addition read another)
         trees = has_add_trees(gd)
@@ -365,6 +371,7 @@ def load_model(path: str, input_shapes: dict[str, tuple[int, ...]] | None = None
     graph.folded = folded
     graph.bypassed = bypassed
     graph.tf_scales_folded = tf_scales
+    graph.divisions_reciprocated = divisions
     graph.add_trees_reordered = add_trees
     graph.scales_folded = scales
     graph.tensordots_merged = merged
