@@ -416,6 +416,7 @@ def fed_as_placeholders(graph_def, values: dict) -> tuple[object, dict[str, str]
     (the copy, {tensor: the Placeholder's tensor name}). Why not feed the tensors themselves:
     with oneDNN on, TF's graph rewrites fuse a node with its consumers (a Conv2D with the
     add after it) even when the node's output is fed, and the run then fails to find it."""
+    from ..frontend.names import fresh_name, split_tensor, tensor_name
     from ..frontend.tfutil import tf
 
     out = tf.compat.v1.GraphDef()
@@ -423,21 +424,16 @@ def fed_as_placeholders(graph_def, values: dict) -> tuple[object, dict[str, str]
     taken = {n.name for n in out.node}
     names: dict[str, str] = {}
     for i, (t, v) in enumerate(sorted(values.items())):
-        name = f"rstf_fed_{i}"
-        while name in taken:
-            name += "_"
+        name = fresh_name(taken, f"rstf_fed_{i}")
         taken.add(name)
         p = out.node.add(name=name, op="Placeholder")
         p.attr["dtype"].type = tf.as_dtype(np.asarray(v).dtype).as_datatype_enum
         p.attr["shape"].shape.CopyFrom(tf.TensorShape(np.shape(v)).as_proto())
-        names[t] = f"{name}:0"
+        names[t] = tensor_name(name, 0)
     for n in out.node:
         for j, inp in enumerate(n.input):
-            if inp.startswith("^"):
-                continue
-            key = inp if ":" in inp else f"{inp}:0"
-            if key in names:
-                n.input[j] = names[key]
+            if not inp.startswith("^") and tensor_name(*split_tensor(inp)) in names:
+                n.input[j] = names[tensor_name(*split_tensor(inp))]
     return out, names
 
 

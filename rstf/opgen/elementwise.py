@@ -5,7 +5,8 @@ import numpy as np
 
 from ..frontend.graph import Graph, Node
 from .base import (ALL_DTYPES, C_TYPES, FLOAT, INTEGER, ArrayParam, OpFunction, OpHandler,
-                   Unsupported, broadcast_indices, index_names, op_handler, render, subscript)
+                   Unsupported, broadcast_indices, index_names, numel, op_handler, render,
+                   subscript)
 
 NUMBERS = FLOAT | INTEGER
 BOOL = frozenset({np.dtype(np.bool_)})
@@ -29,16 +30,17 @@ class _Elementwise(OpHandler):
 
     def expression(self, node: Node, operands: list[str], graph: Graph,
                    tail: bool = False) -> str:
+        """The C expression; `tail`: the one of TF's scalar path (where `tail_start` has
+        said there is one)."""
         m = self.math_suffix(node)
         expr = self.float_expr if m == "f" and self.float_expr else self.expr
-        if tail and m == "f" and self.float_tail_expr:
-            expr = self.float_tail_expr
-        return expr.format(*operands, f=self.literal_suffix(node), m=m)
+        return (self.float_tail_expr if tail else expr).format(
+            *operands, f=self.literal_suffix(node), m=m)
 
     def tail_start(self, node: Node) -> int | None:
         """The flat index from which TensorFlow's scalar path computes this op's output,
         where it computes another function there; else None."""
-        size = int(np.prod(node.out_shapes[0], dtype=np.int64))
+        size = numel(node.out_shapes[0])
         if self.math_suffix(node) != "f" or not self.float_tail_expr or not size % TF_PACKET:
             return None
         return size - size % TF_PACKET
@@ -52,12 +54,12 @@ class _Elementwise(OpHandler):
             ins.append(ArrayParam(f"x{k}", shape, self.input_ctype(graph, t)))
             reads.append(subscript(f"x{k}", broadcast_indices(shape, out_shape, idx)))
         tail = self.tail_start(node)
-        flat = " + ".join(f"{v} * {int(np.prod(out_shape[d + 1:], dtype=np.int64))}"
-                          for d, v in enumerate(idx)) if idx else "0"
+        flat = " + ".join(f"{v} * {numel(out_shape[d + 1:])}"
+                          for d, v in enumerate(idx)) or "0"
         body = render("ops/elementwise.c.j2", idx=idx, shape=out_shape, out="y",
                       expr=self.expression(node, reads, graph), tail=tail, flat=flat,
-                      tail_expr=tail is not None and self.expression(node, reads, graph,
-                                                                     tail=True))
+                      tail_expr=None if tail is None else
+                      self.expression(node, reads, graph, tail=True))
         shapes = " , ".join(str(list(p.shape)) for p in ins)
         return OpFunction(body, ins, [ArrayParam("y", out_shape, self.ctype(node))],
                           summary=f"{node.op} {shapes} -> {list(out_shape)}")

@@ -193,9 +193,6 @@ static void rstf_note_cpu(unsigned me) {
     atomic_store_explicit(&rstf_place[me].cpu, sched_getcpu(), memory_order_relaxed);
 }
 
-/* Thread 0: move worker t off `here`, its CPU (the process's CPUs less that one; the kernel
- * migrates a running worker at once, and wakes a sleeping one elsewhere). The worker takes
- * the process's CPUs back when it next sees a region. */
 /* The process's CPUs less `here` in *set; 0 when none is left. */
 static int rstf_all_but(int here, cpu_set_t *set) {
     *set = rstf_team.allowed;
@@ -203,6 +200,9 @@ static int rstf_all_but(int here, cpu_set_t *set) {
     return CPU_COUNT(set) > 0;
 }
 
+/* Thread 0: move worker t off `here`, its CPU (the process's CPUs less that one; the kernel
+ * migrates a running worker at once, and wakes a sleeping one elsewhere). The worker takes
+ * the process's CPUs back when it next sees a region. */
 static void rstf_move_off(unsigned t, int here) {
     const int tid = atomic_load_explicit(&rstf_place[t].tid, memory_order_relaxed);
     cpu_set_t set;
