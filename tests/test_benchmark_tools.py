@@ -277,18 +277,26 @@ def test_tf_contraction_order_names_tensorflows_orders():
     own matrix-vector kernel, built without FMA in TensorFlow's wheel on every x86 machine:
     k in blocks of 16 (200 >= 128), products rounded then added, the blocks' sums in turn;
     a product of many rows and columns sums TF's k slices (rstf.opgen.kslices: 512 in two
-    of 256). The emulation's own pieces: a block as long as k is the one chain."""
-    from benchmarks.tf_contraction_order import blocked, chain
+    of 256), and so does a 3x3 convolution over its flattened (kh, kw, ic) reduction (576
+    in two of 288), not one chain. The emulation's own pieces: a block as long as k is the
+    one chain; the patches of a 1x1 convolution are its input's pixels."""
+    from benchmarks.tf_contraction_order import blocked, chain, parse_shape, patches
 
     a, b = rng.rand(3, 40).astype(np.float32), rng.randn(40, 5).astype(np.float32)
     for fused in (True, False):
         np.testing.assert_array_equal(blocked(a, b, 40, fused), chain(a, b, range(40), fused))
+    x = rng.rand(5, 4, 3).astype(np.float32)
+    np.testing.assert_array_equal(patches(x, 1, 1, 1, True), x.reshape(20, 3))
+    assert patches(x, 3, 3, 2, True).shape == (3 * 2, 27)
+    assert parse_shape("conv:12x12x64:3x3:64:s2:valid") == ("conv", (12, 12, 64, 3, 3, 64, 2,
+                                                                      False))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run(
         [sys.executable, os.path.join(root, "benchmarks", "tf_contraction_order.py"), "1x200x40",
-         "96x512x64"],
+         "96x512x64", "conv:12x12x64:3x3:64"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": root})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    one_row, many = proc.stdout.splitlines()
-    assert one_row.startswith("1x200x40 (40 outputs): muladd/b16 0, "), one_row
-    assert "fma/tf 0" in many and "fma 0" not in many.replace("fma/", ""), many
+    one_row, many, conv = proc.stdout.splitlines()
+    assert one_row.startswith("1x200x40 (40 outputs, K 200): muladd/b16 0, "), one_row
+    for line in (many, conv):
+        assert "fma/tf 0" in line and "fma 0" not in line.replace("fma/", ""), line
