@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from poly_cases import rng, V, _w, _bitwise_case, _subgraph, _run_both
-from rstf.poly.microkernel import choose_tile, fits_registers
+from rstf.poly.tilemodel import choose_tile, fits_registers
 from rstf.poly.target import AVX2, AVX512
 from rstf.frontend.tfutil import tf
 
@@ -63,7 +63,7 @@ def test_single_vector_tile_only_for_short_reductions_of_enough_rows():
     """`single_vector_tile`: RB x 16 tiles (one vector, RB up to 14) for a reduction of
     at most `Tuning.single_max_depth` steps over at least `single_min_rows` rows; None otherwise (a
     GEMV's one row would run one accumulator chain; a long reduction's rows leave L1)."""
-    from rstf.poly.microkernel import single_vector_tile
+    from rstf.poly.tilemodel import single_vector_tile
 
     assert single_vector_tile(112, 96, 16, AVX512)[:2] == (14, 1)
     assert single_vector_tile(7, 960, 32, AVX512)[:2] == (7, 1)
@@ -78,7 +78,7 @@ def test_column_tile_order_balances_the_threads():
     parallel iterations. 5 tiles of 64 keep 2 threads 5/6 busy (7 of 48, 7/8); the order
     model picks a tile that divides among them, and keeps the tile that computes best
     (`choose_tile`'s, 7x48) for one thread."""
-    from rstf.poly.microkernel import thread_balance, choose_order
+    from rstf.poly.tilemodel import thread_balance, choose_order
 
     assert thread_balance(5, 2) == pytest.approx(5 / 6) and thread_balance(10, 2) == 1.0
     args = dict(rb=4, nv=4, rows=7, cols=320, outer=7, depth_total=960,
@@ -96,7 +96,7 @@ def test_row_order_balances_the_threads_when_a_partial_tile_breaks_the_collapse(
     tiles do not collapse): 2 threads 7/8 busy. 5 tiles of 32 collapse with the rows into
     35 iterations, which wins on 2 threads; on 1 the better-computing 48 stays, and so it
     does when 48 divides the columns."""
-    from rstf.poly.microkernel import choose_order
+    from rstf.poly.tilemodel import choose_order
 
     args = dict(rb=7, nv=3, rows=7, outer=7, depth_total=960, a_bytes=4 * 7 * 7 * 960,
                 t=AVX512, cache=1 << 20)
@@ -111,7 +111,7 @@ def test_each_thread_streaming_a_large_weight_counts_in_the_order():
     outermost, each of 2 threads streams the whole weight for its own rows, so the column
     tiles go outermost (each thread its own panels); on 1 thread, or with a weight under
     `Tuning.thread_copy_min_bytes`, the two orders cost the same and rows stay outermost."""
-    from rstf.poly.microkernel import choose_order
+    from rstf.poly.tilemodel import choose_order
 
     args = dict(rb=6, nv=4, rows=6, cols=256, outer=6, depth_total=1024,
                 a_bytes=4 * 6 * 6 * 1024, t=AVX512, cache=2 << 20)

@@ -7,7 +7,7 @@ import poly_cases
 import pytest
 from poly_cases import NATIVE, _bitwise_case
 
-from rstf.poly.microkernel import choose_tile, fits_registers
+from rstf.poly.tilemodel import choose_tile, fits_registers
 from rstf.poly.target import AVX2, AVX512
 from rstf.poly.tiles import Extents, TileChoice, TileTable, candidates, valid
 

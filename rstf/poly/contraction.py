@@ -3,7 +3,7 @@
 `find_contraction` recognises `Y += A * B` (spelled `y = fmaf(a, b, y)`) and returns its
 `groups.Kernel`: the output row r, the unit-stride column v, the reduction k (with a
 second reduction merged into it, or run inside the kernel as its K2 level, `kin`), the tile
-from `microkernel.choose_tile`, a depthwise kernel's vector operand. `merge_rows` merges
+from `tilemodel.choose_tile`, a depthwise kernel's vector operand. `merge_rows` merges
 a small map's output rows into one row of chunks where the tile model says so, and
 `sliding_row` turns a stride-1 depthwise row into one call per output row. The tiling and
 ordering of the kernels in time is `schedule.py`'s.
@@ -19,7 +19,7 @@ from pycparser import c_ast
 from .cparse import multiply_add
 from .groups import Kernel, extents, flat_addr, kernel_roles
 from .kloop import trip_steps
-from .microkernel import choose_tile, thread_balance
+from .tilemodel import choose_tile, thread_balance
 from .scop import Scop, Statement, isl_name
 from .target import Target
 

@@ -12,7 +12,7 @@ into four roles:
 - the others: outer output loops and outer reduction loops, in their original order.
 
 The column loop is tiled by VB = VLEN*NV (VLEN: the floats of a vector register) and the
-rows by chunks of RB (sizes from `microkernel.choose_tile`): for each outer point and
+rows by chunks of RB (sizes from `tilemodel.choose_tile`): for each outer point and
 column tile, the rows whose whole tile row lies in the domain (the domain is convex, so
 testing the corners suffices) form an interval, cut into RB-row chunks from its start, the
 last one shorter. Each chunk is one
@@ -69,7 +69,7 @@ from .deps import Dependences
 from .groups import (CallSchedule, Kernel, extents, is_pointwise, kernel_roles, pad_time,
                      violations)
 from .kslices import UnslicedStatement
-from .microkernel import choose_order, single_vector_tile
+from .tilemodel import choose_order, single_vector_tile
 from .scop import Scop, Statement, isl_name
 from .target import Target
 from .tiles import Extents, TileChoice
@@ -219,7 +219,7 @@ def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
                          depth, 4 * a.size, t)
     kern.rb, kern.nv, kern.tile_outer = order.rb, order.nv, order.tile_outer
     # Rows outermost, a call's rows of A are read again by each column tile from L1: there
-    # single-vector tiles pay where the reduction is short (`microkernel.single_vector_tile`)
+    # single-vector tiles pay where the reduction is short (`tilemodel.single_vector_tile`)
     # and one loop (a 1x1 conv's, a GEMM's). With the column tiles outermost, each tile
     # streams A again from L2, NV times as often; first convs (their kw x ic and kh in the
     # call) measured either way: MobileNet v2's 3% faster, Inception v3's 5% slower.

@@ -36,7 +36,7 @@ class Target:
     name: str
     vlen: int  # floats in one vector register
     registers: int  # vector registers
-    # The tile cost model's (`microkernel._efficiency`): the accumulators that hide the
+    # The tile cost model's (`tilemodel._efficiency`): the accumulators that hide the
     # FMA latency, and what one load (a broadcast or a vector) costs against an FMA.
     fma_chains: float = 10.0
     load_cost: float = 0.5
@@ -50,7 +50,7 @@ class Target:
     # maps' 9x48 chunks lose to them.
     merge_rows: bool = False
     # A 1x1 conv with a short reduction runs in tiles one vector wide, RB x 16
-    # (`microkernel.single_vector_tile`), where that measured faster: half-width FMA
+    # (`tilemodel.single_vector_tile`), where that measured faster: half-width FMA
     # pipes. Why is not established.
     single_vector_tiles: bool = False
     # Reduction steps a trip of a contraction kernel's k loop runs, unrolled
@@ -60,7 +60,7 @@ class Target:
     # each step that a trip of several steps divides (docs/tuning-constants.md has the
     # A/B runs behind 8). With 32 registers a step is 21 FMAs or more.
     k_steps: int = 1
-    # The machine the tile-order model (`microkernel.choose_order`) plans for: bytes of L2
+    # The machine the tile-order model (`tilemodel.choose_order`) plans for: bytes of L2
     # a core, and the threads the generated code runs with. 0: this machine's (sysfs, and
     # the cores this process may use: TensorFlow gives an op as many by default).
     l2: int = 0

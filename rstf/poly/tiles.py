@@ -1,7 +1,7 @@
 """Register tiles and loop orders measured on the machine that serves, and the candidates a
 measurement chooses among.
 
-The analytic model (`microkernel.choose_tile`, `choose_order`, `single_vector_tile`) picks
+The analytic model (`tilemodel.choose_tile`, `choose_order`, `single_vector_tile`) picks
 one tile and one order for each contraction from constants; `rstf tune` measures the
 model's choice against the next candidates the same model ranks, on this machine, and
 keeps the fastest in a per-machine profile (`rstf.tuner.profile`). A `TileTable` carries
@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from .microkernel import MAX_RB, fits_registers, tile_cost
+from .tilemodel import MAX_RB, fits_registers, tile_cost
 from .target import Target
 
 

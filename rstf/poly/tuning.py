@@ -28,7 +28,7 @@ class Tuning:
     single_max_depth: int = 192
     single_min_rows: int = 7
 
-    # The weight size from which the tile-order model (`microkernel.choose_order`) counts
+    # The weight size from which the tile-order model (`tilemodel.choose_order`) counts
     # each thread's own pass over an operand: rows outermost, every thread streams the
     # whole weight, which then comes from L3 or DRAM once per thread.
     thread_copy_min_bytes: int = 1 << 20

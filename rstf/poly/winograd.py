@@ -69,7 +69,7 @@ import numpy as np
 
 from . import regepi
 from .cparse import is_zero
-from .microkernel import fits_registers
+from .tilemodel import fits_registers
 from .scop import Scop, Statement, isl_name
 from .target import Target
 from .tuning import Tuning
