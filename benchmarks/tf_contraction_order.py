@@ -62,26 +62,23 @@ def chain(a, b, ks, fused: bool):
     return acc
 
 
-def blocked(a, b, size: int, fused: bool):
-    """k in blocks of `size`, each summed from zero by `chain`, the sums added in turn."""
-    k = a.shape[1]
-    out = None
-    for k0 in range(0, k, size):
-        part = chain(a, b, range(k0, min(k, k0 + size)), fused)
-        out = part if out is None else (out + part).astype(np.float32)
-    return out
-
-
-def planned(a, b, blocks):
-    """`tf_k_plan`'s order: each block's slices summed in turn, then the blocks' sums."""
+def planned(a, b, blocks, fused: bool = True):
+    """`blocks` of k slices (`tf_k_plan`'s form): each slice summed from zero by `chain`,
+    a block's slices added in turn, then the blocks' sums in turn."""
     out = None
     for block in blocks:
         s = None
         for lo, hi in block:
-            part = chain(a, b, range(lo, hi), True)
+            part = chain(a, b, range(lo, hi), fused)
             s = part if s is None else (s + part).astype(np.float32)
         out = s if out is None else (out + s).astype(np.float32)
     return out
+
+
+def blocked(a, b, size: int, fused: bool):
+    """k in blocks of `size`, each summed from zero by `chain`, the sums added in turn."""
+    k = a.shape[1]
+    return planned(a, b, [[(k0, min(k, k0 + size))] for k0 in range(0, k, size)], fused)
 
 
 def patches(x, kh: int, kw: int, stride: int, same: bool):

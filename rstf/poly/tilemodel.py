@@ -75,8 +75,6 @@ def choose_tile(rows: int, cols: int, t: Target, nvs=(4, 3, 2, 1),
     return best
 
 
-
-
 def single_vector_tile(rows: int, cols: int, depth: int,
                        t: Target) -> tuple[int, int, float] | None:
     """(RB, 1, cost) for a contraction over rows x cols outputs whose kernel call runs
