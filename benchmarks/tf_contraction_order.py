@@ -15,8 +15,9 @@ candidates are the same orders over that reduction. The candidates:
 - `fma`: one fused multiply-add chain along k from zero (what rstf's contractions compute);
 - `fma/kcB`: k in slices of B, each slice one chain from zero, the slices' sums added in
   turn (Eigen's contraction cut into k blocks, each block run by oneDNN's sgemm);
-- `fma/tf`: those slices as rstf computes them (`rstf.opgen.kslices.tf_k_slices`: up to
-  320 steps, equal, rounded up to 8);
+- `fma/tf`: those slices as rstf computes them for a multi-threaded product and a
+  convolution (`rstf.opgen.kslices.tf_conv_k_slices`: Eigen's, up to 320 steps, equal,
+  rounded up to 8, each cut by this machine's oneDNN sgemm blocks);
 - `muladd/bB`: blocks of B, each a chain of products rounded then added, from zero, the
   blocks' sums added in turn (Eigen's own kernels built without FMA: a one-row product
   is its matrix-vector kernel, blocks of 16, or all of k below 128);
@@ -45,7 +46,7 @@ os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from rstf.opgen.kslices import tf_k_plan, tf_k_slices  # noqa: E402
+from rstf.opgen.kslices import tf_conv_k_slices, tf_k_plan  # noqa: E402
 
 DEFAULT_SHAPES = ["1x1280x1000", "1x96x24", "144x16x24", "144x16x32", "16x256x64",
                   "64x1024x128", "128x768x256"]
@@ -142,9 +143,10 @@ def candidates(a, b) -> dict:
     for size in (64, 128, 192, 256, 320, 384, 512):
         if size < k:
             out[f"fma/kc{size}"] = blocked(a, b, size, True)
-    out["fma/tf"] = blocked(a, b, tf_k_slices(k)[0][1], True)
+    sliced = [[s] for s in tf_conv_k_slices(k)]
+    out["fma/tf"] = planned(a, b, sliced)
     plan = tf_k_plan(a.shape[0], k, b.shape[1])
-    if plan and plan != [[s] for s in tf_k_slices(k)]:
+    if plan and plan != sliced:
         out["fma/plan"] = planned(a, b, plan)
     for size in (4, 8, 16, 32, k):
         out[f"muladd/b{size}"] = blocked(a, b, size, False)

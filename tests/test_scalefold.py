@@ -158,11 +158,13 @@ def test_inspect_folds_as_optimize_does(tmp_path, fold, capsys):
     assert f"{4 if on else 2} scales folded into weights" in capsys.readouterr().out
 
 
+# Output channels (a group's, grouped) in whole 16s: on AVX2 TensorFlow sums the columns
+# past the last 16 in another order (docs/limitations.md).
 @pytest.mark.parametrize("h,c,groups,o,k,stride", [
-    (12, 168, 1, 168, 1, 1),   # RegNetX's 1x1
-    (12, 168, 7, 168, 3, 1),   # its grouped 3x3
-    (24, 56, 7, 56, 3, 2),
-    (48, 3, 1, 24, 3, 2),      # a stem conv
+    (12, 168, 1, 176, 1, 1),   # RegNetX's 1x1 (its 168 channels, 176 out)
+    (12, 112, 7, 112, 3, 1),   # a grouped 3x3 as RegNetX's, groups of 16
+    (24, 112, 7, 112, 3, 2),
+    (48, 3, 1, 32, 3, 2),      # a stem conv
 ])
 def test_batch_norm_after_a_conv_gives_tensorflows_bits(h, c, groups, o, k, stride):
     """Keras' batch norm after a bias-free conv (`conv * s + t`, ReLU): the generated C,

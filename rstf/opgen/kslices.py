@@ -35,16 +35,16 @@ and 1x1 Conv2D:
   (`shardByInnerDim`): k is cut into one block per thread (rounded up to 8, at least 96),
   each block a product of its own in its slices, and the blocks' sums are added in turn.
 - Otherwise the slices above.
-Each of Eigen's k blocks is one call of oneDNN's sgemm, which blocks k again on AVX-512
-machines (its `avx512_core` kernels, `sgemm_nocopy_driver` and the copy-based
-`gemm_driver` alike): a call's k of 768 or more runs in blocks of 384 first, and a rest
-between 384 and 768 runs in two halves, the first `(rest + 1) / 2`. Each block sums its own
-chain and adds it into the output, so it is one more slice of the same sum. Eigen's
-multi-threaded blocks (320 at most) never reach it; a one-thread block does where the L1
-bound exceeds 384 (a 48 KiB L1 allows 608: k = 500 runs as 250 + 250, measured on a Xeon
-with a 48 KiB L1). `tf_k_plan` applies it on machines with oneDNN's avx512_core ISA, the
-one whose rule was measured; on others oneDNN's blocks are taken to be no shorter than
-Eigen's.
+Each of Eigen's k blocks is one call of oneDNN's sgemm, which blocks k again: a call's k of
+twice its block or more runs in whole blocks first, and a rest between one and two blocks
+runs in two halves, the first `(rest + 1) / 2`. Each block sums its own chain and adds it
+into the output, so it is one more slice of the same sum. The block is 384 on machines
+with oneDNN's `avx512_core` kernels (`sgemm_nocopy_driver` and the copy-based
+`gemm_driver` alike), where Eigen's multi-threaded blocks (320 at most) never reach it and
+a one-thread block does where the L1 bound exceeds 384 (a 48 KiB L1 allows 608: k = 500
+runs as 250 + 250, measured on a Xeon with a 48 KiB L1). It is 256 on the others (measured
+on an AVX2 Zen 3): there an Eigen slice of 288 runs as 144 + 144, and 1280 as four slices
+of 160 + 160.
 These decisions read the machine: its thread count (TensorFlow's intra-op pool is one
 thread per core), the L1 and L3 sizes Eigen finds, which `machine_caches` reads where
 Linux reports them, and its ISA (`machine_sgemm_k_block`). The generated C therefore gives
@@ -108,16 +108,19 @@ def machine_pool() -> int:
 
 
 # oneDNN's sgemm k block on avx512_core (gemm_info's `bk` and the nocopy driver's `BK`),
-# and the ISA flags that make a machine avx512_core for oneDNN.
+# the ISA flags that make a machine avx512_core for oneDNN, and its block on the others
+# (gemm_info's `bk_traditional`, 256 for every older ISA).
 ONEDNN_AVX512_K_BLOCK = 384
 ONEDNN_AVX512_CORE = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
+ONEDNN_K_BLOCK = 256
 
 
 def machine_sgemm_k_block() -> int:
     """oneDNN's sgemm k block on this machine: 384 where it runs its avx512_core kernels,
-    0 (no block shorter than Eigen's) elsewhere."""
+    256 elsewhere (measured on an AVX2 Zen 3: an Eigen slice of 288 or 320 runs as two
+    halves there, one of 256 whole)."""
     from ..poly.target import cpu_flags
-    return ONEDNN_AVX512_K_BLOCK if ONEDNN_AVX512_CORE <= cpu_flags() else 0
+    return ONEDNN_AVX512_K_BLOCK if ONEDNN_AVX512_CORE <= cpu_flags() else ONEDNN_K_BLOCK
 
 
 def _sgemm_blocks(lo: int, hi: int, bk: int) -> list[tuple[int, int]]:
@@ -185,6 +188,15 @@ def _shard_by_k(m: int, n: int, k: int, nt: int, ntk: int, l3: int) -> bool:
     if (n == 1 or ntk < 2 or ntk < nt or m * n * 4 > l3 / ntk or k // ntk < 2 * nr):
         return False
     return max(m, n) // nt < nr or (k // ntk > 8 * nr and (min(m, n) < 2 * nr or ntk > nt))
+
+
+def tf_conv_k_slices(k: int, sgemm_k_block: int | None = None) -> list[tuple[int, int]]:
+    """The [lo, hi) ranges TensorFlow's spatial convolution sums separately over its image
+    patches' k = kh * kw * ic, in the order it adds them (a multi-threaded product's too):
+    Eigen's multi-threaded slices, each cut by oneDNN's sgemm blocks (`sgemm_k_block`:
+    another machine's, 0 for none)."""
+    bk = machine_sgemm_k_block() if sgemm_k_block is None else sgemm_k_block
+    return [b for s in tf_k_slices(k) for b in _sgemm_blocks(*s, bk)]
 
 
 def tf_matvec_blocks(k: int, n: int) -> list[list[tuple[int, int]]]:

@@ -90,7 +90,7 @@ def find_contraction(s: Statement, scop: Scop, t: Target) -> Kernel | None:
             # over the whole of k from 0, restarting every kc steps.
             if isl_name(s.k_slice[0]) != k or kern.k2 or vec_a or k_lo:
                 continue
-            kern.kc = s.k_slice[1]
+            kern.kc, kern.kc_tail = s.k_slice[1], s.k_slice[2]
         # A short whole reduction: the next loop out runs inside the kernel too, and the
         # ranges become the chunk's own (borders cut taps).
         outer = reds[:-2] if kern.k2 else reds[:-1]

@@ -84,15 +84,17 @@ class Kernel:
     # Reduction steps a trip of the kernel's k loop (`Target.k_steps`; 1 for depthwise and
     # sliding-row kernels, whose loops are not a contraction's k loop).
     steps: int = 1
-    # The k slice of a k-sliced statement (`Statement.k_slice`): the kernel restarts its
-    # accumulators every kc steps and adds the slices' sums in turn; 0: one chain.
+    # The k slices of a k-sliced statement (`Statement.k_slice`): the kernel restarts its
+    # accumulators every kc steps, then at each slice of kc_tail's lengths, and adds the
+    # slices' sums in turn; 0: one chain.
     kc: int = 0
+    kc_tail: tuple = ()
 
     @property
     def shape(self) -> Shape:
         return Shape(self.rb, self.width, self.vl, self.vec_a, self.kin is not None, self.fused,
                      self.slide, self.prefetch, self.panel_prefetch, self.pad, self.steps,
-                     self.kc)
+                     self.kc, self.kc_tail)
 
     @property
     def choice(self) -> "TileChoice":

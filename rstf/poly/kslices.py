@@ -12,9 +12,11 @@ zeroed, takes that slice's chain, and is added to Y:
 That is exact textbook C, but it leaves the polyhedral pass a zeroing pass, a stored and
 reloaded scratch and an addition pass per slice, and no register epilogue. `fold_k_slices`
 turns such a sequence back into the first contraction statement over all of k, marked
-`Statement.k_slice = (k, kc)`: its microkernels (`Shape.kc`) restart their accumulators at
-every kc steps of k and add each slice's sum to the running one, the same additions in the
-same order, so the result is the textbook C's bit for bit.
+`Statement.k_slice = (k, kc, tail)`: its microkernels (`Shape.kc`, `Shape.kc_tail`) restart
+their accumulators at every kc steps of k, then at each of the tail's slices (oneDNN's
+halves of Eigen's last slice can be longer than its halves of the others), and add each
+slice's sum to the running one, the same additions in the same order, so the result is the
+textbook C's bit for bit.
 
 A statement so marked means more than its own C says, so it must never be printed as
 textbook C: `schedule.schedule_call` raises `UnslicedStatement` where a marked statement
@@ -31,6 +33,11 @@ from pycparser import c_ast
 from .cparse import is_zero, multiply_add
 from .groups import extents, flat_addr
 from .scop import Scop, Statement
+
+
+# The most slices after the uniform ones a kernel takes: oneDNN's blocks of Eigen's last
+# slice make one or two.
+MAX_TAIL = 3
 
 
 class UnslicedStatement(ValueError):
@@ -103,17 +110,24 @@ def _slice_at(three: list[Statement], first: Statement, scop: Scop) -> bool:
 
 def _merge(first: Statement, later: list[Statement]) -> Statement | None:
     """`first` over the union of its and the `later` slices' k ranges, marked with the
-    slice length; None unless the slices are one iterator's consecutive ranges of equal
-    length from 0 (the last one shorter or equal) over the same other points."""
+    slice length and the tail's; None unless the slices are one iterator's consecutive
+    ranges from 0 over the same other points: slices of one length (the last one shorter
+    or equal), then at most `MAX_TAIL` of any length."""
     boxes = [extents(x) for x in [first, *later]]
     diff = [d for d in range(len(first.iterators)) if len({b[d] for b in boxes}) > 1]
     if len(diff) != 1:
         return None
     d = diff[0]
     ranges = [b[d] for b in boxes]
-    kc = ranges[0][1] - ranges[0][0] + 1
-    if ranges[0][0] != 0 or any(lo != n * kc or hi - lo + 1 > kc or (
-            n < len(ranges) - 1 and hi - lo + 1 != kc) for n, (lo, hi) in enumerate(ranges)):
+    if ranges[0][0] != 0 or any(a[1] + 1 != b[0] for a, b in zip(ranges, ranges[1:])):
+        return None
+    sizes = [hi - lo + 1 for lo, hi in ranges]
+    kc = sizes[0]
+    run = next((n for n, size in enumerate(sizes) if size != kc), len(sizes))
+    if run == len(sizes) - 1 and sizes[-1] < kc:
+        run += 1  # a shorter last slice is the uniform run's own
+    tail = tuple(sizes[run:])
+    if len(tail) > MAX_TAIL:
         return None
     name = first.domain.get_tuple_name()
     domain = first.domain
@@ -137,4 +151,4 @@ def _merge(first: Statement, later: list[Statement]) -> Statement | None:
     except ValueError:
         return None
     return dataclasses.replace(first, domain=domain, reads=reads, writes=writes,
-                               accesses=accesses, k_slice=(first.iterators[d], kc))
+                               accesses=accesses, k_slice=(first.iterators[d], kc, tail))

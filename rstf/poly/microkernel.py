@@ -153,9 +153,11 @@ class Shape:
     # Reduction steps a trip of the k loop runs (`Target.k_steps`), unrolled, before a
     # rolled loop over the rest: 1, one step a trip.
     steps: int = 1
-    # k in slices of kc steps (`Kernel.kc`): the accumulators restart from zero at every
-    # slice and the slices' sums are added in turn, the last in registers; 0: one chain.
+    # k in slices of kc steps (`Kernel.kc`), then in slices of the kc_tail lengths: the
+    # accumulators restart from zero at every slice and the slices' sums are added in turn,
+    # the last in registers; 0: one chain.
     kc: int = 0
+    kc_tail: tuple = ()
 
     @property
     def tag(self) -> str:
@@ -163,7 +165,8 @@ class Shape:
         return ("d" if self.vec_a else "") + ("2" if self.two else "") + \
             ("" if self.fused else "u") + slide + (f"p{self.pf}" if self.pf else "") + \
             ("q" if self.pp else "") + (f"m{self.pad}" if self.pad else "") + \
-            (f"k{self.steps}" if self.steps > 1 else "") + (f"c{self.kc}" if self.kc else "")
+            (f"k{self.steps}" if self.steps > 1 else "") + (f"c{self.kc}" if self.kc else "") + \
+            "".join(f"t{n}" for n in self.kc_tail)
 
     def rows(self, rb: int) -> "Shape":
         return dataclasses.replace(self, rb=rb)
@@ -335,6 +338,7 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
 
 def _sliced_loop(shape: Shape, loop: str) -> str:
     """`loop` (a reduction over K steps of `a` and `b`) run in slices of `shape.kc` steps,
+    then in slices of the `shape.kc_tail` lengths (the kernel's K is the whole reduction),
     as TensorFlow sums a long contraction (poly/kslices.py): the first slice continues
     the accumulators as loaded, every later one restarts them from zero, and the slices'
     sums are added in turn, `((s0 + s1) + s2) + ...`, in a stack copy of the tile (the
@@ -359,20 +363,33 @@ def _sliced_loop(shape: Shape, loop: str) -> str:
     pp = ("        const int q0 = (int)(((long)npp_all * ks + K_all - 1) / K_all);\n"
           "        const int npp = (int)(((long)npp_all * (ks + K) + K_all - 1) / K_all) - q0;\n"
           "        const char *pp = pp_all + 64L * q0;\n") if shape.pp else ""
+    if shape.kc_tail:
+        # the tail's slices after the uniform ones: kn, the slice's length, from a table
+        tail = ", ".join(map(str, shape.kc_tail))
+        head = (f"    static const int kt[{len(shape.kc_tail)}] = {{{tail}}};\n"
+                f"    const int K_uni = K_all - {sum(shape.kc_tail)};\n"
+                f"{pp_all}    for (int ks = 0, kn = 0, jt = 0; ks < K_all; ks += kn) {{\n"
+                f"        /* k slice [ks, ks + kn): its own chain from zero, then added in turn */\n"
+                f"        kn = ks < K_uni ? (K_uni - ks < {shape.kc} ? K_uni - ks : {shape.kc})"
+                f" : kt[jt++];\n"
+                f"        const int K = kn;\n")
+        more_ahead = "ks + kn < K_all"
+    else:
+        head = (f"{pp_all}    for (int ks = 0; ks < K_all; ks += {shape.kc}) {{\n"
+                f"        /* k slice [ks, ks + {shape.kc}): its own chain from zero, then added in turn */\n"
+                f"        const int K = K_all - ks < {shape.kc} ? K_all - ks : {shape.kc};\n")
+        more_ahead = f"ks + {shape.kc} < K_all"
     return f"""\
 {decl}
     const int K_all = K;
     const float *const a_all = a, *const b_all = b;
-{pp_all}    for (int ks = 0; ks < K_all; ks += {shape.kc}) {{
-        /* k slice [ks, ks + {shape.kc}): its own chain from zero, then added in turn */
-        const int K = K_all - ks < {shape.kc} ? K_all - ks : {shape.kc};
-        const float *restrict a = a_all + ks * sak;
+{head}        const float *restrict a = a_all + ks * sak;
         const float *restrict b = b_all + ks * sbk;
 {pp}        if (ks) {{
 {zero}
         }}
 {inner}
-        if (ks + {shape.kc} < K_all) {{
+        if ({more_ahead}) {{
             if (!ks) {{
 {first}
             }} else {{

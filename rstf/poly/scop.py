@@ -79,9 +79,10 @@ class Statement:
     line: int = 0  # source line of the assignment
     accesses: list[Access] = dataclasses.field(default_factory=list)  # reads then the write
     guards: list[str] = dataclasses.field(default_factory=list)  # isl constraints of its ifs
-    # (k, kc): a contraction whose reduction over iterator k is summed in slices of kc steps,
-    # each from zero, added to the output in turn (poly/kslices.py); only microkernels
-    # compute it so, and it is never printed as textbook C. (): one chain.
+    # (k, kc, tail): a contraction whose reduction over iterator k is summed in slices of kc
+    # steps (the last of them maybe shorter) and then in slices of the `tail` lengths, each
+    # from zero, added to the output in turn (poly/kslices.py); only microkernels compute
+    # it so, and it is never printed as textbook C. (): one chain.
     k_slice: tuple = ()
 
     @property
