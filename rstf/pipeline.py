@@ -288,7 +288,6 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
                 f"unknown dimensions stay in TensorFlow; pin it with --input-shape "
                 f"{p.name}:d0,d1,... ('?' for d0 keeps the batch dynamic)")
     gen = one or graph
-    gen.winograd_windows = winograd and optimizer == "poly"
     with rep.stage("select"):
         sel = select(gen, keep)
     with rep.stage("partition", len(sel.clusters)) as st:

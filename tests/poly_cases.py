@@ -44,12 +44,8 @@ def _w(*shape):
     return rng.randn(*shape).astype(np.float32)
 
 
-def _subgraph(build, out="out", winograd=False):
-    """The graph of `build` and its non-constant nodes as one subgraph; `winograd`: the
-    convolutions the Winograd pass may take emitted in the form it reads, as the pipeline
-    does under `--winograd on` (`Graph.winograd_windows`)."""
+def _subgraph(build, out="out"):
     g = load_graph_def(make_graph_def(build), outputs=[out])
-    g.winograd_windows = winograd
     nodes = [n for n in g.topo_order() if g.nodes[n].op not in ("Const", "Placeholder")]
     return g, generate_subgraph(g, nodes, 0)
 

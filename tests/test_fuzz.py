@@ -110,7 +110,6 @@ def _planned_winograd(gd) -> list[str]:
         with open(model, "wb") as f:
             f.write(gd.SerializeToString())
         graph, _, _, keep = load_for_codegen(model, None, None, True, quiet)
-    graph.winograd_windows = True  # as the pipeline sets it under --winograd on
     parts = [p for split in partition(select(graph, keep), 400, quiet) for p in split]
     planned = []
     for i, nodes in enumerate(parts):

@@ -58,7 +58,7 @@ def _run_on_x(shape, body, **kw):
         x = tf.compat.v1.placeholder(tf.float32, shape, name="x")
         tf.identity(body(x), name="out")
 
-    g, sg = _subgraph(build, winograd=kw.get("winograd", False))
+    g, sg = _subgraph(build)
     return _run_both(g, sg, {"x:0": rng.randn(*shape).astype(np.float32)}, **kw)
 
 
@@ -141,7 +141,7 @@ def test_winograd_computes_u_in_the_call_when_the_weight_is_an_input(kh, kw, alg
         tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"), name="out")
 
     for hw, used in ((17, True), (13, False)):
-        g, sg = _subgraph(lambda: build(hw), winograd=True)
+        g, sg = _subgraph(lambda: build(hw))
         feeds = {"x:0": rng.randn(1, hw, hw, 32).astype(np.float32),
                  "w:0": rng.randn(kh, kw, 32, 80).astype(np.float32)}
         ref, got, info, new = _run_both(g, sg, feeds, winograd=True)

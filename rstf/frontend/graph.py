@@ -78,10 +78,6 @@ class Graph:
         self.tensordots_merged: list[str] = []
         # nodes made constant or batch-free by rstf.frontend.batchshape
         self.batch_shapes_fixed: list[str] = []
-        # Set for a poly build under `--winograd on`: the convolutions that pass may take
-        # are emitted in the form it reads (one chain over the taps), not in TensorFlow's
-        # k slices, whose sums it changes anyway (rstf.opgen.linalg Conv2D).
-        self.winograd_windows = False
         # Einsums now batched matmuls between Transposes and Reshapes (rstf.frontend.einsum)
         self.einsums_lowered: list[str] = []
         # Conv2DBackpropInputs now a Conv2D and a depth-to-space (rstf.frontend.deconv)

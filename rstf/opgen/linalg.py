@@ -7,7 +7,7 @@ from typing import NamedTuple
 from ..frontend.graph import Graph, Node
 from .base import (ArrayParam, OpFunction, OpHandler, Unsupported, broadcast_indices,
                    index_names, op_handler, render, subscript)
-from .kslices import tf_conv_k_slices, tf_k_plan, tf_k_slices, tf_matvec_blocks
+from .kslices import tf_k_plan, tf_k_slices, tf_matvec_blocks
 from .window import check_window_attrs, window
 
 
@@ -78,45 +78,21 @@ class Conv2D(OpHandler):
         ct = self.ctype(node)
         G = IC // ws[2]  # groups: input channels per group = the filter's in-channels
         # A 1x1 convolution is TF's matrix product [N*OH*OW, IC] x [IC, OC], in its k
-        # slices.
+        # slices; a wider window's reduction runs over (kh, kw, ic), one chain.
         pointwise = KH == KW == 1 and G == 1 and not win.guards
-        F = KH * KW * ws[2]
-        # A wider window's reduction is TF's over its image patches, the flattened
-        # (kh, kw, ic), cut in its k slices wherever they fall (inside a tap too): the
-        # patches are copied out and multiplied as a MatMul is. One chain over the taps
-        # where TF sums one slice, for a grouped convolution (TF's is another kernel) and
-        # for a convolution the Winograd pass may take.
-        patches = not pointwise and G == 1 and ct == "float" and \
-            len(tf_conv_k_slices(F)) > 1 and not (graph.winograd_windows
-                                                  and winograd_shaped(win, KH, KW))
-        if pointwise:
-            order = product_order(ct, N * OH * OW, IC, OC)
-        elif patches:
-            order = ProductOrder([[s] for s in tf_conv_k_slices(F)])
-        else:
-            order = ProductOrder([[(0, IC)]])
+        order = product_order(ct, N * OH * OW, IC, OC) if pointwise else \
+            ProductOrder([[(0, IC)]])
         slices = order.blocks
         body = render("ops/conv2d.c.j2", N=N, OH=OH, OW=OW, OC=OC, KH=KH, KW=KW, IC=ws[2],
                       G=G, OCG=OC // G, ih=win.ih, iw=win.iw, guards=win.guards, out="y",
                       inp="x", filt="w", fs=self.literal_suffix(node), slices=slices,
-                      patches=patches, fused=order.fused, ms=self.math_suffix(node))
-        scratch = k_scratch(slices, node.out_shapes[0], ct)
-        if patches:
-            scratch.append(ArrayParam("p", (N, OH, OW, F), ct))
+                      fused=order.fused, ms=self.math_suffix(node))
         return OpFunction(
-            body, [ArrayParam("x", xs, ct), ArrayParam("w", (F, OC) if patches else ws, ct)],
+            body, [ArrayParam("x", xs, ct), ArrayParam("w", ws, ct)],
             [ArrayParam("y", node.out_shapes[0], ct)],
-            scratch=scratch,
+            scratch=k_scratch(slices, node.out_shapes[0], ct),
             summary=(f"Conv2D {list(xs)} x {list(ws)} -> {list(node.out_shapes[0])}, "
-                     f"{win.describe()}, groups {G}, {describe_slices(slices)}"
-                     + (" over its patches" if patches else "")))
-
-
-def winograd_shaped(win, kh: int, kw: int) -> bool:
-    """Whether the Winograd pass (rstf.poly.winograd) has an algorithm for this window:
-    stride 1, dilation 1 and one of its filter sizes."""
-    from ..poly.winograd import ALGORITHMS
-    return (win.sh, win.sw, win.dh, win.dw) == (1, 1, 1, 1) and (kh, kw) in ALGORITHMS
+                     f"{win.describe()}, groups {G}, {describe_slices(slices)}"))
 
 
 @op_handler("MatMul")
