@@ -292,7 +292,7 @@ def test_keras_name_cli_errors(tmp_path):
 
 def test_zoo_driver_helpers():
     """benchmarks/zoo.py's model list and table, without running any model."""
-    from benchmarks import zoo
+    from benchmarks import zoo, zoo_report
 
     assert ("Xception", 71) in zoo.parse_models("Xception", 32)
     assert zoo.parse_models("inception_v4@299,VGG16", 96) == [("inception_v4", 299),
@@ -300,7 +300,7 @@ def test_zoo_driver_helpers():
     assert zoo.build_name("inception_v4") == "inception_v4"
     assert zoo.build_name("DenseNet121") == "keras:DenseNet121"
     assert "inception_v4" in zoo.ALL and len(zoo.ALL) == len(set(zoo.ALL))
-    md = zoo.table([
+    md = zoo_report.table([
         {"model": "A", "input_size": 96, "nodes_total": 10, "nodes_covered": 5,
          "flops_total": 4, "flops_covered": 4, "unsupported": {"Erf": 2},
          "max_rel_err": 1e-6, "passed": True, "optimize_seconds": 3.0, "output_max": 0.1},

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from benchmarks import zoo
+from benchmarks import zoo, zoo_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -89,33 +89,33 @@ def test_rstf_failure_fails_the_row():
                   tf_eigen=_engine(ms=2.0))
     assert not failed["passed"] and failed["rstf_over_best"] is None
     assert failed["rstf_gflops"] is None and "max_rel_err" not in failed
-    md = zoo.table([row, failed]).splitlines()
+    md = zoo_report.table([row, failed]).splitlines()
     assert "FAIL (mismatch: max_rel_err 0.01 > rtol 0.0001)" in md[2]
     assert "| failed | 2.00 | - | TF Eigen |" in md[3]
 
 
 def test_table_and_summary_with_engines():
     rows = _rows()
-    lines = zoo.table(rows).splitlines()
+    lines = zoo_report.table(rows).splitlines()
     head = [c.strip() for c in lines[0].strip("|").split("|")]
     assert head[:13] == ["model", "input", "GFLOP", "rstf poly ms", "TF Eigen ms",
                          "TF oneDNN ms", "ONNX Runtime ms", "OpenVINO ms", "rstf / best",
                          "best engine", "rstf GFLOP/s", "rstf err / TF spread",
                          "rstf float64 err / TF's"]
-    assert head[13:] == zoo.COVERAGE_HEAD  # the coverage columns are kept
+    assert head[13:] == zoo_report.COVERAGE_HEAD  # the coverage columns are kept
     assert lines[2].startswith("| MobileNetV2 | 96 | 2 | 1.00 | 3.00 | 2.00 | 1.50 | 1.25 | "
                                "0.80 | OpenVINO | 2000.0 | 0.5x | 0.8x | 10/10 (100.0%) |")
     assert "| 2.5x | 1.5x |" in lines[3]
     assert "| 1.00 (mismatch) | 4.00 | 2.00 | OpenVINO |" in lines[3]
     assert lines[4].startswith("| ConvNeXtTiny | 96 |") and "no \\| pipe" in lines[4]
     assert len(lines) == 5  # rows as run, no summary inside the table
-    line = zoo.summary(rows)
+    line = zoo_report.summary(rows)
     assert line == ("rstf / best other engine: geomean 1.26x over 2 models (1 without a "
                     "ratio); rstf fastest on 1/2; slower than TF Eigen on: none; slower than "
                     "TF oneDNN on: EfficientNetB0@96 (1.33x); rstf error within 2x TF's "
                     "spread on 1/2; rstf no further from float64 than TF on 1/2.")
     # A model whose graph TensorFlow cannot run in float64 says so in its cell.
-    assert zoo._exact_cell({"max_rel_err": 1e-6, "exact_unavailable": "no kernel"}) == \
+    assert zoo_report._exact_cell({"max_rel_err": 1e-6, "exact_unavailable": "no kernel"}) == \
         "no float64"
 
 
@@ -124,26 +124,26 @@ def test_table_without_engines_is_the_compare_table():
              "flops_total": 4, "flops_covered": 4, "unsupported": {"Erf": 2},
              "max_rel_err": 1e-6, "passed": False, "optimize_seconds": 3.0,
              "output_max": 0.1}, {"model": "B", "input_size": 96, "error": "build: X: y"}]
-    lines = zoo.table(rows).splitlines()
+    lines = zoo_report.table(rows).splitlines()
     assert lines[0] == ("| model | input | nodes covered | conv/matmul FLOPs covered | left to "
                         "TF (op x count) | max rel err | result | optimize s | max prob |")
     assert lines[2] == "| A | 96 | 5/10 (50.0%) | 100.0% | Erf x2 | 1e-06 | FAIL | 3 | 0.100 |"
     assert lines[3] == "| B | 96 |  |  |  |  | error: build: X: y |  |  |"
-    assert zoo.summary(rows) == ""
+    assert zoo_report.summary(rows) == ""
 
 
 def test_summary_when_nothing_was_measured():
     rows = [_row("A", 32, rstf_poly=_engine("failed"), tf_eigen=_engine(ms=2.0))]
-    assert zoo.summary(rows) == "rstf / best other engine: no model measured (1 without a ratio)."
+    assert zoo_report.summary(rows) == "rstf / best other engine: no model measured (1 without a ratio)."
 
 
 def test_outputs_chart_and_docs(tmp_path, monkeypatch):
-    monkeypatch.setattr(zoo, "ROOT", str(tmp_path))  # --docs writes under ROOT/docs
+    monkeypatch.setattr(zoo_report, "ROOT", str(tmp_path))  # --docs writes under ROOT/docs
     engines = zoo.parse_engine_list(zoo.DEFAULT_ENGINES)
-    text = zoo.write_outputs(_rows(), str(tmp_path), True, "python3 benchmarks/zoo.py --docs",
+    text = zoo_report.write_outputs(_rows(), str(tmp_path), True, "python3 benchmarks/zoo.py --docs",
                              engines, 10)
     assert (tmp_path / "zoo.md").read_text() == text + "\n"
-    assert text.endswith(zoo.summary(_rows()))
+    assert text.endswith(zoo_report.summary(_rows()))
     png = (tmp_path / "zoo.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and 5_000 < len(png) < 300_000
     (md,) = (tmp_path / "docs" / "benchmarks").glob("*-zoo.md")
@@ -151,20 +151,20 @@ def test_outputs_chart_and_docs(tmp_path, monkeypatch):
     doc = md.read_text()
     assert f"- date: {date}" in doc and "- command: `python3 benchmarks/zoo.py --docs`" in doc
     assert " cores" in doc.splitlines()[2] and "- commit: " in doc
-    assert zoo.table(_rows()) in doc and f"![rstf-poly time / best other engine's time]" \
+    assert zoo_report.table(_rows()) in doc and f"![rstf-poly time / best other engine's time]" \
         f"({date}-zoo.png)" in doc
     assert (tmp_path / "docs" / "benchmarks" / f"{date}-zoo.png").read_bytes() == png
 
 
 def test_chart_of_failed_models_only(tmp_path):
     path = tmp_path / "only-failed.png"
-    zoo.chart([{"model": "A", "input_size": 32, "error": "build: boom"}], str(path))
+    zoo_report.chart([{"model": "A", "input_size": 32, "error": "build: boom"}], str(path))
     assert path.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_no_chart_without_engines(tmp_path):
     rows = [{"model": "B", "input_size": 96, "error": "build: X: y"}]
-    zoo.write_outputs(rows, str(tmp_path), False, "cmd", (), 10)
+    zoo_report.write_outputs(rows, str(tmp_path), False, "cmd", (), 10)
     assert (tmp_path / "zoo.md").exists() and not (tmp_path / "zoo.png").exists()
 
 
