@@ -23,7 +23,10 @@ candidates are the same orders over that reduction. The candidates:
   is its matrix-vector kernel, blocks of 16, or all of k below 128);
 - `fma/plan`: `rstf.opgen.kslices.tf_k_plan`'s blocks (Eigen's cost model's decisions for
   a plain product: one thread, or k sharded over the threads), where it has one;
-- `fma2`: two chains, even and odd k, then their sum.
+- `fma2`: two chains, even and odd k, then their sum;
+- `fma/tf+pairs`: `fma/tf`, but the 1 to 8 columns past the last 16 (where there are such)
+  sum each slice as `fma2` does: oneDNN's one-vector remainder kernel on an AVX2 machine
+  (docs/limitations.md; rstf does not follow it).
 
 Prints one line a shape: the candidates, fewest differing outputs first. A 0 is TF's order
 for that shape; a count below the others' can be an order that holds for part of the
@@ -73,6 +76,23 @@ def planned(a, b, blocks, fused: bool = True):
             part = chain(a, b, range(lo, hi), fused)
             s = part if s is None else (s + part).astype(np.float32)
         out = s if out is None else (out + s).astype(np.float32)
+    return out
+
+
+def paired(a, b, blocks, cols: int):
+    """`planned` over `blocks`, with the last `cols` columns of each slice summed as two
+    chains from zero, the even and the odd k, then their sum."""
+    out = planned(a, b, blocks)
+    sub = b[:, b.shape[1] - cols:]
+    tail = None
+    for block in blocks:
+        s = None
+        for lo, hi in block:
+            part = (chain(a, sub, range(lo, hi, 2), True)
+                    + chain(a, sub, range(lo + 1, hi, 2), True)).astype(np.float32)
+            s = part if s is None else (s + part).astype(np.float32)
+        tail = s if tail is None else (tail + s).astype(np.float32)
+    out[:, b.shape[1] - cols:] = tail
     return out
 
 
@@ -145,6 +165,8 @@ def candidates(a, b) -> dict:
             out[f"fma/kc{size}"] = blocked(a, b, size, True)
     sliced = [[s] for s in tf_conv_k_slices(k)]
     out["fma/tf"] = planned(a, b, sliced)
+    if 1 <= b.shape[1] % 16 <= 8:
+        out["fma/tf+pairs"] = paired(a, b, sliced, b.shape[1] % 16)
     plan = tf_k_plan(a.shape[0], k, b.shape[1])
     if plan and plan != sliced:
         out["fma/plan"] = planned(a, b, plan)

@@ -279,12 +279,22 @@ def test_tf_contraction_order_names_tensorflows_orders():
     a product of many rows and columns sums TF's k slices (rstf.opgen.kslices: 512 in two
     of 256), and so does a 3x3 convolution over its flattened (kh, kw, ic) reduction (576
     in two of 288), not one chain. The emulation's own pieces: a block as long as k is the
-    one chain; the patches of a 1x1 convolution are its input's pixels."""
-    from benchmarks.tf_contraction_order import blocked, chain, parse_shape, patches
+    one chain; the patches of a 1x1 convolution are its input's pixels; paired columns are
+    two chains, even and odd k, where the others keep the slices' one chain."""
+    from benchmarks.tf_contraction_order import (blocked, chain, paired, parse_shape, patches,
+                                                 planned)
 
     a, b = rng.rand(3, 40).astype(np.float32), rng.randn(40, 5).astype(np.float32)
     for fused in (True, False):
         np.testing.assert_array_equal(blocked(a, b, 40, fused), chain(a, b, range(40), fused))
+    b20 = rng.randn(40, 20).astype(np.float32)
+    slices = [[(0, 20)], [(20, 40)]]
+    got = paired(a, b20, slices, 4)
+    np.testing.assert_array_equal(got[:, :16], planned(a, b20, slices)[:, :16])
+    halves = [(chain(a, b20[:, 16:], range(lo, hi, 2), True)
+               + chain(a, b20[:, 16:], range(lo + 1, hi, 2), True)).astype(np.float32)
+              for lo, hi in (s[0] for s in slices)]
+    np.testing.assert_array_equal(got[:, 16:], (halves[0] + halves[1]).astype(np.float32))
     x = rng.rand(5, 4, 3).astype(np.float32)
     np.testing.assert_array_equal(patches(x, 1, 1, 1, True), x.reshape(20, 3))
     assert patches(x, 3, 3, 2, True).shape == (3 * 2, 27)
