@@ -66,33 +66,32 @@ def chain(a, b, ks, fused: bool):
     return acc
 
 
-def planned(a, b, blocks, fused: bool = True):
-    """`blocks` of k slices (`tf_k_plan`'s form): each slice summed from zero by `chain`,
-    a block's slices added in turn, then the blocks' sums in turn."""
+def two_chains(a, b, lo: int, hi: int):
+    """The sum over k in [lo, hi) as two fused chains from zero, the even and the odd steps,
+    then their sum."""
+    return (chain(a, b, range(lo, hi, 2), True)
+            + chain(a, b, range(lo + 1, hi, 2), True)).astype(np.float32)
+
+
+def planned(a, b, blocks, fused: bool = True, part=None):
+    """`blocks` of k slices (`tf_k_plan`'s form): each slice summed from zero by `chain`
+    (or by `part(a, b, lo, hi)`), a block's slices added in turn, then the blocks' sums in
+    turn."""
     out = None
     for block in blocks:
         s = None
         for lo, hi in block:
-            part = chain(a, b, range(lo, hi), fused)
-            s = part if s is None else (s + part).astype(np.float32)
+            p = part(a, b, lo, hi) if part else chain(a, b, range(lo, hi), fused)
+            s = p if s is None else (s + p).astype(np.float32)
         out = s if out is None else (out + s).astype(np.float32)
     return out
 
 
 def paired(a, b, blocks, cols: int):
-    """`planned` over `blocks`, with the last `cols` columns of each slice summed as two
-    chains from zero, the even and the odd k, then their sum."""
+    """`planned` over `blocks`, with the last `cols` columns of each slice summed by
+    `two_chains`."""
     out = planned(a, b, blocks)
-    sub = b[:, b.shape[1] - cols:]
-    tail = None
-    for block in blocks:
-        s = None
-        for lo, hi in block:
-            part = (chain(a, sub, range(lo, hi, 2), True)
-                    + chain(a, sub, range(lo + 1, hi, 2), True)).astype(np.float32)
-            s = part if s is None else (s + part).astype(np.float32)
-        tail = s if tail is None else (tail + s).astype(np.float32)
-    out[:, b.shape[1] - cols:] = tail
+    out[:, b.shape[1] - cols:] = planned(a, b[:, b.shape[1] - cols:], blocks, part=two_chains)
     return out
 
 
@@ -158,8 +157,7 @@ def candidates(a, b) -> dict:
     """{name: [M, N] result} of every candidate order (module docstring)."""
     k = a.shape[1]
     out = {"fma": chain(a, b, range(k), True),
-           "fma2": (chain(a, b, range(0, k, 2), True)
-                    + chain(a, b, range(1, k, 2), True)).astype(np.float32)}
+           "fma2": two_chains(a, b, 0, k)}
     for size in (64, 128, 192, 256, 320, 384, 512):
         if size < k:
             out[f"fma/kc{size}"] = blocked(a, b, size, True)

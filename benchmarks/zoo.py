@@ -273,7 +273,6 @@ def engine_fields(bench_rows: list[dict], tf_spread, gflop: float) -> dict:
     return out
 
 
-
 def best_other(engines: dict) -> dict | None:
     """{"engine", "ms"} of the fastest engine other than rstf's whose numbers count: status
     ok, or a mismatch (error above --rtol) within 2x TF's own spread, which says the model
