@@ -44,6 +44,19 @@ INDEX_RANGE_ERRORS = {"gcc": ["-Werror=type-limits", "-Werror=overflow"],
                                 "-Werror=integer-overflow"]}
 
 
+# gcc's tuning for AVX-512 machines (skylake-avx512 to sapphirerapids, -march=native on
+# them) vectorises loops at 256 bits, to spare cores whose clock drops under 512-bit
+# instructions. rstf's microkernels run in 512-bit registers on those machines anyway
+# (poly/target.py: the vector types are the target's width), so the clock is already
+# paid; the loops gcc vectorises itself (epilogues outside the registers, layer norms,
+# softmax, depthwise convolutions, tanh and sigmoid) then do half the work an
+# instruction for nothing. The preference changes only which vector width gcc picks,
+# never the operations or their order (no reduction is reassociated without
+# -ffast-math), so results are the same bits; on a machine without AVX-512 the code is
+# byte for byte what it was (tests/test_compiler_flags.py checks both).
+VECTOR_WIDTH_FLAG = "-mprefer-vector-width=512"
+
+
 def c_flags(march: str = "native") -> list[str]:
     # -fno-math-errno lets sqrtf/expf inline without changing results; no -ffast-math,
     # which would change NaN and rounding behaviour against TensorFlow.
@@ -52,6 +65,7 @@ def c_flags(march: str = "native") -> list[str]:
              *INDEX_RANGE_ERRORS["gcc"]]
     if march:
         flags.append(f"-march={march}")
+    flags.append(VECTOR_WIDTH_FLAG)
     if vector_math("gcc"):
         flags.append(LIBMVEC_FLAG)
     return flags + sanitize_flags()

@@ -62,10 +62,12 @@ def write_serving_ops(pkg_dir: str, c_sources: dict[str, str], wrapper: str,
                       headers: dict[str, str], model_name: str, march: str = "") -> None:
     """A Bazel package for TF Serving's tree: the generated sources, the header they need,
     and a BUILD with one `cc_library(alwayslink = 1)` named `rstf_ops`, its C built with
-    `-march=<march>` (none when empty; `build.c_toolchain` has checked it is a plain name),
+    `-march=<march>` (none when empty; `build.c_toolchain` has checked it is a plain name)
+    and the op library's vector-width preference (`build.compiler.VECTOR_WIDTH_FLAG`),
     and with glibc's libmvec where this machine's gcc has it (`build.vector_math`: the
     serving machine needs glibc 2.35 or later then)."""
-    from ..build.compiler import INDEX_RANGE_ERRORS, LIBMVEC_FLAG, vector_math
+    from ..build.compiler import (INDEX_RANGE_ERRORS, LIBMVEC_FLAG, VECTOR_WIDTH_FLAG,
+                                  vector_math)
     from ..opgen.base import render
 
     os.makedirs(pkg_dir)
@@ -76,6 +78,7 @@ def write_serving_ops(pkg_dir: str, c_sources: dict[str, str], wrapper: str,
         f.write(render(BUILD_TEMPLATE, c_sources=sorted(c_sources), headers=sorted(headers),
                        model_name=model_name, march=march,
                        index_range_errors=INDEX_RANGE_ERRORS["gcc"],
+                       vector_width=VECTOR_WIDTH_FLAG,
                        libmvec=LIBMVEC_FLAG if vector_math("gcc") else ""))
 
 
