@@ -326,8 +326,7 @@ def _optimize(rep: Reporter, model, out_dir, input_shapes, outputs, max_ops, mar
             batch.mark_batched(sg, graph, one)
             info["versions"] = batch.wrap(sg, occupancy)
     mark_weights(graph, codes)
-    digest = library_digest(codes, "" if optimizer in ("poly", "none") else
-                            f"{toolchain.cc} {' '.join(toolchain.flags)}")
+    digest = library_digest(codes, f"{toolchain.cc} {' '.join(toolchain.flags)}")
     op_types = [op_name(sg, digest) for sg in codes]
     node_names = custom_node_names(graph, len(codes))
     wrapper = generate_wrapper(codes, op_types, threads)

@@ -215,6 +215,34 @@ def test_per_subgraph_names_the_first_bad_node(small_model, tmp_path, monkeypatc
     assert f["subgraph"] == "rstf/subgraph_0" and f["node"] == "relu" and f["op"] == "Relu"
 
 
+@pytest.mark.tfbuild
+def test_the_same_c_built_with_other_flags_gets_other_op_names(small_model, tmp_path):
+    """Two builds of one model whose C is the same but whose compiler flags are not
+    (another --march, or another rstf's flags) are two libraries: both load in one
+    TensorFlow process (two versions of a model in one TensorFlow Serving, an A/B)."""
+    from rstf.serving import load_library
+
+    outs = {m: str(tmp_path / m) for m in ("native", "x86-64-v3")}
+    reports = {m: optimize(small_model, out, march=m, optimizer="none", log=lambda _: None)
+               for m, out in outs.items()}
+    sources = [open(os.path.join(out, "src", "subgraph_0.c")).read() for out in outs.values()]
+    assert sources[0] == sources[1]
+    names = [[sg["op_type"] for sg in r["subgraphs"]] for r in reports.values()]
+    assert not set(names[0]) & set(names[1])
+    x = rng.random((1, 12, 12, 3)).astype(np.float32)
+    got = []
+    for m, out in outs.items():
+        load_library(os.path.join(out, reports[m]["library"]))
+        gd = tf.compat.v1.GraphDef()
+        gd.ParseFromString(open(os.path.join(out, "optimized.pb"), "rb").read())
+        g = tf.Graph()
+        with g.as_default():
+            tf.graph_util.import_graph_def(gd, name="")
+        with tf.compat.v1.Session(graph=g) as s:
+            got.append(s.run("probs:0", {"input:0": x}))
+    np.testing.assert_array_equal(got[0], got[1])
+
+
 W_BIG = rng.standard_normal((1024, 1024)).astype(np.float32) / 32  # 4 MB: two 2 MB pages
 
 

@@ -43,9 +43,11 @@ def runtime_digest() -> str:
 
 
 def library_digest(subgraphs: list[SubgraphCode], compiler: str = "") -> str:
-    """`compiler` names the C toolchain when it is not the default: the same C compiled by
-    Graphite or Polly is another library, and must not register the same op names; nor
-    must the same C with another runtime (`runtime_digest`)."""
+    """`compiler` names the C toolchain: its compiler and flags. The same C compiled by
+    Graphite or Polly, for another `--march`, or with other flags by another rstf is
+    another library, and must not register the same op names: TensorFlow refuses to load
+    both in one process (two versions of a model in one TensorFlow Serving, an A/B of two
+    builds); nor must the same C with another runtime (`runtime_digest`)."""
     h = hashlib.sha256(__version__.encode() + compiler.encode() + runtime_digest().encode())
     for sg in subgraphs:
         # (which inputs are weights is part of the op's signature: attributes, not inputs)
