@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import shutil
 import subprocess
 
@@ -15,7 +16,9 @@ from rstf.build.compiler import VECTOR_WIDTH_FLAG, c_flags, link_libs
 from rstf.cgen.chelpers import helpers_for
 from rstf.poly.target import cpu_flags
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None
+                                or platform.machine() not in ("x86_64", "AMD64"),
+                                reason="compiles x86-64 code with gcc")
 
 # Loops of the kinds gcc vectorises itself in the generated C: an epilogue chain calling
 # TensorFlow's tanh, sigmoid, exp and erf (GELU, swish), a division, a select, and a
