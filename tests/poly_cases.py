@@ -183,6 +183,9 @@ CASES = {
     # Row reductions through 16 lane partials (the ops' lane_reduce): a softmax over rows
     # of 100 (6 whole vectors of lanes and a tail of 4) and a layer norm's two moments.
     "softmax_rows_in_lanes": ((2, 8, 100), lambda x: tf.nn.softmax(x)),
+    # Attention's softmax over [heads, tokens, keys]: its rows in blocks of 32 (every step of
+    # a block before the next), one parallel loop over the blocks.
+    "softmax_row_blocks": ((1, 4, 64, 128), lambda x: tf.nn.softmax(x)),
     "layer_norm_in_lanes": ((1, 6, 100), lambda x: (lambda m: (x - m) * tf.math.rsqrt(
         tf.reduce_mean(tf.math.squared_difference(x, m), -1, keepdims=True) + 1e-12))(
         tf.reduce_mean(x, -1, keepdims=True))),

@@ -221,6 +221,24 @@ class Min(_Reduce):
     update = "{x} < {acc} || {x} != {x} ? {x} : {acc}"
 
 
+# A softmax's rows run in blocks whose every step (max, exp, sum, reciprocal, multiply)
+# ends before the next block starts (softmax.c.j2): one parallel loop over the blocks where
+# each step was its own, and a block's logits and exps stay in L1 between the steps. A
+# block is at most SOFTMAX_BLOCK_BYTES of logits, below every x86 core's 32-48 KB L1d
+# with room for the exps beside them, and whole packets of 8 rows (TensorFlow's vector
+# reciprocal takes rows 8 at a time).
+SOFTMAX_BLOCK_BYTES = 16 << 10
+SOFTMAX_BLOCK_ROWS = (32, 16, 8)
+
+
+def softmax_row_block(R: int, C: int) -> int:
+    """Rows a block of an [R][C] float softmax (0: no blocks): the most of
+    SOFTMAX_BLOCK_ROWS that divides R, leaves at least two blocks and keeps a block's
+    logits within SOFTMAX_BLOCK_BYTES."""
+    return next((b for b in SOFTMAX_BLOCK_ROWS
+                 if R % b == 0 and R >= 2 * b and b * C * 4 <= SOFTMAX_BLOCK_BYTES), 0)
+
+
 @op_handler("Softmax")
 class Softmax(OpHandler):
     """Softmax over the last axis; the operand is viewed as [rows][classes]."""
@@ -254,6 +272,7 @@ class Softmax(OpHandler):
         lanes = row_lanes(C)
         body = render("ops/softmax.c.j2", R=R, C=C, inp="x", out="y", m="m", s="s", mp="mp",
                       sp="sp", lanes=lanes, eigen=eigen, fs=self.literal_suffix(node),
+                      block=softmax_row_block(R, C) if recip_rows == R else 0,
                       exp_fn=exp_fn, recip_fn="rstf_recipf", recip_rows=recip_rows,
                       vmax=lambda a, x: f"{x} > {a} ? {x} : {a}",
                       vsum=lambda a, x: f"{a} + {x}")
