@@ -186,6 +186,10 @@ CASES = {
     # Attention's softmax over [heads, tokens, keys]: its rows in blocks of 32 (every step of
     # a block before the next), one parallel loop over the blocks.
     "softmax_row_blocks": ((1, 4, 64, 128), lambda x: tf.nn.softmax(x)),
+    # A layer norm over 128 tokens of 256: its moments' rows in blocks of 16.
+    "layer_norm_row_blocks": ((1, 128, 256), lambda x: (lambda m: (x - m) * tf.math.rsqrt(
+        tf.reduce_mean(tf.math.squared_difference(x, m), -1, keepdims=True) + 1e-12))(
+        tf.reduce_mean(x, -1, keepdims=True))),
     "layer_norm_in_lanes": ((1, 6, 100), lambda x: (lambda m: (x - m) * tf.math.rsqrt(
         tf.reduce_mean(tf.math.squared_difference(x, m), -1, keepdims=True) + 1e-12))(
         tf.reduce_mean(x, -1, keepdims=True))),

@@ -36,10 +36,16 @@ def test_poly_equals_textbook_bitwise(case, target):
         # ReLU run after each row of each group, in the conv's one parallel region
         assert [len(f["nodes"]) for f in info["fused"]] == [4], info["fused"]
         assert info["parallel_loops"] == 1
-    if case == "softmax_row_blocks":  # the blocks' loop is the softmax's one parallel loop
-        body = new[new.rindex("static void sched_", 0, new.index("= rstf_expf(")):]
-        body = body[:body.index("\n}\n")]
-        assert body.count("omp parallel") == 1 and "for (int c1 = 0; c1 <= 7; ++c1)" in body
+    if case.endswith("_row_blocks"):  # the blocks' loop is each row op's one parallel loop
+        step, count = (("= rstf_expf(", 1) if case.startswith("softmax") else
+                       ("] / ((float) 256)", 2))  # the softmax; the two moments
+        ats = [m.start() for m in re.finditer(re.escape(step), new)]
+        assert len(ats) == count
+        for at in ats:
+            body = new[new.rindex("static void sched_", 0, at):]
+            body = body[:body.index("\n}\n")]
+            assert body.count("omp parallel") == 1, body
+            assert "for (int c1 = 0; c1 <= 7; ++c1)" in body, body  # 8 blocks
     if case.endswith("_masked"):  # every column in a kernel, none in the textbook loops
         cols = 49 if "49" in case else 197
         *whole, last = info["tiled"]

@@ -155,7 +155,7 @@ class _Reduce(OpHandler):
         if inner:
             R, C = inner
             body = render("ops/reduce_rows_eigen.c.j2", out="y", inp="x", acc="p", R=R, C=C,
-                          divisor=divisor)
+                          divisor=divisor, block=row_block(R, C))
             return OpFunction(body, [ArrayParam("x", (R, C), ct)], [ArrayParam("y", (R,), ct)],
                               scratch=[ArrayParam("p", (R, EIGEN_ROW_PARTIALS), ct)],
                               summary=f"{node.op} {list(in_shape)} axes {axes} keep_dims={keep}"
@@ -165,6 +165,7 @@ class _Reduce(OpHandler):
             # reduced through lane partials.
             body = render("ops/reduce_rows.c.j2", out="y", inp="x", acc="p", R=rows, C=count,
                           lanes=lanes, init=self.init.format(f=fs),
+                          block=row_block(rows, count, node.out_dtypes[0].itemsize),
                           upd=lambda a, x: self.update.format(acc=a, x=x), divisor=divisor)
             return OpFunction(body, [ArrayParam("x", (rows, count), ct)],
                               [ArrayParam("y", (rows,), ct)],
@@ -221,22 +222,22 @@ class Min(_Reduce):
     update = "{x} < {acc} || {x} != {x} ? {x} : {acc}"
 
 
-# A softmax's rows run in blocks whose every step (max, exp, sum, reciprocal, multiply)
-# ends before the next block starts (softmax.c.j2): one parallel loop over the blocks where
-# each step was its own, and a block's logits and exps stay in L1 between the steps. A
-# block is at most SOFTMAX_BLOCK_BYTES of logits, below every x86 core's 32-48 KB L1d
-# with room for the exps beside them, and whole packets of 8 rows (TensorFlow's vector
-# reciprocal takes rows 8 at a time).
-SOFTMAX_BLOCK_BYTES = 16 << 10
-SOFTMAX_BLOCK_ROWS = (32, 16, 8)
+# A row-wise op's rows (a softmax, a row Sum or Mean: a layer norm's moments) run in
+# blocks whose every step ends before the next block starts (_loops.j2's row_blocks): one
+# parallel loop over the blocks where each step was its own parallel region, or a serial
+# loop (the lanes' combining), and a block's rows stay in L1 between the steps. A block is
+# at most ROW_BLOCK_BYTES of its input, below every x86 core's 32-48 KB L1d with room for
+# what the steps write beside it, and whole packets of 8 rows (a float softmax's
+# reciprocal takes rows 8 at a time, as TensorFlow's vector path does).
+ROW_BLOCK_BYTES = 16 << 10
+ROW_BLOCK_ROWS = (32, 16, 8)
 
 
-def softmax_row_block(R: int, C: int) -> int:
-    """Rows a block of an [R][C] float softmax (0: no blocks): the most of
-    SOFTMAX_BLOCK_ROWS that divides R, leaves at least two blocks and keeps a block's
-    logits within SOFTMAX_BLOCK_BYTES."""
-    return next((b for b in SOFTMAX_BLOCK_ROWS
-                 if R % b == 0 and R >= 2 * b and b * C * 4 <= SOFTMAX_BLOCK_BYTES), 0)
+def row_block(R: int, C: int, itemsize: int = 4) -> int:
+    """Rows a block of a row-wise op over [R][C] (0: no blocks): the most of ROW_BLOCK_ROWS
+    that divides R, leaves at least two blocks and keeps a block within ROW_BLOCK_BYTES."""
+    return next((b for b in ROW_BLOCK_ROWS
+                 if R % b == 0 and R >= 2 * b and b * C * itemsize <= ROW_BLOCK_BYTES), 0)
 
 
 @op_handler("Softmax")
@@ -272,7 +273,7 @@ class Softmax(OpHandler):
         lanes = row_lanes(C)
         body = render("ops/softmax.c.j2", R=R, C=C, inp="x", out="y", m="m", s="s", mp="mp",
                       sp="sp", lanes=lanes, eigen=eigen, fs=self.literal_suffix(node),
-                      block=softmax_row_block(R, C) if recip_rows == R else 0,
+                      block=row_block(R, C) if recip_rows == R else 0,
                       exp_fn=exp_fn, recip_fn="rstf_recipf", recip_rows=recip_rows,
                       vmax=lambda a, x: f"{x} > {a} ? {x} : {a}",
                       vsum=lambda a, x: f"{a} + {x}")
