@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from harness import make_graph_def, save_graph_def, tf
+from harness import make_graph_def, run_tf, save_graph_def, tf
 from rstf.cgen.codegen import generate_subgraph
 from rstf.evaluation.compare import compare
 from rstf.frontend.graph import load_model
@@ -235,11 +235,7 @@ def test_the_same_c_built_with_other_flags_gets_other_op_names(small_model, tmp_
         load_library(os.path.join(out, reports[m]["library"]))
         gd = tf.compat.v1.GraphDef()
         gd.ParseFromString(open(os.path.join(out, "optimized.pb"), "rb").read())
-        g = tf.Graph()
-        with g.as_default():
-            tf.graph_util.import_graph_def(gd, name="")
-        with tf.compat.v1.Session(graph=g) as s:
-            got.append(s.run("probs:0", {"input:0": x}))
+        got += run_tf(gd, {"input": x}, ["probs:0"])
     np.testing.assert_array_equal(got[0], got[1])
 
 
