@@ -1,6 +1,7 @@
 """The TensorFlow C-API client that times graphs for `rstf compare` and `rstf bench`."""
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -124,3 +125,48 @@ def test_runner_falls_back_to_python_without_gcc(tmp_path, monkeypatch, capsys):
     assert runner.main(["--graph", pb, "--inputs", inputs, "--fetch", "s:0", "--reps", "1"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["client"] == "Python Session (no TF C API client: gcc is not installed)"
+
+
+def test_client_warms_up_for_the_time_asked_before_timing(tmp_path):
+    """`warmup_s`: untimed calls for that long after the first call, before the timed ones
+    (none where nothing is timed). Seen from outside as the run's wall time: 2 s of
+    warm-up against none, in one process each."""
+    pb = str(tmp_path / "g.pb")
+    _graph(pb)
+
+    def wall(**kw):
+        t0 = time.perf_counter()
+        outs, times = run_graph(pb, [], _feeds(), ["s:0"], **kw)
+        assert outs[0] == 12
+        return time.perf_counter() - t0, times
+
+    cold, times = wall(reps=3)
+    warm, warm_times = wall(reps=3, warmup_s=2.0)
+    assert len(times) == len(warm_times) == 3
+    assert warm - cold > 1.5, (warm, cold)
+    untimed, none = wall(reps=0, warmup_s=2.0)
+    assert none == [] and untimed < warm - 1.5, (untimed, warm)
+
+
+def test_timed_warms_up_only_when_it_times(monkeypatch):
+    """`timing.timed`: the first call's outputs are kept; then, with reps > 0, untimed
+    calls for WARMUP_S seconds (at least one), then exactly `reps` timed calls."""
+    from rstf.evaluation import timing
+
+    monkeypatch.setattr(timing, "WARMUP_S", 0.05)
+    calls = []
+
+    def call():
+        calls.append(len(calls))
+        time.sleep(0.001)
+        return [np.float32(len(calls))]
+
+    t0 = time.perf_counter()
+    res = timing.timed(call, 4, None)
+    assert len(res["times_ms"]) == 4 and res["warmup_s"] == 0.05
+    n = res["warmup_calls"]
+    assert n >= 1 and len(calls) == 1 + n + 4
+    assert 0.05 <= time.perf_counter() - t0 < 0.25
+    calls.clear()
+    res = timing.timed(call, 0, None)
+    assert calls == [0] and res["times_ms"] == [] and "warmup_calls" not in res

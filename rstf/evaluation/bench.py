@@ -26,8 +26,9 @@ Engines:
 The other three are called from their Python APIs: ONNX Runtime's and OpenVINO's are thin
 bindings; `tf-xla`'s `tf.function` call costs more Python per call than the others.
 
-Every engine runs in its own process (`python -m rstf.evaluation.runner --engine ...`): one warm-up
-call, then `reps` timed calls; the result keeps every time, the median, min/max and
+Every engine runs in its own process (`python -m rstf.evaluation.runner --engine ...`): one first
+call, untimed calls for `timing.WARMUP_S` seconds (the first calls after it still run slower,
+each engine by its own margin), then `reps` timed calls; the result keeps every time, the median, min/max and
 quartiles. With `rounds` R > 1 the engines take turns: R rounds, each running every engine
 once for its share of the `reps` (the order reversed on alternate rounds), and each
 engine's times pooled. A shared machine's slow phases last seconds to minutes (a vCPU taken
@@ -51,6 +52,7 @@ import tempfile
 import numpy as np
 
 from ..errors import RstfError
+from .timing import WARMUP_S
 
 RSTF_OPTIMIZERS = ("none", "poly", "graphite", "polly")
 ENGINES = (*(f"rstf-{o}" for o in RSTF_OPTIMIZERS), "tf-eigen", "tf-onednn", "tf-xla",
@@ -412,7 +414,7 @@ def table(result: dict) -> str:
     """The printed table: per model, one row per engine."""
     m = result["machine"]
     lines = [f"machine: {m['cpu']}, {m['cores']} cores; TensorFlow {m['tensorflow']}; "
-             f"median of {result['reps']} runs after a warm-up"
+             f"median of {result['reps']} runs after a {WARMUP_S:g} s warm-up"
              f"{_rounds_text(result)}; spread: min-max; errors vs "
              f"TF Eigen (rtol {result['rtol']:g}), err/TF spread: max_rel_err over TF oneDNN's; "
              "f64 err/TF's: error against the float64 run over TF's worse one"]

@@ -16,7 +16,7 @@ import json
 import statistics
 import sys
 
-from .timing import timed
+from .timing import WARMUP_S, timed
 
 
 def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
@@ -35,14 +35,14 @@ def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
     label = "Python Session"
     if client == "c" and rewrites:
         try:
-            outs, times = run_graph(graph_path, libs, feeds, fetches, reps)
+            outs, times = run_graph(graph_path, libs, feeds, fetches, reps, WARMUP_S)
         except ClientUnavailable as e:
             label = f"Python Session (no TF C API client: {e})"
         else:
             if save:
                 np.savez(save, **{f"out{i}": o for i, o in enumerate(outs)})
             return {"latency_ms": statistics.median(times) if times else None,
-                    "times_ms": times, "client": "TF C API"}
+                    "times_ms": times, "client": "TF C API", "warmup_s": WARMUP_S if reps else 0}
 
     from ..serving import load_library
     from ..frontend.tfutil import tf

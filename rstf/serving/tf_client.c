@@ -12,6 +12,9 @@
  *   dir PATH                      where the feed files are and the output files go
  *   reps N                        timed calls after the one warm-up call (with `also`
  *                                 graphs: timed rounds)
+ *   warmup MS                     with reps > 0: after the warm-up call, untimed calls
+ *                                 (every graph in turn) for at least MS milliseconds
+ *                                 (default 0): the first calls after it still run slower
  *   block N                       each graph's calls in a round, in a row (default 1);
  *                                 every one is timed
  *   lib PATH                      an op library to load (TF_LoadLibrary), any number
@@ -112,6 +115,7 @@ int main(int argc, char **argv) {
   int n_graphs = 0;
   const char *dir = ".";
   long reps = 0, block = 1;
+  double warmup_ms = 0;
   /* At most one feed or fetch per spec line. */
   TF_Output *in_ports[MAX_GRAPHS], *out_ports[MAX_GRAPHS];
   for (int g = 0; g < MAX_GRAPHS; ++g) {
@@ -130,6 +134,8 @@ int main(int argc, char **argv) {
       dir = arg;
     } else if (!strcmp(line, "reps")) {
       reps = atol(arg);
+    } else if (!strcmp(line, "warmup")) {
+      warmup_ms = atof(arg);
     } else if (!strcmp(line, "block")) {
       block = atol(arg);
       if (block < 1) fail("bad block", arg);
@@ -196,6 +202,19 @@ int main(int argc, char **argv) {
   for (int j = 0; j < n_graphs; ++j)
   for (long c = 0; c < (r < 0 ? 1 : block); ++c) {
     int g = r % 2 ? n_graphs - 1 - j : j;  /* A B .., then .. B A */
+    if (r == 0 && j == 0 && c == 0 && warmup_ms > 0) {
+      /* untimed: every graph in turn until warmup_ms have passed since call 0 */
+      for (double end = now_ms() + warmup_ms; now_ms() < end;)
+        for (int w = 0; w < n_graphs; ++w) {
+          TF_SessionRun(sessions[w], NULL, in_ports[w], in_values, n_feeds, out_ports[w],
+                        out_values, n_fetches, NULL, 0, NULL, status);
+          check(status, "running the graph");
+          for (int i = 0; i < n_fetches; ++i) {
+            TF_DeleteTensor(out_values[i]);
+            out_values[i] = NULL;
+          }
+        }
+    }
     double t0 = now_ms();
     TF_SessionRun(sessions[g], NULL, in_ports[g], in_values, n_feeds, out_ports[g], out_values,
                   n_fetches, NULL, 0, NULL, status);

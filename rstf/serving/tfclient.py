@@ -115,29 +115,33 @@ def _line(directive: str, text: str) -> str:
 
 
 def run_graph(graph_path: str, libs: list[str], feeds: dict[str, np.ndarray],
-              fetches: list[str], reps: int) -> tuple[list[np.ndarray], list[float]]:
-    """One warm-up call of the frozen graph, whose outputs are returned, then `reps` timed
-    calls (ms each). Feeds and fetches are "node:index" tensor names; `libs` are op
+              fetches: list[str], reps: int, warmup_s: float = 0.0
+              ) -> tuple[list[np.ndarray], list[float]]:
+    """One warm-up call of the frozen graph, whose outputs are returned, then (where
+    `reps` > 0) untimed calls for `warmup_s` seconds, then `reps` timed calls (ms each).
+    Feeds and fetches are "node:index" tensor names; `libs` are op
     libraries to load first. A fetch that is also fed returns the fed value, as a Python
     Session does (TensorFlow's C API refuses it). Raises RstfError with TensorFlow's
     message on failure."""
-    outputs, times = run_graphs([graph_path], libs, feeds, fetches, reps)
+    outputs, times = run_graphs([graph_path], libs, feeds, fetches, reps, warmup_s=warmup_s)
     return outputs, times[0]
 
 
 def run_graphs(graph_paths: list[str], libs: list[str], feeds: dict[str, np.ndarray],
-               fetches: list[str], reps: int, block: int = 1
+               fetches: list[str], reps: int, block: int = 1, warmup_s: float = 0.0
                ) -> tuple[list[np.ndarray], list[list[float]]]:
     """`run_graph` of several frozen graphs with the same feeds and fetches in one process,
     their timed calls interleaved in `reps` rounds (A B, B A, ...: the client's `also`
-    graphs), each graph called `block` times in a row a round: (the first graph's warm-up
-    outputs, each graph's reps x block times in ms, call by call)."""
+    graphs), each graph called `block` times in a row a round, after `warmup_s` seconds of
+    untimed calls of every graph in turn: (the first graph's warm-up outputs, each graph's
+    reps x block times in ms, call by call)."""
     exe = client_path()
     graph_path, *also = graph_paths
     asked = fetches
     fetches = [t for t in dict.fromkeys(fetches) if t not in feeds]
     with tempfile.TemporaryDirectory(prefix="rstf-run-") as work:
-        spec = [_line("dir", work), f"reps {int(reps)}\n", f"block {int(block)}\n"]
+        spec = [_line("dir", work), f"reps {int(reps)}\n", f"block {int(block)}\n",
+                f"warmup {1e3 * float(warmup_s):.3f}\n"]
         spec += [_line("lib", os.path.abspath(x)) for x in _unique_by_content(libs)]
         spec.append(_line("graph", os.path.abspath(graph_path)))
         spec += [_line("also", os.path.abspath(x)) for x in also]
