@@ -122,6 +122,34 @@ def test_a_gemv_weight_is_prefetched_by_the_kernels_before_it(threads):
     assert info["prefetched"] == [] and "rstf_pf_take" not in new
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_contractions_first_panels_are_prefetched_by_the_kernels_before_it(threads):
+    """Two dense layers over 1.5 MB frozen weights, each prefetching its own next panels:
+    the first one's kernels also prefetch the second's weight, one panel (640 whole rows
+    of it) a thread, where each thread's tiles start; bit-identical on the team, 2 and 3
+    threads. Those kernels keep their accumulators in registers: the prefetch of their
+    first steps (a constant bound) must not make gcc split the k loop and spill them."""
+    import re
+
+    from benchmarks.kernel_spills import source_loops, spilling
+
+    info, _, new = _bitwise_case("two_dense_deep_weights", threads=threads, team=True)
+    assert info["panel_prefetched"] == ["MatMul", "MatMul_1"], info["panel_prefetched"]
+    (pf,) = info["prefetched"]
+    assert pf["node"] == "MatMul" and pf["lines_per_call"] > 0
+    takes = set(re.findall(r"rstf_pf_take\(\(const char \*\)(in\d+), (\d+)L, (\d+)L", new))
+    assert len(takes) == 1, takes
+    weight, total, cap = takes.pop()
+    total, cap = int(total), int(cap)
+    assert weight == pf["weight"] and total == 640 * 576 * 4
+    assert cap < total and total % cap == 0 and cap % (640 * 4) == 0  # whole panels
+    kernels = {fn: ls for fn, ls in source_loops(new, "native").items()
+               if re.match(rf"rstf_mk\w*p{pf['lines_per_call']}", fn)}
+    assert kernels and not spilling(kernels), kernels
+    assert re.search(r'"no-split-loops"\)\)\)\n__attribute__\(\(noinline\)\) static void '
+                     rf"rstf_mk\w*p{pf['lines_per_call']}", new)
+
+
 def test_prefetch_takes_each_threads_share_up_to_its_cap():
     """rstf_pf_take (prefetch.PREFETCH_C), on 3 OpenMP threads: each thread's calls take
     consecutive lines of its own share of the weight, `bytes` a call, up to the share's end

@@ -316,8 +316,13 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
     # (the first conv's rows start 6 floats apart and read 21), gcc keeps the values one
     # row loads for the next rows' later steps live across trips, in the registers the
     # accumulators need, and spills those every step.
+    # No loop splitting where the k loop prefetches another group's weight in its first
+    # steps (`k < N`, N a constant): gcc splits the loop there, and the allocation of
+    # the copy after the split, the one that runs, can leave accumulators on the stack
+    # (a k-sliced 8x48 kernel stored 18 of them every step, at half its speed).
     opts = (["fp-contract=off"] if contract_off else []) + \
-        ([] if shape.vec_a else ["no-predictive-commoning"])
+        ([] if shape.vec_a else ["no-predictive-commoning"]) + \
+        (["no-split-loops"] if shape.pf else [])
     quoted = ", ".join(f'"{o}"' for o in opts)
     attr = f"__attribute__((optimize({quoted})))\n" if opts else ""
     return f"""\
