@@ -169,11 +169,11 @@ CASES = {
     "conv_mean_matmul_head": ((1, 7, 7, 64), lambda x: tf.nn.softmax(tf.matmul(
         tf.reduce_mean(tf.nn.relu6(tf.nn.conv2d(x, _w(1, 1, 64, 512), 1, "VALID")), [1, 2]),
         _w(512, 600)))),
-    # Two dense layers over 1.5 MB frozen weights, column tiles outermost, each prefetching
-    # its next panels: the first one's kernels also prefetch the second's first panel of
-    # each thread (prefetch.plan_prefetch), their reductions in TF's k slices.
-    "two_dense_deep_weights": ((1, 64, 640), lambda x: tf.matmul(
-        tf.nn.relu(tf.matmul(x, _w(640, 640)) + _w(640)), _w(640, 576))),
+    # A dense layer whose reduction runs in TF's k slices, then a classifier's GEMV over a
+    # 1.5 MB weight that the dense layer's kernels prefetch (prefetch.plan_prefetch).
+    "dense_mean_matmul_head": ((1, 64, 640), lambda x: tf.matmul(
+        tf.reduce_mean(tf.nn.relu(tf.matmul(x, _w(640, 640)) + _w(640)), [1]),
+        _w(640, 576))),
     # A dense layer over [1, M, K] with one column tile (N = 32): its rows are the kernel's
     # chunks, not an outer output loop, so only the register epilogue's true place (in
     # each chunk's kernel, `regepi.kernel_times`) leaves the chunk loop parallel.

@@ -122,32 +122,25 @@ def test_a_gemv_weight_is_prefetched_by_the_kernels_before_it(threads):
     assert info["prefetched"] == [] and "rstf_pf_take" not in new
 
 
-@pytest.mark.parametrize("threads", [2, 3])
-def test_a_contractions_first_panels_are_prefetched_by_the_kernels_before_it(threads):
-    """Two dense layers over 1.5 MB frozen weights, each prefetching its own next panels:
-    the first one's kernels also prefetch the second's weight, one panel (640 whole rows
-    of it) a thread, where each thread's tiles start; bit-identical on the team, 2 and 3
-    threads. Those kernels keep their accumulators in registers: the prefetch of their
-    first steps (a constant bound) must not make gcc split the k loop and spill them."""
+def test_prefetching_kernels_in_k_slices_keep_their_accumulators_in_registers():
+    """A dense layer whose reduction runs in TF's k slices prefetches the classifier's
+    weight after it: the prefetch of its first steps (`k < N`, N a constant) made gcc
+    split the k loop, and the copy that runs kept accumulators on the stack. The kernels
+    with a prefetch are built without loop splitting, and their loops touch the stack
+    less than once a step."""
     import re
 
     from benchmarks.kernel_spills import source_loops, spilling
 
-    info, _, new = _bitwise_case("two_dense_deep_weights", threads=threads, team=True)
-    assert info["panel_prefetched"] == ["MatMul", "MatMul_1"], info["panel_prefetched"]
+    info, _, new = _bitwise_case("dense_mean_matmul_head")
     (pf,) = info["prefetched"]
     assert pf["node"] == "MatMul" and pf["lines_per_call"] > 0
-    takes = set(re.findall(r"rstf_pf_take\(\(const char \*\)(in\d+), (\d+)L, (\d+)L", new))
-    assert len(takes) == 1, takes
-    weight, total, cap = takes.pop()
-    total, cap = int(total), int(cap)
-    assert weight == pf["weight"] and total == 640 * 576 * 4
-    assert cap < total and total % cap == 0 and cap % (640 * 4) == 0  # whole panels
-    kernels = {fn: ls for fn, ls in source_loops(new, "native").items()
-               if re.match(rf"rstf_mk\w*p{pf['lines_per_call']}", fn)}
-    assert kernels and not spilling(kernels), kernels
+    name = rf"rstf_mk\w*p{pf['lines_per_call']}\w*"
     assert re.search(r'"no-split-loops"\)\)\)\n__attribute__\(\(noinline\)\) static void '
-                     rf"rstf_mk\w*p{pf['lines_per_call']}", new)
+                     + name + r"\(", new)
+    loops = {fn: ls for fn, ls in source_loops(new, "native").items() if re.match(name, fn)}
+    # (gcc 12 -march=native on an AVX-512 Xeon spilled this C without the attribute.)
+    assert loops and not spilling(loops), loops
 
 
 def test_prefetch_takes_each_threads_share_up_to_its_cap():

@@ -61,10 +61,9 @@ def make_plan(scop: Scop, schedules: list[Group], target: Target,
     panels = prepack.plan(scop, [k for cs in schedules if cs.call not in wino
                                  for k in cs.kernels],
                           scalar_statement_names(schedules), set(constants))
-    panel_marked = plan_panel_prefetch(scop, schedules, panels, set(wino), target.tuning)
     prefetch, marks = plan_prefetch(scop, schedules, set(wino), frozenset(constants),
-                                    target.tuning, target.threads, target.l2_bytes, panels,
-                                    frozenset(panel_marked))
+                                    target.tuning, target.threads, target.l2_bytes)
+    panel_marked = plan_panel_prefetch(scop, schedules, panels, set(wino), target.tuning)
     groups = tuple(_marked(g, marks, panel_marked) for g in schedules)
     offsets, workspace_bytes = replan(
         scop, list(groups), {scratch_name(c): wp.scratch_bytes for c, wp in wino.items()})

@@ -49,9 +49,7 @@ static const char *rstf_pf_take(const char *base, long total, long cap, long byt
 
 def plan_prefetch(scop: Scop, schedules: list[Group], skip: set[int],
                   constants: frozenset[str], tuning: Tuning, threads: int,
-                  l2_bytes: int, panels: dict | None = None,
-                  panel_marked: frozenset[str] = frozenset()
-                  ) -> tuple[dict[int, str], dict[str, tuple[int, str, int]]]:
+                  l2_bytes: int) -> tuple[dict[int, str], dict[str, tuple[int, str, int]]]:
     """Batch-1 matrix-vector products (kernels of one row) over a frozen weight of at least
     `tuning.prefetch_min_bytes` read that weight from L3 or DRAM on every call: MobileNet v2's
     classifier, 5 MB, took 42-57 us of the kernels' 2.9 ms on a quiet host and up to 130
@@ -69,24 +67,14 @@ def plan_prefetch(scop: Scop, schedules: list[Group], skip: set[int],
     (`group_profile.py`, 2 threads, Intel Xeon with AVX-512). Returns ({computing group's
     call: the weight array}, {computing kernel: (its `prefetch` lines a call, its
     `prefetch_of` weight, its `prefetch_cap` bytes a thread)}). `skip`: calls lowered
-    otherwise (Winograd); `threads`, `l2_bytes`: the target's.
-
-    The same holds for the first panel of a contraction that prefetches its next panels
-    itself (`panel_marked`, its weight's layout in `panels`): each thread's first tile
-    reads its panel from L3 or DRAM on its first row, with nothing before it to prefetch
-    it, and a layer's panels are only a few a thread (BERT's projections: 8 to 12 panels
-    over 2 threads). Its weight is stored panel after panel, and a thread's share starts at
-    the panel its first tile reads (a parallel loop over the tiles gives thread t the
-    tiles from t/n of them), so the computing group prefetches one panel a thread: the
-    first `4 * rows * vb` bytes of each thread's share."""
+    otherwise (Winograd); `threads`, `l2_bytes`: the target's."""
     plans, marks = {}, {}
     for i, g in enumerate(schedules):
         if g.call in skip or g.is_band or not g.kernels:
             continue
-        target = _prefetch_target(scop, g, constants, panels or {}, panel_marked, l2_bytes)
-        if target is None:
+        if not all(k.rb == 1 and k.b.array in constants for k in g.kernels):
             continue
-        w, cap = target
+        w = g.kernels[0].b.array
         shape = scop.buffers[w].shape
         if not all(isinstance(x, int) for x in shape):
             continue
@@ -107,24 +95,10 @@ def plan_prefetch(scop: Scop, schedules: list[Group], skip: set[int],
         calls = p.ast_time[k.name].domain().count_val().to_python()
         if not calls:
             continue
-        wanted = min(total, cap * threads)  # bytes, all threads together
-        marks[k.name] = (min(-(-wanted // (64 * calls)), 2 * k.depth), w, cap)
+        wanted = min(total, l2_bytes * threads)  # bytes, all threads together
+        marks[k.name] = (min(-(-wanted // (64 * calls)), 2 * k.depth), w, l2_bytes)
         plans[p.call] = w
     return plans, marks
-
-
-def _prefetch_target(scop: Scop, g: Group, constants: frozenset[str], panels: dict,
-                     panel_marked: frozenset[str], l2_bytes: int) -> tuple[str, int] | None:
-    """(the frozen weight another group should prefetch for `g`, the bytes of it a thread
-    takes), or None: all of a matrix-vector product's weight, at most `l2_bytes` a thread;
-    a panel a thread of a contraction that prefetches its next panels itself."""
-    if all(k.rb == 1 and k.b.array in constants for k in g.kernels):
-        return g.kernels[0].b.array, l2_bytes
-    k = g.kernels[0]  # the whole tiles' kernel
-    pn = panels.get(k.b.array)
-    if k.name in panel_marked and pn is not None and k.b.array in constants:
-        return k.b.array, 4 * pn.rows * pn.vb
-    return None
 
 
 PANEL_PREFETCH_C = """\
