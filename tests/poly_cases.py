@@ -174,6 +174,11 @@ CASES = {
     "dense_mean_matmul_head": ((1, 64, 640), lambda x: tf.matmul(
         tf.reduce_mean(tf.nn.relu(tf.matmul(x, _w(640, 640)) + _w(640)), [1]),
         _w(640, 576))),
+    # A batch of 8 sequences through a dense layer whose 2.4 MB weight is larger than L2:
+    # rows outermost, each sequence runs every column tile in turn, and its calls prefetch
+    # the next panel (prefetch.tile_first, streamed).
+    "batched_dense_streamed_weights": ((8, 64, 768), lambda x: tf.nn.relu(
+        tf.matmul(x, _w(768, 768)) + _w(768))),
     # A dense layer over [1, M, K] with one column tile (N = 32): its rows are the kernel's
     # chunks, not an outer output loop, so only the register epilogue's true place (in
     # each chunk's kernel, `regepi.kernel_times`) leaves the chunk loop parallel.

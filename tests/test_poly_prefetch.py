@@ -66,6 +66,22 @@ def test_merged_rows_prefetch_the_next_panel_spread_over_the_call(threads):
     assert new.count("rstf_pp_at((const float *)in1 + ") >= 1
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_each_batch_point_prefetches_the_next_panel_of_a_streamed_weight(threads):
+    """A batch of sequences through a dense layer whose weight (2.4 MB) does not stay in
+    L2, rows outermost: every sequence runs all the column tiles, reading each panel again
+    from L3, so its calls prefetch the next panel, shared among that sequence's calls
+    (64 rows), not among all the batch's. Bit-identical on the team, 2 and 3 threads. A
+    weight that stays in L2 is not prefetched so."""
+    info, _, new = _bitwise_case("batched_dense_streamed_weights", threads=threads, team=True)
+    assert info["tiled"][0]["order"] == "rows outermost", info["tiled"][0]
+    assert info["panel_prefetched"] == ["MatMul"], info["panel_prefetched"]
+    assert new.count("rstf_pp_at((const float *)in1 + ") >= 1
+    assert ", 64L), rstf_pp_lines(" in new  # each sequence's 64 rows share the next panel
+    info, _, new = _bitwise_case("conv_1x1_bias_relu", run=False)  # 25 KB: no prefetch
+    assert info["panel_prefetched"] == [] and "rstf_pp_at" not in new
+
+
 def test_panel_prefetch_shares_cover_the_next_panel():
     """rstf_pp_at / rstf_pp_lines (prefetch.PANEL_PREFETCH_C): the calls of a tile, each for
     its rows [g0, g1) of n, prefetch every line of the next panel, and no line twice

@@ -405,7 +405,8 @@ class CallLowering:
         (the last tile's own, already read), the lines in proportion to this call's place
         among the tile's calls: its outer point, its outer reduction step and its output
         rows [s, e], in loop order, so that the tile's calls prefetch the next panel once
-        between them."""
+        between them. (Outer points above the column tile, rows outermost, each run all
+        the tiles: each point's calls prefetch the whole next panel.)"""
         s = self.stmts[k.statement]
         box = dict(zip(s.iterators, extents(s)))
         u = k.dims.index("u")
@@ -418,7 +419,10 @@ class CallLowering:
             return f"({v} - {lo})" if lo > 0 else f"({v} + {-lo})" if lo < 0 else f"({v})"
 
         index, n = [], 1  # the linear index of the call's first row, r innermost
-        for c in reversed(k.dims[:u] + k.dims[u + 1:-2]):
+        # (k.dims lists the outer outputs before u; they run inside the column tile only
+        # when it is outermost)
+        inner = (k.dims[:u] if k.tile_outer else []) + k.dims[u + 1:-2]
+        for c in reversed(inner):
             lo, hi = box[c]
             if hi > lo:
                 index.append(f"{n * rows}L * {minus(vals[c], lo)}")

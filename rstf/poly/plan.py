@@ -63,7 +63,8 @@ def make_plan(scop: Scop, schedules: list[Group], target: Target,
                           scalar_statement_names(schedules), set(constants))
     prefetch, marks = plan_prefetch(scop, schedules, set(wino), frozenset(constants),
                                     target.tuning, target.threads, target.l2_bytes)
-    panel_marked = plan_panel_prefetch(scop, schedules, panels, set(wino), target.tuning)
+    panel_marked = plan_panel_prefetch(scop, schedules, panels, set(wino), target.tuning,
+                                       target.l2_bytes)
     groups = tuple(_marked(g, marks, panel_marked) for g in schedules)
     offsets, workspace_bytes = replan(
         scop, list(groups), {scratch_name(c): wp.scratch_bytes for c, wp in wino.items()})

@@ -117,7 +117,7 @@ static inline int rstf_pp_lines(long bytes, long g0, long g1, long n)
 
 
 def plan_panel_prefetch(scop: Scop, schedules: list[Group], panels: dict, skip: set[int],
-                        tuning: Tuning) -> set[str]:
+                        tuning: Tuning, l2_bytes: int) -> set[str]:
     """Column-tile-outermost contractions (`choose_order`: the weight is too big for L2, so
     each tile's panel is reused by every row while the rows stream) read each panel from
     L3 or DRAM on its first row: ResNet-50's and Inception v3's weights (about 100 MB) never
@@ -143,15 +143,20 @@ def plan_panel_prefetch(scop: Scop, schedules: list[Group], panels: dict, skip: 
     For kernels over a frozen weight in panel layout (`prepack`) of at least
     `tuning.prefetch_min_bytes`, whole tiles (the last, partial one has no next panel), no
     K2 level (its k restarts) and at least `prefetch_min_depth` steps. A call inside an outer
-    reduction loop (a 3x3 conv's taps) takes its share of the tile's calls too. Returns
-    the kernels whose `panel_prefetch` to set. `skip`: calls lowered otherwise (Winograd)."""
+    reduction loop (a 3x3 conv's taps) takes its share of the tile's calls too.
+    Rows outermost over several outer points (a batch of sequences through a dense layer)
+    qualify as well when the whole weight is larger than `l2_bytes`: each outer point then
+    runs every column tile in turn and reads each panel again from L3, as a batch-1 call
+    does once (`tile_first`). Returns the kernels whose `panel_prefetch` to set. `skip`:
+    calls lowered otherwise (Winograd)."""
     out = set()
     for cs in schedules:
         if cs.call in skip:
             continue
         for k in cs.kernels:
             pn = panels.get(k.b.array)
-            if (pn is None or not tile_first(scop, k) or k.cols or k.vec_a or k.slide or k.kin
+            if (pn is None or not tile_first(scop, k, 4 * pn.rows * pn.cols > l2_bytes)
+                    or k.cols or k.vec_a or k.slide or k.kin
                     or not k.r or k.rb == 1 or k.ranged or k.depth < tuning.prefetch_min_depth
                     or pn.cols <= pn.vb or 4 * pn.rows * pn.cols < tuning.prefetch_min_bytes):
                 continue
@@ -159,13 +164,15 @@ def plan_panel_prefetch(scop: Scop, schedules: list[Group], panels: dict, skip: 
     return out
 
 
-def tile_first(scop: Scop, k: Kernel) -> bool:
+def tile_first(scop: Scop, k: Kernel, streamed: bool = False) -> bool:
     """Whether the kernel's column tile is its calls' outermost loop: column tiles outermost
     (`Kernel.tile_outer`), or rows outermost where no outer loop has more than one point (a
     1x1 conv over a small map with its rows merged: the tiles of a 6x6 map's 36 pixels, each
-    panel read by four 9-row calls in a row). Each thread then runs one panel's calls after
-    another, and prefetching the next panel during them is its next read."""
-    if k.tile_outer:
+    panel read by four 9-row calls in a row), or, `streamed` (the weight does not stay in
+    L2), below outer loops of several points, each of which runs the column tiles in turn.
+    Each thread then runs one panel's calls after another, and prefetching the next panel
+    during them is its next read."""
+    if k.tile_outer or streamed:
         return True
     s = scop.statement(k.statement)
     box = dict(zip(s.iterators, extents(s)))
