@@ -7,9 +7,10 @@ OUTDIR is an `rstf optimize` output folder (the gcc builds: `--optimizer poly` o
 Its op library is rebuilt from OUTDIR/src with RSTF_CALL_TIMES defined, which compiles in
 a timestamp at five points of every op call (`RSTF_MARK` in rstf/runtime/rstf_kernel.h) and
 changes nothing else: the same op names, so OUTDIR/optimized.pb loads it. The graph then
-runs --reps times through TensorFlow's C API (rstf.evaluation.runner, after one warm-up
-call), on the seeded inputs `rstf compare` feeds. Printed, as medians and 10th / 90th percentiles in
-microseconds over the op calls:
+runs --reps times through TensorFlow's C API (rstf.evaluation.runner, after its warm-up:
+the first call and `timing.WARMUP_S` seconds of calls), on the seeded inputs `rstf
+compare` feeds. Printed, as medians and 10th / 90th percentiles in microseconds over the
+op calls of the --reps timed calls:
 
 - `tensorflow`: from one op call's return to the next one's start (the client's loop and
   TensorFlow's own work after and before the op; with several ops a run, also the TF
@@ -57,7 +58,7 @@ def instrumented_library(outdir: str) -> str:
 
 def phases(rows: list[list[float]]) -> dict[str, list[float]]:
     """Per-phase durations (us) from the calls' five timestamps, in call order; the first
-    call (the warm-up) has no `tensorflow` gap and is left out."""
+    call has no `tensorflow` gap (no call before it) and is left out."""
     out = {p: [] for p in PHASES}
     for prev, row in zip(rows, rows[1:]):
         out["tensorflow"].append(row[0] - prev[4])
@@ -93,8 +94,11 @@ def breakdown(outdir: str, reps: int = 1500, seed: int = 0) -> dict:
         if not os.path.exists(times):
             raise RstfError("call_breakdown: the instrumented op wrote no timestamps")
         rows = [[float(x) for x in line.split()] for line in open(times)]
-    per = phases(rows)
-    return {"calls": len(rows) - 1, "client": res.get("client"),
+    # The timed calls' op calls are the last `reps` x (ops a graph call: one a subgraph);
+    # the warm-up's last op call before them gives the first one its `tensorflow` gap.
+    ops = max(1, len(report.get("subgraphs", [])))
+    per = phases(rows[-(reps * ops + 1):])
+    return {"calls": len(per["kernels"]), "client": res.get("client"),
             "end_to_end_ms": res["latency_ms"],
             "phases_us": {p: summary(v) for p, v in per.items() if v}}
 
