@@ -129,7 +129,7 @@ def test_runner_falls_back_to_python_without_gcc(tmp_path, monkeypatch, capsys):
 
 def test_client_warms_up_for_the_time_asked_before_timing(tmp_path):
     """`warmup_s`: untimed calls for that long after the first call, before the timed ones
-    (none where nothing is timed). Seen from outside as the run's wall time: 2 s of
+    (none where nothing is timed). Seen from outside as the run's wall time: 3 s of
     warm-up against none, in one process each."""
     pb = str(tmp_path / "g.pb")
     _graph(pb)
@@ -141,11 +141,11 @@ def test_client_warms_up_for_the_time_asked_before_timing(tmp_path):
         return time.perf_counter() - t0, times
 
     cold, times = wall(reps=3)
-    warm, warm_times = wall(reps=3, warmup_s=2.0)
+    warm, warm_times = wall(reps=3, warmup_s=3.0)
     assert len(times) == len(warm_times) == 3
-    assert warm - cold > 1.5, (warm, cold)
-    untimed, none = wall(reps=0, warmup_s=2.0)
-    assert none == [] and untimed < warm - 1.5, (untimed, warm)
+    assert warm - cold > 2.0, (warm, cold)  # (a second for the start-ups' own spread)
+    untimed, none = wall(reps=0, warmup_s=3.0)
+    assert none == [] and untimed < warm - 2.0, (untimed, warm)
 
 
 def test_timed_warms_up_only_when_it_times(monkeypatch):
