@@ -2,6 +2,7 @@
 panel during each column tile, and a GEMV's weight during the kernels before it."""
 import dataclasses
 import os
+import re
 import subprocess
 import tempfile
 
@@ -144,8 +145,6 @@ def test_prefetching_kernels_in_k_slices_keep_their_accumulators_in_registers():
     split the k loop, and the copy that runs kept accumulators on the stack. The kernels
     with a prefetch are built without loop splitting, and their loops touch the stack
     less than once a step."""
-    import re
-
     from benchmarks.kernel_spills import source_loops, spilling
 
     info, _, new = _bitwise_case("dense_mean_matmul_head")

@@ -49,10 +49,11 @@ INDEX_RANGE_ERRORS = {"gcc": ["-Werror=type-limits", "-Werror=overflow"],
 # instructions. rstf's microkernels run in 512-bit registers on those machines anyway
 # (poly/target.py: the vector types are the target's width), so the clock is already
 # paid; the loops gcc vectorises itself (epilogues outside the registers with their tanh,
-# sigmoid or erf, layer norms, softmax) then do half the work an instruction for nothing. The preference changes only which vector width gcc picks,
-# never the operations or their order (no reduction is reassociated without
-# -ffast-math), so results are the same bits; on a machine without AVX-512 the code is
-# byte for byte what it was (tests/test_compiler_flags.py checks both).
+# sigmoid or erf, layer norms, softmax) then do half the work an instruction for nothing.
+# The preference changes only which vector width gcc picks, never the operations or their
+# order (no reduction is reassociated without -ffast-math), so results are the same bits;
+# on a machine without AVX-512 the code is byte for byte what it was
+# (tests/test_compiler_flags.py checks both).
 VECTOR_WIDTH_FLAG = "-mprefer-vector-width=512"
 
 

@@ -26,10 +26,10 @@ Engines:
 The other three are called from their Python APIs: ONNX Runtime's and OpenVINO's are thin
 bindings; `tf-xla`'s `tf.function` call costs more Python per call than the others.
 
-Every engine runs in its own process (`python -m rstf.evaluation.runner --engine ...`): one first
-call, untimed calls for `timing.WARMUP_S` seconds (the first calls after it still run slower,
-each engine by its own margin), then `reps` timed calls; the result keeps every time, the median, min/max and
-quartiles. With `rounds` R > 1 the engines take turns: R rounds, each running every engine
+Every engine runs in its own process (`python -m rstf.evaluation.runner --engine ...`):
+one first call, untimed calls for `timing.WARMUP_S` seconds (the first calls after it still
+run slower, each engine by its own margin), then `reps` timed calls; the result keeps every
+time, the median, min/max and quartiles. With `rounds` R > 1 the engines take turns: R rounds, each running every engine
 once for its share of the `reps` (the order reversed on alternate rounds), and each
 engine's times pooled. A shared machine's slow phases last seconds to minutes (a vCPU taken
 away halves a 2-core machine's speed): engines run one after the other can land one in

@@ -24,8 +24,8 @@ TensorFlow with Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0), the reference:
   engine that only sums in another order many times "outside" it. Where TensorFlow cannot
   run the graph in float64, both are absent and `exact_unavailable` says why.
 
-Latency is the median of `--reps` runs after a warm-up (`timing.timed`), for the optimized graph and for stock
-TensorFlow with Eigen and with oneDNN kernels, each in its own process, each called through
+Latency is the median of `--reps` runs after a warm-up (`timing.WARMUP_S`), for the
+optimized graph and for stock TensorFlow with Eigen and with oneDNN kernels, each in its own process, each called through
 TensorFlow's C API as a C++ server calls it (rstf.serving.tfclient): a Python Session would add its
 own per-call interpreter work to all three.
 """

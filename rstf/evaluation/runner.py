@@ -42,7 +42,8 @@ def run(graph_path: str, libs: list[str], inputs_path: str, fetches: list[str],
             if save:
                 np.savez(save, **{f"out{i}": o for i, o in enumerate(outs)})
             return {"latency_ms": statistics.median(times) if times else None,
-                    "times_ms": times, "client": "TF C API", "warmup_s": WARMUP_S if reps else 0}
+                    "times_ms": times, "client": "TF C API",
+                    **({"warmup_s": WARMUP_S} if reps > 0 else {})}  # as `timed` says
 
     from ..serving import load_library
     from ..frontend.tfutil import tf

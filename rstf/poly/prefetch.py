@@ -155,10 +155,13 @@ def plan_panel_prefetch(scop: Scop, schedules: list[Group], panels: dict, skip: 
             continue
         for k in cs.kernels:
             pn = panels.get(k.b.array)
-            if (pn is None or not tile_first(scop, k, 4 * pn.rows * pn.cols > l2_bytes)
-                    or k.cols or k.vec_a or k.slide or k.kin
-                    or not k.r or k.rb == 1 or k.ranged or k.depth < tuning.prefetch_min_depth
-                    or pn.cols <= pn.vb or 4 * pn.rows * pn.cols < tuning.prefetch_min_bytes):
+            if pn is None:
+                continue
+            weight = 4 * pn.rows * pn.cols  # bytes
+            if (not tile_first(scop, k, weight > l2_bytes) or k.cols or k.vec_a or k.slide
+                    or k.kin or not k.r or k.rb == 1 or k.ranged
+                    or k.depth < tuning.prefetch_min_depth or pn.cols <= pn.vb
+                    or weight < tuning.prefetch_min_bytes):
                 continue
             out.add(k.name)
     return out
