@@ -46,6 +46,12 @@ def test_poly_equals_textbook_bitwise(case, target):
             body = body[:body.index("\n}\n")]
             assert body.count("omp parallel") == 1, body
             assert "for (int c1 = 0; c1 <= 7; ++c1)" in body, body  # 8 blocks
+            if "select" in case:  # the mask on the probabilities, in the same blocks
+                assert "rstf_selectf(" in body, body
+                assert [f["nodes"] for f in info["fused"]] == [["Softmax", "SelectV2"]]
+    if case == "attention_heads_read_in_place":  # no copy: the matmuls read the heads
+        entry = new[new.index("void rstf_sg_0"):]
+        assert entry.count("(Transpose) */\n    /* its readers read t") == 2, entry
     if case.endswith("_masked"):  # every column in a kernel, none in the textbook loops
         cols = 49 if "49" in case else 197
         *whole, last = info["tiled"]

@@ -2,7 +2,9 @@
 
     raise      raise_c.raise_subgraph: the subgraph's C as a `Scop` (statements, accesses)
     fold       kslices.fold_k_slices: contractions in TensorFlow's k slices as one statement
-               each (run again unfolded where kernels would not compute one whole)
+               each (run again unfolded where kernels would not compute one whole);
+               copies.fold_copies: a copy (attention's head-splitting Transposes) read in
+               place by its readers
     depend     deps.compute_dependences: its exact dependences
     schedule   schedule.schedule_call (contractions tiled around microkernels),
                fuse (pointwise chains and epilogues), band (row bands of consecutive
@@ -18,6 +20,7 @@ of a later stage, leaves the subgraph's C as it was, with the diagnostic: never
 mis-compiled.
 """
 from .deps import Dependences, Violation, check_schedule_legal, compute_dependences, violated
+from .copies import fold_copies
 from .kslices import UnslicedStatement, fold_k_slices
 from .raise_c import raise_subgraph
 from .result import PassResult
@@ -99,12 +102,12 @@ def _optimize(source, entry, tile, fuse, constants, winograd, target) -> PassRes
     try:
         # Contractions in TensorFlow's k slices as one statement each where kernels
         # compute them whole; where they do not, the textbook slices as they are.
-        scop = fold_k_slices(raised)
+        scop = fold_copies(fold_k_slices(raised))
         try:
             deps = compute_dependences(scop)
             schedules = _schedule(scop, deps, tile, fuse, target)
         except UnslicedStatement:
-            scop = raised
+            scop = fold_copies(raised)
             deps = compute_dependences(scop)
             schedules = _schedule(scop, deps, tile, fuse, target)
         plan = make_plan(scop, schedules, target, frozenset(constants), winograd)
@@ -126,7 +129,8 @@ def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target) -> 
     import islpy as isl
 
     from .band import fuse_bands, fuse_halos
-    from .fuse import chain_time, find_chains, fuse_epilogue, fuse_reduction_epilogue
+    from .fuse import (chain_time, find_chains, fuse_block_epilogue, fuse_epilogue,
+                       fuse_reduction_epilogue)
     from .groups import CallSchedule, Group, pad_time
     from .schedule import schedule_call
 
@@ -146,6 +150,8 @@ def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target) -> 
             if prev is not None and prev.call == c - 1:
                 group = (fuse_epilogue if prev.kernels else fuse_reduction_epilogue)(
                     scop, deps, prev, ch, depth, target.tuning)
+                if group is None and not prev.kernels:
+                    group = fuse_block_epilogue(scop, deps, prev, ch, depth)
                 if group is not None:
                     schedules[-1] = group
                     continue

@@ -33,7 +33,7 @@ from .deps import Dependences
 from .cparse import is_accumulation
 from .scop import Scop, Statement, isl_name
 from .groups import (CallSchedule, extents, group_iter, is_pointwise, kernel_roles, pad_time,
-                     row_major_access, violations)
+                     parallel_dims, row_major_access, violations)
 from .schedule import tile_order
 from .tuning import Tuning
 
@@ -231,6 +231,59 @@ def fuse_reduction_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, cha
 
     return _row_group(scop, deps, cs, chain, init, upd, y.array, m, time_of,
                       {upd.name: time_of(upd, 0, 0)}, tuning)
+
+
+def fuse_block_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
+                        depth: int) -> CallSchedule | None:
+    """A pointwise chain after a *row-blocked* reduction group (a softmax or a layer norm's
+    moments, which the templates write as one parallel loop over blocks of rows, every
+    step of a block before the next): each point of the chain runs in the block that
+    writes what it reads, after that block's last statement (time `[pos, b(p), AFTER,
+    p.., j]`), while the block's rows are still in L1. Attention's SelectV2 after its
+    softmax then reads the probabilities where the softmax left them instead of in a
+    second pass over the [heads, seq, seq] scores.
+
+    b(p) is derived, not assumed: the group's writes of every group-written array the
+    chain's head reads, at the group's time dimension 1. It must be one block for each of
+    the head's points (the others share the head's index space), dimension 1 must stay
+    parallel, and the new times must keep every dependence between the statements. None
+    when any of that fails."""
+    if cs.kernels or cs.chain is not None or len(cs.statements) < 2:
+        return None
+    if not any(a.array == s.accesses[-1].array for s in cs.statements
+               for a in s.accesses[:-1]):
+        return None  # (no statement reads what it writes: no reduction)
+    head = chain.statements[0]
+    n_iv = len(head.iterators)
+    if 4 + n_iv > depth:
+        return None
+    written: dict[str, list[Statement]] = {}
+    for s in cs.statements:
+        written.setdefault(s.accesses[-1].array, []).append(s)
+    out = isl.dim_type.out
+    block = None
+    for a in head.accesses[:-1]:
+        for g in written.get(a.array, []):
+            t = cs.time[g.name]
+            at = a.relation.apply_range(g.accesses[-1].relation.reverse()).apply_range(t)
+            at = at.project_out(out, 2, t.dim(out) - 2)
+            block = at if block is None else block.union(at)
+    if block is None or not block.is_single_valued() \
+            or not block.domain().is_equal(head.domain):
+        return None
+    iv = ", ".join(isl_name(v) for v in head.iterators)
+    time = dict(cs.time)
+    for j, s in enumerate(chain.statements):
+        rest = isl.Map(f"{{ {head.name}[{iv}] -> [{_AFTER_ROW}, {iv}, {j}] }}")
+        t = block.flat_range_product(rest).set_tuple_name(isl.dim_type.in_, s.name)
+        time[s.name] = pad_time(t.intersect_domain(s.domain), depth)
+    stmts = cs.statements + chain.statements
+    names = {s.name for s in stmts}
+    if violations(stmts, deps, time) \
+            or not parallel_dims(deps.validity, time, names, [1])[1]:
+        return None
+    return CallSchedule(cs.call, stmts, time, {**cs.ast_time, head.name: time[head.name]},
+                        [], list(cs.refused), chain=chain)
 
 
 def _row_group(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,

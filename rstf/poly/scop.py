@@ -99,6 +99,8 @@ class Scop:
     calls: list[Call] = dataclasses.field(default_factory=list)
     entry: str = ""
     ast: c_ast.FileAST | None = None  # the parsed source, for lowering
+    # Calls whose copy its readers read in place (`copies.fold_copies`): call -> source
+    folded: dict[int, str] = dataclasses.field(default_factory=dict)
 
     @property
     def arrays(self) -> dict[str, ArrayInfo]:

@@ -117,6 +117,9 @@ def entry_source(scop: Scop, calls_text: dict[int, str], offsets: dict[str, int]
                          f"{offsets[item.name]});")
     for call in scop.calls:
         lines.append(f"/* {call.node} ({call.op}) */" if call.op else f"/* {call.node} */")
-        lines.append(calls_text.get(call.index, "/* no statements */"))
+        if call.index in scop.folded:
+            lines.append(f"/* its readers read {scop.folded[call.index]} in place */")
+        else:
+            lines.append(calls_text.get(call.index, "/* no statements */"))
     lines.append("}")
     return "\n".join(lines) + "\n"
