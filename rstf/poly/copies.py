@@ -1,26 +1,32 @@
-"""Copies read in place: a Transpose between two ops disappears into its readers.
+"""Copies read or written in place: a Transpose between two ops disappears.
 
 BERT's attention splits the query and the value into heads with a Transpose:
 `Z[h][t][d] = Y[t][64 h + d]`, a strided copy of the whole [seq, hidden] product, which
 the next matmul then reads row by row. That matmul can read Y itself: its row-broadcast
 operand (the query) and its column operand (the value) are still read at unit stride
-along the kernel's reduction and columns, only their row strides change. Here such a copy
-statement is dropped and every read of Z is rewritten as the read of Y it stands for
-(`Y[f(g^-1(e))]`, composed in isl and kept only when it is affine).
+along the kernel's reduction and columns, only their row strides change. So the copy
+statement is dropped and every read of Z becomes the read of Y it stands for,
+`Y[f(g^-1(e))]` (`_into_readers`). Where the readers cannot (the context, [heads, seq, d],
+transposed back to [seq, heads x d] for the output projection, which reads a row of 512 as
+one reduction: h = k / 64 is no affine index), the statements that make Y make Z instead,
+`Z[g(f^-1(e))]` (`_into_writers`): the context's matmul stores its tiles 512 floats a row
+apart in the projection's input.
 
 A copy `C: Z[g(i)] = Y[f(i)]` folds when
-- it is its call's only statement, and its right-hand side is the one array reference;
-- Z is a temporary that C alone writes, each element once (g injective), and no
-  statement writes Y after C (Y holds the same values wherever Z is read);
-- every read of Z, composed with g^-1 and f, is an affine function of its reader's
-  iterators, without integer divisions;
-- and it costs no reader a unit stride: each iterator that stepped through Z at stride 1
-  steps through Y at stride 1 (attention's key, transposed so that the sequence is the
-  scores' columns, stays a copy: read in place, its columns would be 64 floats apart).
+- it is its call's only statement, its right-hand side the one array reference, Z a
+  temporary that C alone writes, f and g injective;
+- into the readers: no statement writes Y after C (the readers see the values C copied);
+  into the writers: Y is a temporary that nothing after C uses and Z nothing before it;
+- every rewritten access, composed in isl, is an affine function of its statement's
+  iterators without integer divisions, defined wherever the old one was;
+- and it costs no statement a unit stride: each iterator that stepped through the old
+  array at stride 1 steps through the new one at stride 1 (attention's key, transposed so
+  that the sequence is the scores' columns, stays a copy: read in place, its columns would
+  be 64 floats apart).
 
-The readers' accesses change before the dependences are computed, so every later stage
-sees the scop as if the op had been written to read Y (`fold_copies` returns a new scop
-and leaves its argument as it was).
+The accesses change before the dependences are computed, so every later stage sees the
+scop as if the ops had been written that way (`fold_copies` returns a new scop and leaves
+its argument as it was). The entry says where each dropped copy went.
 """
 from __future__ import annotations
 
@@ -42,55 +48,100 @@ def fold_copies(scop: Scop) -> Scop:
     folded = dict(scop.folded)
     for name in [s.name for s in stmts]:
         c = next(s for s in stmts if s.name == name)  # (a reader of an earlier copy: new)
-        if len(by_call[c.call]) != 1:
+        if len(by_call[c.call]) != 1 or not _is_copy(c, scop):
             continue
-        readers = _fold(c, stmts, scop)
-        if readers is None:
+        src, dst = c.accesses
+        at = stmts.index(c)
+        new = _into_readers(c, stmts[at + 1:], stmts)
+        how = f"its readers read {src.array} in place"
+        if new is None:
+            new = _into_writers(c, stmts[:at], stmts, scop)
+            how = f"{src.array}'s writers write {dst.array} in place"
+        if new is None:
             continue
-        stmts = [readers.get(s.name, s) for s in stmts if s is not c]
-        folded[c.call] = c.accesses[0].array
+        stmts = [new.get(s.name, s) for s in stmts if s is not c]
+        folded[c.call] = how
     if len(folded) == len(scop.folded):
         return scop
     return dataclasses.replace(scop, statements=stmts, folded=folded)
 
 
-def _fold(c: Statement, stmts: list[Statement], scop: Scop) -> dict[str, Statement] | None:
-    """The readers of copy `c`'s output rewritten to read its source, or None when `c`
-    does not fold."""
+def _is_copy(c: Statement, scop: Scop) -> bool:
+    """`Z[g(i)] = Y[f(i)]` between two temporaries (or from an input), each of g and f
+    injective."""
     if c.ast.op != "=" or not isinstance(c.ast.rvalue, c_ast.ArrayRef) \
             or len(c.accesses) != 2 or c.domain.dim(isl.dim_type.param):
-        return None
+        return False
+    src, dst = c.accesses
+    return (src.array != dst.array and scop.buffers[dst.array].role == "temp"
+            and dst.relation.is_injective() and src.relation.is_injective())
+
+
+def _into_readers(c: Statement, after: list[Statement],
+                  stmts: list[Statement]) -> dict[str, Statement] | None:
+    """The readers of copy `c`'s output rewritten to read its source, or None."""
     src, dst = c.accesses
     y, z = src.array, dst.array
-    if y == z or scop.buffers[z].role != "temp" or not dst.relation.is_injective():
-        return None
-    at = stmts.index(c)
     if any(a.write and a.array == z for s in stmts if s is not c for a in s.accesses):
         return None
-    if any(a.write and a.array == y for s in stmts[at + 1:] for a in s.accesses):
-        return None
+    if any(a.write and a.array == y for s in after for a in s.accesses):
+        return None  # (Y changes after the copy: the readers would see other values)
     z_to_y = dst.relation.reverse().apply_range(src.relation)  # Z[e] -> Y[f(g^-1(e))]
+    return _redirect([s for s in after if any(a.array == z for a in s.accesses)],
+                     z, y, z_to_y)
+
+
+def _into_writers(c: Statement, before: list[Statement], stmts: list[Statement],
+                  scop: Scop) -> dict[str, Statement] | None:
+    """The statements that make copy `c`'s source (attention's context, [heads, seq, d],
+    before its Transpose to [seq, heads x d]) rewritten to make its output in place, or
+    None. Y must be a temporary that nothing after the copy uses."""
+    src, dst = c.accesses
+    y, z = src.array, dst.array
+    if scop.buffers[y].role != "temp":
+        return None
+    if any(a.array == y for s in stmts[stmts.index(c) + 1:] for a in s.accesses):
+        return None
+    if any(a.array == z for s in before for a in s.accesses):
+        return None
+    y_to_z = src.relation.reverse().apply_range(dst.relation)  # Y[f(i)] -> Z[g(i)]
+    return _redirect([s for s in before if any(a.array == y for a in s.accesses)],
+                     y, z, y_to_z)
+
+
+def _redirect(stmts: list[Statement], old: str, new: str,
+              to_new: isl.Map) -> dict[str, Statement] | None:
+    """`stmts` with every access of array `old` rewritten as the access of `new` that
+    `to_new` maps it to; None where one is not an affine function of its statement's
+    iterators everywhere it was defined, or moves a unit stride (module doc)."""
     out = {}
-    for s in stmts[at + 1:]:
-        if not any(a.array == z for a in s.accesses):
-            continue
-        accesses = []
+    for s in stmts:
+        accesses, moved = [], {}
         for a in s.accesses:
-            if a.array != z:
+            if a.array != old:
                 accesses.append(a)
                 continue
-            rel = a.relation.apply_range(z_to_y)
+            rel = a.relation.apply_range(to_new)
             index = _affine_index(rel)
-            if index is None or not _unit_strides_kept(a.index, index):
+            if index is None or not rel.domain().is_equal(a.relation.domain()) \
+                    or not _unit_strides_kept(a.index, index):
                 return None
-            accesses.append(Access(y, a.param, rel, index, a.ref, False))
-        old = {id(a.relation) for a in s.accesses if a.array == z}
-        reads = [r for r in s.reads if id(r) not in old]
-        for a in accesses:
-            if a.array == y and not a.write and not any(r.is_equal(a.relation) for r in reads):
-                reads.append(a.relation)
-        out[s.name] = dataclasses.replace(s, accesses=accesses, reads=reads)
+            accesses.append(Access(new, a.param, rel, index, a.ref, a.write))
+            moved[id(a.relation)] = rel
+        reads = _relations(s.reads, moved, [a for a in accesses if not a.write])
+        writes = _relations(s.writes, moved, [a for a in accesses if a.write])
+        out[s.name] = dataclasses.replace(s, accesses=accesses, reads=reads, writes=writes)
     return out or None
+
+
+def _relations(rels: list[isl.Map], moved: dict, accesses: list[Access]) -> list[isl.Map]:
+    """A statement's distinct read (or write) relations after `moved` rewrote some: the
+    rewritten ones by their new relation, each distinct relation once."""
+    out = [r for r in rels if id(r) not in moved]
+    for a in accesses:
+        if not any(r.is_equal(a.relation) for r in out):
+            out.append(a.relation)
+    return out
 
 
 def _affine_index(rel: isl.Map) -> list[Affine] | None:

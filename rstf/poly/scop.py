@@ -99,7 +99,7 @@ class Scop:
     calls: list[Call] = dataclasses.field(default_factory=list)
     entry: str = ""
     ast: c_ast.FileAST | None = None  # the parsed source, for lowering
-    # Calls whose copy its readers read in place (`copies.fold_copies`): call -> source
+    # Calls whose copy was dropped (`copies.fold_copies`): call -> where it went, in words
     folded: dict[int, str] = dataclasses.field(default_factory=dict)
 
     @property
