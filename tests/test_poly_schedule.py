@@ -49,6 +49,12 @@ def test_poly_equals_textbook_bitwise(case, target):
             if "select" in case:  # the mask on the probabilities, in the same blocks
                 assert "rstf_selectf(" in body, body
                 assert [f["nodes"] for f in info["fused"]] == [["Softmax", "SelectV2"]]
+    if case == "dense_gelu_per_chunk" and target.vlen == NATIVE.vlen:
+        # every kernel call (the whole chunks', the last chunk's) followed by the chain
+        body = new[new.index("static void sched_"):]
+        calls = [(m.start(), m.group(0)[:9]) for m in re.finditer(
+            r"rstf_mkv\w*\(|rstf_tanhf\(", body)]
+        assert [w for _, w in calls] == ["rstf_mkv_", "rstf_tanh"] * 2, calls
     if case == "attention_heads_read_in_place":  # no copy: the matmuls read the heads
         entry = new[new.index("void rstf_sg_0"):]
         assert entry.count("(Transpose) */\n    /* its readers read t") == 2, entry

@@ -189,7 +189,50 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
         return pad_time(isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> [{', '.join(t)}] }}")
                     .intersect_domain(s.domain), depth)
 
-    return _row_group(scop, deps, cs, chain, init, upd, y, m, row_time, {}, tuning)
+    group = _row_group(scop, deps, cs, chain, init, upd, y, m, row_time, {}, tuning)
+    if group is None or group.epilogue is not None or kern.chunk_outer or kern.merged \
+            or not kern.r:
+        return group
+    n = 2 + len(tile_order(kern, outs, "u", []))  # pos, the tile's loops, the chunk
+    return _per_chunk(deps, group, init, upd, y, n, m, depth) or group
+
+
+def _per_chunk(deps: Dependences, group: CallSchedule, init: Statement, upd: Statement,
+               y: str, n: int, m: int, depth: int) -> CallSchedule | None:
+    """`group` (a row-buffer epilogue) with Y's zeroing and the chain moved from around a
+    row's whole tile to around each kernel call: each chunk of rows is zeroed, computed
+    and run through the chain while it is in L1. A row of BERT's feed-forward layer is the
+    whole sequence (384 x 64 floats: 96 KB, more than L1), which the GELU otherwise reads
+    back from L2. The time of a point of Y is the first n dimensions of the time of the
+    kernel chunk (or residual point) that writes it (pos, the tile's loops, the chunk's
+    first row), then -1 (the zeroing) or AFTER (the chain). None when that is not one time
+    for each point, or breaks a dependence."""
+    out = isl.dim_type.out
+    t_upd = group.time[upd.name]
+    writes = upd.accesses[-1].relation.reverse().apply_range(t_upd)  # Y[e] -> its times
+    writes = writes.project_out(out, n, writes.dim(out) - n)
+    head = group.chain.statements[0]
+    read = next((a for a in head.accesses[:-1] if a.array == y), None)
+    if read is None:
+        return None
+    time = dict(group.time)
+    for s, to_y, mid, last in ([(init, init.accesses[-1].relation, -1, 0)]
+                               + [(c, read.relation, _AFTER_ROW, j)
+                                  for j, c in enumerate(group.chain.statements)]):
+        at = to_y.apply_range(writes).set_tuple_name(isl.dim_type.in_, s.name)
+        at = at.intersect_domain(s.domain)
+        if not at.is_single_valued() or not at.domain().is_equal(s.domain):
+            return None
+        iv = [isl_name(v) for v in s.iterators]
+        if n + len(iv) - m + 2 > depth:
+            return None
+        rest = isl.Map(f"{{ {s.name}[{', '.join(iv)}] -> "
+                       f"[{', '.join([str(mid), *iv[m:], str(last)])}] }}")
+        time[s.name] = pad_time(at.flat_range_product(rest), depth)
+    if violations(group.statements, deps, time):
+        return None
+    ast_time = {**group.ast_time, init.name: time[init.name], head.name: time[head.name]}
+    return dataclasses.replace(group, time=time, ast_time=ast_time)
 
 
 def fuse_reduction_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
