@@ -191,6 +191,11 @@ CASES = {
     # chunk of rows zeroed, computed and through the chain in turn (fuse._per_chunk).
     "dense_gelu_per_chunk": ((1, 100, 64), lambda x: (lambda h: 0.5 * h * (1.0 + tf.tanh(
         0.79788456 * (h + 0.044715 * h * h * h))))(tf.matmul(x, _w(64, 128)) + _w(128))),
+    # The same where the row chunks are whole (2 x 13 rows): the column tile's loop holds
+    # the row buffer and the chunk loop alone, and is not collapsed with it.
+    "dense_gelu_per_chunk_whole_chunks": ((1, 26, 64), lambda x: (lambda h: 0.5 * h * (
+        1.0 + tf.tanh(0.79788456 * (h + 0.044715 * h * h * h))))(
+        tf.matmul(x, _w(64, 128)) + _w(128))),
     "batch_matmul_one_column_tile_in_registers": ((1, 200, 64), lambda x: (
         tf.matmul(x, _w(64, 32)) + _w(32) + _w(1, 200, 32))),
     # Attention's mask: SelectV2 on a TF bool, per column (a vector of bytes widened to a

@@ -261,6 +261,8 @@ class CallLowering:
         body = node.for_get_body()
         if body.get_type() != isl.ast_node_type.for_ or body.for_is_degenerate():
             return None
+        if int(it[1:]) in self.row_dim.values():
+            return None  # (a row buffer declared between them: not perfectly nested)
         bounds = ast_c(body.for_get_init()) + " " + ast_c(body.for_get_cond())
         if re.search(rf"\b{it}\b", bounds):
             return None
