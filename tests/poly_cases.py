@@ -44,11 +44,6 @@ def _w(*shape):
     return rng.randn(*shape).astype(np.float32)
 
 
-def _heads(t):
-    """[1, seq, 2 * 64] as [1, 2, seq, 64], as attention splits its projections."""
-    return tf.transpose(tf.reshape(t, [1, t.shape[1], 2, 64]), [0, 2, 1, 3])
-
-
 def _subgraph(build, out="out"):
     g = load_graph_def(make_graph_def(build), outputs=[out])
     nodes = [n for n in g.topo_order() if g.nodes[n].op not in ("Const", "Placeholder")]
@@ -214,14 +209,6 @@ CASES = {
     # blocks (fuse.fuse_block_epilogue), not as a second pass over the scores.
     "softmax_select_row_blocks": ((1, 4, 64, 128), lambda x: tf.where(
         tf.constant(rng.random_sample(128) > 0.3), tf.nn.softmax(x), 0.0)),
-    # Attention's query and value split into heads by a Transpose: the scores' and the
-    # context's matmuls read the projections in place; the context's matmul writes the
-    # output projection's input in place of the Transpose back (copies.fold_copies).
-    "attention_heads_read_in_place": ((1, 32, 128), lambda x: tf.matmul(tf.reshape(
-        tf.transpose(tf.matmul(tf.nn.softmax(
-            tf.matmul(_heads(tf.matmul(x, _w(128, 128))), _w(2, 64, 32))),
-            _heads(tf.matmul(x, _w(128, 128)))), [0, 2, 1, 3]), [1, 32, 128]),
-        _w(128, 128))),
     # A layer norm over 128 tokens of 256: its moments' rows in blocks of 16.
     "layer_norm_row_blocks": ((1, 128, 256), lambda x: (lambda m: (x - m) * tf.math.rsqrt(
         tf.reduce_mean(tf.math.squared_difference(x, m), -1, keepdims=True) + 1e-12))(

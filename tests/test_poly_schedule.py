@@ -55,10 +55,6 @@ def test_poly_equals_textbook_bitwise(case, target):
         calls = [(m.start(), m.group(0)[:9]) for m in re.finditer(
             r"rstf_mkv\w*\(|rstf_tanhf\(", body)]
         assert [w for _, w in calls] == ["rstf_mkv_", "rstf_tanh"] * 2, calls
-    if case == "attention_heads_read_in_place":  # no copy: the matmuls read the heads
-        entry = new[new.index("void rstf_sg_0"):]
-        assert entry.count("(Transpose) */\n    /* its readers read t") == 2, entry
-        assert entry.count("(Transpose) */\n    /* t") == 1, entry  # (written in place)
     if case.endswith("_masked"):  # every column in a kernel, none in the textbook loops
         cols = 49 if "49" in case else 197
         *whole, last = info["tiled"]

@@ -2,9 +2,7 @@
 
     raise      raise_c.raise_subgraph: the subgraph's C as a `Scop` (statements, accesses)
     fold       kslices.fold_k_slices: contractions in TensorFlow's k slices as one statement
-               each (run again unfolded where kernels would not compute one whole);
-               copies.fold_copies: a copy (attention's head-splitting Transposes) read in
-               place by its readers
+               each (run again unfolded where kernels would not compute one whole)
     depend     deps.compute_dependences: its exact dependences
     schedule   schedule.schedule_call (contractions tiled around microkernels),
                fuse (pointwise chains and epilogues), band (row bands of consecutive
@@ -20,7 +18,6 @@ of a later stage, leaves the subgraph's C as it was, with the diagnostic: never
 mis-compiled.
 """
 from .deps import Dependences, Violation, check_schedule_legal, compute_dependences, violated
-from .copies import fold_copies
 from .kslices import UnslicedStatement, fold_k_slices
 from .raise_c import raise_subgraph
 from .result import PassResult
@@ -102,12 +99,12 @@ def _optimize(source, entry, tile, fuse, constants, winograd, target) -> PassRes
     try:
         # Contractions in TensorFlow's k slices as one statement each where kernels
         # compute them whole; where they do not, the textbook slices as they are.
-        scop = fold_copies(fold_k_slices(raised))
+        scop = fold_k_slices(raised)
         try:
             deps = compute_dependences(scop)
             schedules = _schedule(scop, deps, tile, fuse, target)
         except UnslicedStatement:
-            scop = fold_copies(raised)
+            scop = raised
             deps = compute_dependences(scop)
             schedules = _schedule(scop, deps, tile, fuse, target)
         plan = make_plan(scop, schedules, target, frozenset(constants), winograd)

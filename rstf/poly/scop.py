@@ -99,8 +99,6 @@ class Scop:
     calls: list[Call] = dataclasses.field(default_factory=list)
     entry: str = ""
     ast: c_ast.FileAST | None = None  # the parsed source, for lowering
-    # Calls whose copy was dropped (`copies.fold_copies`): call -> where it went, in words
-    folded: dict[int, str] = dataclasses.field(default_factory=dict)
 
     @property
     def arrays(self) -> dict[str, ArrayInfo]:

@@ -117,9 +117,6 @@ def entry_source(scop: Scop, calls_text: dict[int, str], offsets: dict[str, int]
                          f"{offsets[item.name]});")
     for call in scop.calls:
         lines.append(f"/* {call.node} ({call.op}) */" if call.op else f"/* {call.node} */")
-        if call.index in scop.folded:
-            lines.append(f"/* {scop.folded[call.index]} */")
-        else:
-            lines.append(calls_text.get(call.index, "/* no statements */"))
+        lines.append(calls_text.get(call.index, "/* no statements */"))
     lines.append("}")
     return "\n".join(lines) + "\n"
