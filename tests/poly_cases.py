@@ -182,13 +182,15 @@ CASES = {
     # A dense layer over [1, M, K] with one column tile (N = 32): its rows are the kernel's
     # chunks, not an outer output loop, so only the register epilogue's true place (in
     # each chunk's kernel, `regepi.kernel_times`) leaves the chunk loop parallel.
-    # A dense layer's GELU (tanh form, whose tanh keeps it out of the registers): each
-    # chunk of rows zeroed, computed and through the chain in turn (fuse._per_chunk).
-    "dense_gelu_per_chunk": ((1, 100, 64), lambda x: (lambda h: 0.5 * h * (1.0 + tf.tanh(
+    # A dense layer's GELU (tanh form, whose tanh keeps it out of the registers) over
+    # rows longer than L1 holds: each chunk of rows zeroed, computed and through the chain
+    # in turn (fuse._per_chunk).
+    "dense_gelu_per_chunk": ((1, 600, 64), lambda x: (lambda h: 0.5 * h * (1.0 + tf.tanh(
         0.79788456 * (h + 0.044715 * h * h * h))))(tf.matmul(x, _w(64, 128)) + _w(128))),
-    # The same where the row chunks are whole (2 x 13 rows): the column tile's loop holds
-    # the row buffer and the chunk loop alone, and is not collapsed with it.
-    "dense_gelu_per_chunk_whole_chunks": ((1, 26, 64), lambda x: (lambda h: 0.5 * h * (
+    # The same where the row chunks are whole (312 rows: 24 x 13, 26 x 12, ...): the
+    # column tile's loop holds the row buffer and the chunk loop alone, and is not
+    # collapsed with it.
+    "dense_gelu_per_chunk_whole_chunks": ((1, 312, 64), lambda x: (lambda h: 0.5 * h * (
         1.0 + tf.tanh(0.79788456 * (h + 0.044715 * h * h * h))))(
         tf.matmul(x, _w(64, 128)) + _w(128))),
     "batch_matmul_one_column_tile_in_registers": ((1, 200, 64), lambda x: (

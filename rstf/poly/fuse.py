@@ -193,6 +193,9 @@ def fuse_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
     if group is None or group.epilogue is not None or kern.chunk_outer or kern.merged \
             or not kern.r:
         return group
+    lo, hi = dict(zip(map(isl_name, upd.iterators), extents(upd)))[isl_name(kern.r)]
+    if 4 * (hi - lo + 1) * vb <= tuning.chunk_epilogue_bytes:
+        return group  # (the row is still in L1 when the chain reads it)
     n = 2 + len(tile_order(kern, outs, "u", []))  # pos, the tile's loops, the chunk
     return _per_chunk(deps, group, init, upd, y, n, m, depth) or group
 
