@@ -179,9 +179,6 @@ CASES = {
     # the next panel (prefetch.tile_first, streamed).
     "batched_dense_streamed_weights": ((8, 64, 768), lambda x: tf.nn.relu(
         tf.matmul(x, _w(768, 768)) + _w(768))),
-    # A dense layer over [1, M, K] with one column tile (N = 32): its rows are the kernel's
-    # chunks, not an outer output loop, so only the register epilogue's true place (in
-    # each chunk's kernel, `regepi.kernel_times`) leaves the chunk loop parallel.
     # A dense layer's GELU (tanh form, whose tanh keeps it out of the registers) over
     # rows longer than L1 holds: each chunk of rows zeroed, computed and through the chain
     # in turn (fuse._per_chunk).
@@ -193,6 +190,9 @@ CASES = {
     "dense_gelu_per_chunk_whole_chunks": ((1, 312, 64), lambda x: (lambda h: 0.5 * h * (
         1.0 + tf.tanh(0.79788456 * (h + 0.044715 * h * h * h))))(
         tf.matmul(x, _w(64, 128)) + _w(128))),
+    # A dense layer over [1, M, K] with one column tile (N = 32): its rows are the kernel's
+    # chunks, not an outer output loop, so only the register epilogue's true place (in
+    # each chunk's kernel, `regepi.kernel_times`) leaves the chunk loop parallel.
     "batch_matmul_one_column_tile_in_registers": ((1, 200, 64), lambda x: (
         tf.matmul(x, _w(64, 32)) + _w(32) + _w(1, 200, 32))),
     # Attention's mask: SelectV2 on a TF bool, per column (a vector of bytes widened to a

@@ -210,10 +210,7 @@ def _per_chunk(deps: Dependences, group: CallSchedule, init: Statement, upd: Sta
     kernel chunk (or residual point) that writes it (pos, the tile's loops, the chunk's
     first row), then -1 (the zeroing) or AFTER (the chain). None when that is not one time
     for each point, or breaks a dependence."""
-    out = isl.dim_type.out
-    t_upd = group.time[upd.name]
-    writes = upd.accesses[-1].relation.reverse().apply_range(t_upd)  # Y[e] -> its times
-    writes = writes.project_out(out, n, writes.dim(out) - n)
+    writes = _written_at([upd], group.time, n)
     head = group.chain.statements[0]
     read = next((a for a in head.accesses[:-1] if a.array == y), None)
     if read is None:
@@ -300,19 +297,15 @@ def fuse_block_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: 
                for a in s.accesses[:-1]):
         return None  # (no statement reads what it writes: no reduction)
     head = chain.statements[0]
-    n_iv = len(head.iterators)
-    if 4 + n_iv > depth:
+    if 4 + len(head.iterators) > depth:
         return None
     written: dict[str, list[Statement]] = {}
     for s in cs.statements:
         written.setdefault(s.accesses[-1].array, []).append(s)
-    out = isl.dim_type.out
     block = None
     for a in head.accesses[:-1]:
-        for g in written.get(a.array, []):
-            t = cs.time[g.name]
-            at = a.relation.apply_range(g.accesses[-1].relation.reverse()).apply_range(t)
-            at = at.project_out(out, 2, t.dim(out) - 2)
+        if a.array in written:
+            at = a.relation.apply_range(_written_at(written[a.array], cs.time, 2))
             block = at if block is None else block.union(at)
     if block is None or not block.is_single_valued() \
             or not block.domain().is_equal(head.domain):
@@ -330,6 +323,17 @@ def fuse_block_epilogue(scop: Scop, deps: Dependences, cs: CallSchedule, chain: 
         return None
     return CallSchedule(cs.call, stmts, time, {**cs.ast_time, head.name: time[head.name]},
                         [], list(cs.refused), chain=chain)
+
+
+def _written_at(writers: list[Statement], time: dict[str, isl.Map], n: int) -> isl.Map:
+    """{ element -> the first n dimensions of each time one of `writers` writes it } (all
+    writers write the same array)."""
+    out = None
+    for w in writers:
+        at = w.accesses[-1].relation.reverse().apply_range(time[w.name])
+        at = at.project_out(isl.dim_type.out, n, at.dim(isl.dim_type.out) - n)
+        out = at if out is None else out.union(at)
+    return out
 
 
 def _row_group(scop: Scop, deps: Dependences, cs: CallSchedule, chain: Chain,
