@@ -189,7 +189,7 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
         row["graph_nodes"] = len(graph_def.node)
         row["pb_mb"] = round(os.path.getsize(pb) / 2**20, 1)
         if name not in BREADTH:  # a classifier's softmax
-            row["output_max"] = _output_max(graph_def, size, np)
+            row["output_max"] = _output_max(graph_def, size, input_range, np)
         del graph_def
 
         stage("optimize")
@@ -221,15 +221,19 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
                        exact_unavailable=mod["exact_unavailable"])
         else:
             stage("compare")
-            from rstf.evaluation.compare import compare
+            from rstf.evaluation.compare import compare, spread_ratio
 
             res = compare(pb, rstf_dir, rtol=rtol, reps=1, latency=latency,
                           input_range=input_range)
             row["max_rel_err"] = max(o["max_rel_err"] for o in res["outputs"])
             row["max_abs_err"] = max(o["max_abs_err"] for o in res["outputs"])
             row["passed"] = res["passed"]
-            if latency:
+            if latency:  # TF's own spread and the float64 reference come with the timing
                 row["latency_ms"] = res["latency_ms"]
+                row["tf_spread"] = max(o["tf_spread"] for o in res["outputs"])
+                row["spread_ratio"] = spread_ratio(row["max_rel_err"], row["tf_spread"])
+                row["exact_ratio"] = max((o["exact_ratio"] for o in res["outputs"]
+                                          if o.get("exact_ratio") is not None), default=None)
         stage("done")
     except BaseException as e:  # noqa: BLE001 -- reported, one line
         msg = " ".join(str(e).split()) or repr(e)
@@ -239,15 +243,16 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
         json.dump(row, f)
 
 
-def _output_max(graph_def, size: int, np) -> float:
-    """Largest softmax probability on a N(0,1) input: near 1/1000 or near 1 means the
+def _output_max(graph_def, size: int, input_range, np) -> float:
+    """Largest softmax probability on the image every engine is fed (`rstf bench`'s and
+    `rstf compare`'s seed 0: uniform in `input_range`): near 1/1000 or near 1 means the
     random weights make a degenerate model on which errors are hard to see."""
     from rstf.frontend.tfutil import tf
 
     g = tf.Graph()
     with g.as_default():
         tf.import_graph_def(graph_def, name="")
-    x = np.random.RandomState(0).standard_normal((1, size, size, 3)).astype(np.float32)
+    x = np.random.RandomState(0).uniform(*input_range, (1, size, size, 3)).astype(np.float32)
     with tf.compat.v1.Session(graph=g) as sess:
         y = sess.run("output:0", {"input:0": x})
     return float(np.max(y))

@@ -108,8 +108,13 @@ KERAS_DEFAULT_SIZE: dict[str, int] = {
 KERAS_MIN_INPUT_SIZE: dict[str, int] = {"InceptionV3": 75, "InceptionResNetV2": 75,
                                         "Xception": 71}
 
-# Images in the batch the batch-norm statistics are calibrated on (_calibrate_batch_norms).
+# Images in the batch the batch-norm statistics are calibrated on (_calibrate_batch_norms):
+# at least CALIBRATION_IMAGES, and enough that the stride-32 stage, the deepest of these
+# classifiers, sees CALIBRATION_SAMPLES positions a channel (8 images of its 7x7 map at
+# 224x224), at most CALIBRATION_MAX_IMAGES (calibration_count).
 CALIBRATION_IMAGES = 8
+CALIBRATION_SAMPLES = 8 * 7 * 7
+CALIBRATION_MAX_IMAGES = 64
 
 INPUT_NAME = "input"
 
@@ -124,6 +129,26 @@ RESIDUAL_BRANCH_SCALE: dict[str, tuple[str, float]] = {
 # The same rule for the keras:ResNet* family (v1 and v2 name their branches' last conv
 # "convS_blockN_3_conv" too); ResNet152 has 50 blocks, so without it the softmax is one-hot.
 _KERAS_RESNET = re.compile(r"keras:ResNet\d+(V2)?$")
+
+
+def _damped_branch_norms(model, name: str) -> set[str]:
+    """The batch norms that end a residual branch in keras.applications' inverted-residual
+    families (EfficientNet, EfficientNetV2, MobileNetV3): `P_project_bn` where the model
+    adds the branch onto its shortcut in a layer `P_add`. Their gamma and beta are scaled by
+    RESIDUAL_BRANCH_SCALE's factor (the same Fixup / zero-init-residual rule as the ResNets'
+    last conv), before calibration, so the layers after them are calibrated on the damped
+    stream.
+
+    Why: undamped, each of a deep stage's blocks adds a branch of std 1 onto the stream, and
+    the squeeze-and-excite gates multiply what differs between two images. Calibrated, the
+    calibration images' logits are O(1), but EfficientNetV2B3's on `rstf compare`'s seed-0
+    image had a standard deviation of 15 (a one-hot softmax that hides every engine's
+    error). Damped, twelve fresh images gave 0.7-1.2."""
+    if not name.startswith("keras:"):
+        return set()
+    names = {lay.name for lay in _all_layers(model)}
+    return {n[:-len("add")] + "project_bn" for n in names
+            if n.endswith("_add") and n[:-len("add")] + "project_bn" in names}
 
 
 def _residual_rule(name: str) -> tuple[str, float] | None:
@@ -176,6 +201,8 @@ def _assign_weights(model, name: str, seed: int) -> None:
 
     rng = np.random.RandomState(seed)
     residual = _residual_rule(name)
+    damped = _damped_branch_norms(model, name)
+    branch_scale = RESIDUAL_BRANCH_SCALE["resnet50"][1]
 
     for w in model.weights:
         shape = tuple(int(d) for d in w.shape)
@@ -210,16 +237,35 @@ def _assign_weights(model, name: str, seed: int) -> None:
             # Fail loudly rather than leave a keras-RNG-initialised weight in
             # the graph, which would silently break cross-process determinism.
             raise RuntimeError(f"no init rule for weight {w.path!r} {shape}")
+        if kind in ("gamma", "beta") and w.path.split("/")[0] in damped:
+            value *= branch_scale
         w.assign(value.astype(np.float32))
 
 
-def calibration_images(size: int, count: int = CALIBRATION_IMAGES,
+def calibration_count(size: int) -> int:
+    """How many images the statistics of a `size` x `size` model are calibrated on.
+
+    Why more than a few at small sizes: at 96 x 96 the deepest stage is a 3 x 3 map, so 8
+    images give its batch norms 72 positions a channel. Statistics that noisy normalise the
+    calibration images themselves but not the next image: EfficientNetB0's logits had a
+    standard deviation of 4.4 on one of four fresh images (a softmax of 0.84), and
+    EfficientNetV2B3's 46 on `rstf compare`'s seed-0 image (one-hot: no engine's error
+    shows). With the 7 x 7 map's 392 positions (44 images at 96) those were 1.7 and 15; the
+    rest of the way is the residual branches' damping (`_damped_branch_norms`)."""
+    side = -(-size // 32)
+    need = -(-CALIBRATION_SAMPLES // (side * side))
+    return min(CALIBRATION_MAX_IMAGES, max(CALIBRATION_IMAGES, need))
+
+
+def calibration_images(size: int, count: int | None = None,
                        input_range: tuple[float, float] = (0.0, 1.0)):
-    """The in-distribution input the statistics are calibrated on: images uniform in
-    `input_range` ([0, 1) by default, as `rstf compare` feeds an image model), from a
-    fixed RandomState."""
+    """The in-distribution input the statistics are calibrated on: `count` images
+    (`calibration_count(size)` by default) uniform in `input_range` ([0, 1) by default, as
+    `rstf compare` feeds an image model), from a fixed RandomState."""
     import numpy as np
 
+    if count is None:
+        count = calibration_count(size)
     rng = np.random.RandomState(20160223)
     return rng.uniform(*input_range, (count, size, size, 3)).astype(np.float32)
 

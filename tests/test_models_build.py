@@ -202,6 +202,53 @@ def test_keras_names_checked():
         build_graph_def("keras:NoSuchNet", input_size=32)
 
 
+def test_calibration_count_fills_the_deepest_map():
+    """The batch norms see as many positions a channel at the stride-32 stage at a small
+    input as at 224 (8 images of 7x7), within [8, 64] images; 224 and 299 keep 8."""
+    from models.build import calibration_count, calibration_images
+
+    assert calibration_count(224) == calibration_count(299) == 8
+    assert calibration_count(96) == 44 and calibration_count(32) == 64
+    x = calibration_images(96, input_range=(0.0, 255.0))
+    assert x.shape == (44, 96, 96, 3) and 0 <= x.min() and x.max() < 255
+    # a larger count only appends images: the first 8 are those of a count of 8
+    np.testing.assert_array_equal(calibration_images(96, 8), calibration_images(96)[:8])
+
+
+def test_residual_branches_damped_in_inverted_residual_families():
+    """EfficientNet's `P_project_bn` before each `P_add` is damped (gamma and beta scaled
+    by 0.25 before calibration); a block without the add, and models outside the
+    keras: families (the reference mobilenet_v2), are not."""
+    import keras
+    from models.build import _damped_branch_norms
+
+    m = keras.applications.EfficientNetB0(weights=None, input_shape=(32, 32, 3))
+    damped = _damped_branch_norms(m, "keras:EfficientNetB0")
+    names = {lay.name for lay in m.layers}
+    assert damped and all(d.endswith("_project_bn") for d in damped)
+    assert all(d[:-len("project_bn")] + "add" in names for d in damped)
+    assert "block1a_project_bn" in names and "block1a_project_bn" not in damped
+    assert _damped_branch_norms(m, "mobilenet_v2") == set()
+
+
+@pytest.mark.parametrize("ctor", ["EfficientNetV2B0", "MobileNetV3Large"])
+def test_inverted_residual_logits_o1_on_fresh_images(ctor):
+    """On images the calibration never saw (the seeds `rstf compare` and `rstf bench`
+    draw), the logits stay O(1): no one-hot softmax hiding every engine's error."""
+    from models.build import build_reference
+
+    gd, rng = build_reference(f"keras:{ctor}", input_size=96)
+    g = tf.Graph()
+    with g.as_default():
+        tf.import_graph_def(gd, name="")
+    logits = [o for o in g.get_operations() if o.type == "Softmax"][-1].inputs[0]
+    with tf.compat.v1.Session(graph=g) as sess:
+        for seed in range(4):
+            x = np.random.RandomState(seed).uniform(*rng, (1, 96, 96, 3)).astype(np.float32)
+            std = sess.run(logits, {"input:0": x}).std()
+            assert 0.3 < std < 3.0, (seed, std)
+
+
 def test_keras_classifier_calibrated():
     """keras:CTOR names get their classifier rescaled by a power of two (plain rules give
     Xception logits with std ~1e5: a one-hot softmax that would hide any error)."""
