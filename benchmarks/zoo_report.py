@@ -93,10 +93,14 @@ def table(rows: list[dict]) -> str:
 
     engines = _engine_order(rows)
     if not engines:
-        head = ["model", "input", *COVERAGE_HEAD]
+        # With the timing on, the numbers-only rows carry TF's spread and the float64 run.
+        spreads = any("tf_spread" in r for r in rows)
+        fid = ["rstf err / TF spread", "rstf float64 err / TF's"] if spreads else []
+        head = ["model", "input", *fid, *COVERAGE_HEAD]
         out = [_md_row(head), _md_row(["---"] * len(head))]
-        return "\n".join([*out, *(_md_row([r["model"], _input_cell(r),
-                                            *_coverage_cells(r)]) for r in rows)])
+        return "\n".join([*out, *(_md_row([r["model"], _input_cell(r), *(
+            [_spread_cell(r), _exact_cell(r)] if spreads else []), *_coverage_cells(r)])
+            for r in rows)])
     head = ["model", "input", "GFLOP", *(f"{LABELS[e]} ms" for e in engines), "rstf / best",
             "best engine", "rstf GFLOP/s", "rstf err / TF spread", "rstf float64 err / TF's",
             *COVERAGE_HEAD]
@@ -105,15 +109,20 @@ def table(rows: list[dict]) -> str:
         eng = r.get("engines", {})
         best = r.get("best_other")
         ratio = r.get("rstf_over_best")
-        spread = (format_ratio(r.get("spread_ratio")) if r.get("max_rel_err") is not None
-                  else "")
         out.append(_md_row([
             r["model"], _input_cell(r), _fmt(r.get("gflop"), ".3g"),
             *(_engine_cell(eng.get(e)) for e in engines),
             _fmt(ratio, ".2f"),
             LABELS[best["engine"]] if best else "-", _fmt(r.get("rstf_gflops"), ".1f"),
-            spread, _exact_cell(r), *_coverage_cells(r)]))
+            _spread_cell(r), _exact_cell(r), *_coverage_cells(r)]))
     return "\n".join(out)
+
+
+def _spread_cell(r: dict) -> str:
+    """rstf's error over TF's oneDNN-vs-Eigen spread, '' without a measure."""
+    from rstf.evaluation.compare import format_ratio
+
+    return format_ratio(r.get("spread_ratio")) if r.get("max_rel_err") is not None else ""
 
 
 def _exact_cell(r: dict) -> str:

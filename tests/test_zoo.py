@@ -130,6 +130,13 @@ def test_table_without_engines_is_the_compare_table():
     assert lines[2] == "| A | 96 | 5/10 (50.0%) | 100.0% | Erf x2 | 1e-06 | FAIL | 3 | 0.100 |"
     assert lines[3] == "| B | 96 |  |  |  |  | error: build: X: y |  |  |"
     assert zoo_report.summary(rows) == ""
+    # numbers-only rows run with the timing carry TF's spread and the float64 run's ratio
+    rows[0].update(tf_spread=1e-6, spread_ratio=1.0, exact_ratio=0.5)
+    lines = zoo_report.table(rows).splitlines()
+    assert lines[0].startswith("| model | input | rstf err / TF spread | rstf float64 err / "
+                               "TF's | nodes covered |")
+    assert lines[2].startswith("| A | 96 | 1.0x | 0.5x | 5/10 (50.0%) |")
+    assert lines[3] == "| B | 96 |  |  |  |  |  |  | error: build: X: y |  |  |"
 
 
 def test_summary_when_nothing_was_measured():
