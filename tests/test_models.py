@@ -62,7 +62,11 @@ def test_dynamic_batch_model_matches(tmp_path, name, size):
         tf.graph_util.import_graph_def(gd, name="")
     sess = tf.compat.v1.Session(graph=g)  # not as a context: that makes g the default graph
     for n in (1, 2, 3, 7, 8, 16, 33):
-        x = np.random.RandomState(n).randn(n, size, size, 3).astype(np.float32)
+        # Images uniform in [0, 1), as the batch norms were calibrated: standard-normal
+        # input saturates the softmax (probabilities of 1.0 and 1e-20), where one sample
+        # near a tie between two classes decides the error (1.5e-4 to 1e-3 at n = 33,
+        # while in-distribution images give 1e-5 to 2.5e-5 at every n).
+        x = np.random.RandomState(n).uniform(0, 1, (n, size, size, 3)).astype(np.float32)
         want = sess.run("output:0", {"input:0": x})
         got = np.asarray(model(input=x)["output"])
         assert got.shape == want.shape == (n, 1000)
