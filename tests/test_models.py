@@ -62,14 +62,21 @@ def test_dynamic_batch_model_matches(tmp_path, name, size):
         tf.graph_util.import_graph_def(gd, name="")
     sess = tf.compat.v1.Session(graph=g)  # not as a context: that makes g the default graph
     for n in (1, 2, 3, 7, 8, 16, 33):
-        # Images uniform in [0, 1), as the batch norms were calibrated: standard-normal
-        # input saturates the softmax (probabilities of 1.0 and 1e-20), where one sample
-        # near a tie between two classes decides the error (1.5e-4 to 1e-3 at n = 33,
-        # while in-distribution images give 1e-5 to 2.5e-5 at every n).
+        # Images uniform in [0, 1), as the batch norms were calibrated (standard-normal
+        # input saturates the softmax, where one sample near a tie decides the error).
         x = np.random.RandomState(n).uniform(0, 1, (n, size, size, 3)).astype(np.float32)
         want = sess.run("output:0", {"input:0": x})
         got = np.asarray(model(input=x)["output"])
         assert got.shape == want.shape == (n, 1000)
+        # Every batch size computes each sample as batch 1 does, bit for bit: the versions
+        # differ in how the samples are placed on the threads, not in any sample's sums.
+        one = np.concatenate([np.asarray(model(input=x[i:i + 1])["output"])
+                              for i in range(n)])
+        np.testing.assert_array_equal(got, one)
+        # Against TF Eigen, a guard against gross errors only: at 75 pixels Inception v3's
+        # last maps are 1x1, and on these images rstf is 1.1e-5 to 2.5e-5 from TF with
+        # oneDNN but up to 1.9e-4 from TF Eigen; the error against TF's own spread is
+        # test_model_optimizes_and_matches's check.
         err = np.abs(got - want).max() / np.abs(want).max()
-        assert err <= 1e-4, (n, err)
+        assert err <= 1e-3, (n, err)
     sess.close()
