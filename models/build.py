@@ -122,9 +122,11 @@ INPUT_NAME = "input"
 # pre-activation ResNet*V2) makes the activations' std grow with every block.  Scaling the
 # last conv kernel of every branch ("convS_blockN_3_conv") by 0.25 (cf. Fixup /
 # zero-init-residual) keeps it O(1).  (In ResNet50 v1 a calibrated batch norm follows that
-# conv and undoes the scale.)
+# conv and undoes the scale.)  The inverted-residual families damp their branches' last
+# batch norm by the same factor (_damped_branch_norms).
+BRANCH_DAMPING = 0.25
 RESIDUAL_BRANCH_SCALE: dict[str, tuple[str, float]] = {
-    "resnet50": ("_3_conv/kernel", 0.25),
+    "resnet50": ("_3_conv/kernel", BRANCH_DAMPING),
 }
 # The same rule for the keras:ResNet* family (v1 and v2 name their branches' last conv
 # "convS_blockN_3_conv" too); ResNet152 has 50 blocks, so without it the softmax is one-hot.
@@ -135,7 +137,7 @@ def _damped_branch_norms(model, name: str) -> set[str]:
     """The batch norms that end a residual branch in keras.applications' inverted-residual
     families (EfficientNet, EfficientNetV2, MobileNetV3): `P_project_bn` where the model
     adds the branch onto its shortcut in a layer `P_add`. Their gamma and beta are scaled by
-    RESIDUAL_BRANCH_SCALE's factor (the same Fixup / zero-init-residual rule as the ResNets'
+    BRANCH_DAMPING (the same Fixup / zero-init-residual rule as the ResNets'
     last conv), before calibration, so the layers after them are calibrated on the damped
     stream.
 
@@ -147,8 +149,8 @@ def _damped_branch_norms(model, name: str) -> set[str]:
     if not name.startswith("keras:"):
         return set()
     names = {lay.name for lay in _all_layers(model)}
-    return {n[:-len("add")] + "project_bn" for n in names
-            if n.endswith("_add") and n[:-len("add")] + "project_bn" in names}
+    norms = {n.removesuffix("add") + "project_bn" for n in names if n.endswith("_add")}
+    return norms & names
 
 
 def _residual_rule(name: str) -> tuple[str, float] | None:
@@ -202,7 +204,6 @@ def _assign_weights(model, name: str, seed: int) -> None:
     rng = np.random.RandomState(seed)
     residual = _residual_rule(name)
     damped = _damped_branch_norms(model, name)
-    branch_scale = RESIDUAL_BRANCH_SCALE["resnet50"][1]
 
     for w in model.weights:
         shape = tuple(int(d) for d in w.shape)
@@ -238,7 +239,7 @@ def _assign_weights(model, name: str, seed: int) -> None:
             # the graph, which would silently break cross-process determinism.
             raise RuntimeError(f"no init rule for weight {w.path!r} {shape}")
         if kind in ("gamma", "beta") and w.path.split("/")[0] in damped:
-            value *= branch_scale
+            value *= BRANCH_DAMPING
         w.assign(value.astype(np.float32))
 
 
