@@ -92,14 +92,11 @@ def build_bert_graph_def(name: str, seq_len: int | None = DEFAULT_SEQ_LEN, batch
         raise ValueError(f"{name}: --seq-len {seq_len} outside [1, "
                          f"{config['max_sequence_length']}]")
     import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2,
-    )
 
     try:  # imported as models.bert, or from the script models/build.py
-        from .freeze import _inline_calls, _prune_to_outputs
+        from .freeze import freeze_function
     except ImportError:
-        from freeze import _inline_calls, _prune_to_outputs
+        from freeze import freeze_function
 
     model = build_backbone(config, seed)
 
@@ -111,9 +108,8 @@ def build_bert_graph_def(name: str, seq_len: int | None = DEFAULT_SEQ_LEN, batch
                 tf.identity(out["pooled_output"], name=BERT_OUTPUTS[1]))
 
     specs = [tf.TensorSpec([batch, seq_len], tf.int32, name=n) for n in BERT_INPUTS]
-    frozen = convert_variables_to_constants_v2(infer.get_concrete_function(*specs))
     graph_def = _sorted_nodes(
-        _prune_to_outputs(_inline_calls(frozen.graph.as_graph_def()), BERT_OUTPUTS))
+        freeze_function(infer.get_concrete_function(*specs), BERT_OUTPUTS))
     ops = {n.name: n.op for n in graph_def.node}
     for n in BERT_INPUTS:
         if ops.get(n) != "Placeholder":

@@ -113,14 +113,11 @@ def _hub_model(name: str, rng):
 
 def _freeze(model, specs: dict):
     import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2,
-    )
 
     try:
-        from .freeze import _inline_calls, _prune_to_outputs
+        from .freeze import freeze_function
     except ImportError:
-        from freeze import _inline_calls, _prune_to_outputs
+        from freeze import freeze_function
 
     names = list(specs)
 
@@ -132,9 +129,8 @@ def _freeze(model, specs: dict):
         return (tf.identity(out, name="output" if names == ["input"] else "sequence_output"),)
 
     fn = tf.function(infer, autograph=False)
-    frozen = convert_variables_to_constants_v2(fn.get_concrete_function(*specs.values()))
-    outs = [o.name.split(":")[0] for o in frozen.outputs]
-    return _prune_to_outputs(_inline_calls(frozen.graph.as_graph_def()), outs)
+    concrete = fn.get_concrete_function(*specs.values())
+    return freeze_function(concrete, [o.name.split(":")[0] for o in concrete.outputs])
 
 
 def _assign_he(model, rng) -> None:

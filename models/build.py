@@ -66,12 +66,12 @@ from typing import TYPE_CHECKING
 try:  # imported as models.build, or run as a script from models/
     from .bert import BERT_MODELS, DEFAULT_SEQ_LEN, build_bert_graph_def
     from .breadth import BREADTH, build_breadth
-    from .freeze import OUTPUT_NAME, _inline_calls, _prune_to_outputs, write_graph_def
+    from .freeze import OUTPUT_NAME, freeze_function, write_graph_def
     from .regnet import REGNETX, regnet_x
 except ImportError:
     from bert import BERT_MODELS, DEFAULT_SEQ_LEN, build_bert_graph_def
     from breadth import BREADTH, build_breadth
-    from freeze import OUTPUT_NAME, _inline_calls, _prune_to_outputs, write_graph_def
+    from freeze import OUTPUT_NAME, freeze_function, write_graph_def
     from regnet import REGNETX, regnet_x
 
 if TYPE_CHECKING:  # Only for annotations: importing TF is slow and noisy.
@@ -419,9 +419,6 @@ def build_reference(
     _check_name(name)
     import keras
     import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2,
-    )
 
     ctor_name = MODELS[name][0] if name in MODELS else name[len("keras:"):]
     size = default_input_size(name) if input_size is None else int(input_size)
@@ -457,8 +454,7 @@ def build_reference(
     concrete = infer.get_concrete_function(
         tf.TensorSpec([batch, size, size, 3], tf.float32, name=INPUT_NAME)
     )
-    frozen = convert_variables_to_constants_v2(concrete)
-    graph_def = _prune_to_outputs(_inline_calls(frozen.graph.as_graph_def()))
+    graph_def = freeze_function(concrete, (OUTPUT_NAME,))
 
     names = {n.name: n for n in graph_def.node}
     if names.get(INPUT_NAME, None) is None or names[INPUT_NAME].op != "Placeholder":

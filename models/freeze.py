@@ -184,6 +184,66 @@ def _prune_to_outputs(graph_def: "tf.compat.v1.GraphDef",
     return out
 
 
+# A constant this large is a weight: freeze_function imports the graph without its bytes
+# (shape inference reads only small constants' values: shapes, axes, permutations).
+_WEIGHT_BYTES = 4096
+
+
+def freeze_function(concrete, outputs) -> "tf.compat.v1.GraphDef":
+    """The frozen GraphDef of a ConcreteFunction: every variable a constant, calls inlined
+    (``_inline_calls``), only the ``outputs`` nodes' ancestors kept (``_prune_to_outputs``).
+
+    Byte for byte the graph of ``convert_variables_to_constants_v2(concrete).graph
+    .as_graph_def()`` (tests/test_models_build.py checks it), at a fraction of the memory.
+    Why: that function's last step wraps the frozen GraphDef in a new ConcreteFunction,
+    whose import fixes the node order and drops a few internal attributes, and in doing so
+    holds several more copies of every weight (a 790 MB ConvNeXtLarge peaked at 15 GB,
+    ConvNeXtXLarge went past 24 GB). Here the same import runs on the graph with its
+    weights' bytes left out, and the bytes are copied into the imported graph after it."""
+    import tensorflow as tf
+    from tensorflow.python.eager import wrap_function
+    from tensorflow.python.framework import convert_to_constants as c2c
+
+    data = c2c._FunctionConverterDataInEager(  # the public function's own first two steps
+        func=concrete, lower_control_flow=True, aggressive_inlining=False)
+    weighted, converted = c2c._replace_variables_by_constants(converter_data=data)
+    del data  # the variables' numpy copies
+
+    skeleton, weights = tf.compat.v1.GraphDef(), {}
+    skeleton.versions.CopyFrom(weighted.versions)
+    skeleton.library.CopyFrom(weighted.library)
+    for node in weighted.node:
+        tensor = node.attr["value"].tensor if node.op == "Const" else None
+        if tensor is not None and len(tensor.tensor_content) > _WEIGHT_BYTES:
+            weights[node.name] = node
+            stub = skeleton.node.add()
+            stub.name, stub.op = node.name, node.op
+            stub.input.extend(node.input)
+            for key, value in node.attr.items():
+                if key != "value":
+                    stub.attr[key].CopyFrom(value)
+            stub.attr["value"].tensor.dtype = tensor.dtype
+            stub.attr["value"].tensor.tensor_shape.CopyFrom(tensor.tensor_shape)
+        else:
+            skeleton.node.add().CopyFrom(node)
+
+    # _construct_concrete_function's import, on the skeleton.
+    captures = concrete.graph.internal_captures
+    converted_inputs = {id(captures[i]) for i in converted}
+    inputs = [t.name for t in concrete.inputs if id(t) not in converted_inputs]
+    imported = wrap_function.function_from_graph_def(
+        skeleton, inputs, [t.name for t in concrete.outputs])
+    graph_def = imported.graph.as_graph_def()
+    del imported, skeleton
+    for node in graph_def.node:
+        source = weights.get(node.name)
+        if source is not None:
+            node.attr["value"].tensor.tensor_content = source.attr["value"].tensor.tensor_content
+    del weighted, weights
+    # After the weights: _inline_calls reads a grouped convolution's filter.
+    return _prune_to_outputs(_inline_calls(graph_def), outputs)
+
+
 def write_graph_def(graph_def: "tf.compat.v1.GraphDef", path: str) -> None:
     """Atomically write ``graph_def`` as deterministic binary protobuf.
 

@@ -284,42 +284,71 @@ def test_pixel_models_calibrated_on_pixels(tmp_path):
     assert "uniform in [0, 255)" in r.stdout and "--input-range 0,255" in r.stdout
 
 
+def _grouped_conv_model():
+    """A grouped Conv2D (keras 3 runs it through a nested XLA function) and 1x1 Conv2Ds, the
+    grouped filter (5 x 5 x 1 x 64 floats) and the first 1x1 kernel above freeze's weight
+    threshold."""
+    import keras
+
+    keras.backend.clear_session()
+    inp = keras.Input((8, 8, 16))
+    x = keras.layers.Conv2D(64, 5, padding="same", groups=16)(inp)  # multiplier 4
+    x = keras.layers.Conv2D(64, 1)(x)
+    model = keras.Model(inp, keras.layers.Conv2D(3, 1)(x))
+    rng = np.random.RandomState(0)
+    for w in model.weights:
+        w.assign(rng.standard_normal(w.shape).astype(np.float32) * 0.1)
+    fn = tf.function(lambda t: tf.identity(model(t, training=False), name="output"))
+    return model, fn.get_concrete_function(tf.TensorSpec([1, 8, 8, 16], tf.float32,
+                                                         name="input"))
+
+
 def test_grouped_conv_call_inlined_as_depthwise():
     """keras 3 runs a grouped Conv2D through a nested XLA function; freezing leaves a
-    StatefulPartitionedCall that build.py inlines, rewriting the depthwise-grouped Conv2D
+    StatefulPartitionedCall that freeze.py inlines, rewriting the depthwise-grouped Conv2D
     as DepthwiseConv2dNative (ConvNeXt's 7x7 depthwise convolutions)."""
     import collections
 
-    import keras
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
 
-    from models import build
+    from models import freeze
 
-    keras.backend.clear_session()
-    inp = keras.Input((8, 8, 4))
-    x = keras.layers.Conv2D(8, 3, padding="same", groups=4)(inp)  # multiplier 2
-    model = keras.Model(inp, keras.layers.Conv2D(3, 1)(x))
-    rng = np.random.RandomState(0)
-    for w in model.weights:
-        w.assign(rng.standard_normal(w.shape).astype(np.float32))
-    fn = tf.function(lambda t: tf.identity(model(t, training=False), name="output"))
-    frozen = convert_variables_to_constants_v2(
-        fn.get_concrete_function(tf.TensorSpec([1, 8, 8, 4], tf.float32, name="input")))
-    raw = frozen.graph.as_graph_def()
+    model, concrete = _grouped_conv_model()
+    raw = convert_variables_to_constants_v2(concrete).graph.as_graph_def()
     assert any(n.op == "StatefulPartitionedCall" for n in raw.node)
-    gd = build._prune_to_outputs(build._inline_calls(raw))
+    gd = freeze.freeze_function(concrete, ("output",))
     ops = collections.Counter(n.op for n in gd.node)
-    assert ops["DepthwiseConv2dNative"] == 1 and ops["Conv2D"] == 1
+    assert ops["DepthwiseConv2dNative"] == 1 and ops["Conv2D"] == 2
     assert "StatefulPartitionedCall" not in ops and not gd.library.function
     g = tf.Graph()
     with g.as_default():
         tf.import_graph_def(gd, name="")
-    x_in = rng.standard_normal((1, 8, 8, 4)).astype(np.float32)
+    x_in = np.random.RandomState(1).standard_normal((1, 8, 8, 16)).astype(np.float32)
     with tf.compat.v1.Session(graph=g) as sess:
         y = sess.run("output:0", {"input:0": x_in})
     np.testing.assert_allclose(y, np.asarray(model(x_in)), rtol=1e-5, atol=1e-5)
+
+
+def test_freeze_function_is_the_public_freeze_byte_for_byte():
+    """freeze_function leaves out convert_variables_to_constants_v2's copies of the weights
+    (its memory), not anything of its graph: the same bytes, node order and attributes
+    included, weights above the threshold too."""
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    from models import freeze
+
+    _, concrete = _grouped_conv_model()
+    public = freeze._prune_to_outputs(freeze._inline_calls(
+        convert_variables_to_constants_v2(concrete).graph.as_graph_def()))
+    lean = freeze.freeze_function(concrete, ("output",))
+    assert any(len(n.attr["value"].tensor.tensor_content) > freeze._WEIGHT_BYTES
+               for n in lean.node if n.op == "Const")
+    assert lean.SerializeToString(deterministic=True) == \
+        public.SerializeToString(deterministic=True)
 
 
 def test_keras_name_cli_errors(tmp_path):
