@@ -157,7 +157,10 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
     with TF); write model_dir/result.json.
 
     Runs in a child process. model_dir/stage holds the current stage, so the parent
-    can say where a killed or timed-out child was."""
+    can say where a killed or timed-out child was. The build and the optimization each
+    run in a process of their own (`run_stage`): neither gives its memory back to the
+    system (TensorFlow's and the allocator's pools), and a large model's TF runners need
+    it (ConvNeXtLarge: 10 GB to build, 10 GB to optimize, 10 GB for TF Eigen to run)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     row: dict = {"model": name, "input_size": size}
     stage_file = os.path.join(model_dir, "stage")
@@ -171,41 +174,10 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
     t0 = time.perf_counter()
     try:
         stage("build")
-        import numpy as np
-
-        import rstf.frontend.tfutil  # noqa: F401  (quiet TF start-up)
-        from models.breadth import build_breadth
-        from models.build import build_reference, write_graph_def
-
-        # Fed what the model was calibrated on: [0, 1), or raw pixels for a model that
-        # rescales them itself (models.build.native_input_range).
-        if name in BREADTH:
-            graph_def, input_range = build_breadth(name)
-        else:
-            graph_def, input_range = build_reference(build_name(name), input_size=size)
-        row["input_range"] = list(input_range)
-        write_graph_def(graph_def, pb)
-        row["build_seconds"] = round(time.perf_counter() - t0, 1)
-        row["graph_nodes"] = len(graph_def.node)
-        row["pb_mb"] = round(os.path.getsize(pb) / 2**20, 1)
-        if name not in BREADTH:  # a classifier's softmax
-            row["output_max"] = _output_max(graph_def, size, input_range, np)
-        del graph_def
-
+        row.update(run_stage("build", {"name": name, "size": size, "dir": model_dir}))
+        input_range = tuple(row["input_range"])
         stage("optimize")
-        from rstf.pipeline import optimize
-
-        log_lines: list[str] = []
-        rep = optimize(pb, rstf_dir, force=True, log=log_lines.append)
-        row.update(
-            nodes_total=rep["nodes_total"], nodes_covered=rep["nodes_covered"],
-            flops_total=rep["flops_total"], flops_covered=rep["flops_covered"],
-            unsupported={k: v["count"] for k, v in rep["unsupported"].items()},
-            unsupported_reasons={k: v["reason"] for k, v in rep["unsupported"].items()},
-            subgraphs=len(rep["subgraphs"]), nodes_folded=rep.get("nodes_folded"),
-            optimize_seconds=rep["optimize_seconds"],
-            build_cached=rep.get("build_cached"), optimize_log=log_lines[-5:],
-            gflop=rep["flops_total"] / 1e9)
+        row.update(run_stage("optimize", {"dir": model_dir}))
 
         if engines:
             stage("bench")
@@ -235,12 +207,98 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
                 row["exact_ratio"] = max((o["exact_ratio"] for o in res["outputs"]
                                           if o.get("exact_ratio") is not None), default=None)
         stage("done")
+    except StageFailed as e:
+        row["error"] = f"{row.get('stage', '?')}: {e}"[:400]
     except BaseException as e:  # noqa: BLE001 -- reported, one line
         msg = " ".join(str(e).split()) or repr(e)
         row["error"] = f"{row.get('stage', '?')}: {type(e).__name__}: {msg}"[:400]
     row["seconds"] = round(time.perf_counter() - t0, 1)
     with open(os.path.join(model_dir, "result.json"), "w") as f:
         json.dump(row, f)
+
+
+class StageFailed(Exception):
+    """A stage's process failed: the message is its one-line error."""
+
+
+def run_stage(stage: str, spec: dict) -> dict:
+    """Run `STAGES[stage](spec)` in a process of its own (this file with `--stage`; in
+    the worker's process group, so a timeout kills it too) and return its fields; its
+    error, or its death, raises StageFailed."""
+    out = os.path.join(spec["dir"], f"{stage}.json")
+    if os.path.exists(out):
+        os.unlink(out)
+    rc = subprocess.run([sys.executable, os.path.abspath(__file__), "--stage", stage,
+                         json.dumps(spec)], cwd=ROOT).returncode
+    fields = _read_json(out)
+    if fields is None:
+        raise StageFailed(f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}")
+    if "error" in fields:
+        raise StageFailed(fields["error"])
+    return fields
+
+
+def stage_main(stage: str, spec: dict) -> int:
+    """A `--stage` process: DIR/STAGE.json gets the stage's fields, or {"error": one line}."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        fields = STAGES[stage](spec)
+    except BaseException as e:  # noqa: BLE001 -- reported, one line
+        msg = " ".join(str(e).split()) or repr(e)
+        fields = {"error": f"{type(e).__name__}: {msg}"}
+    with open(os.path.join(spec["dir"], f"{stage}.json"), "w") as f:
+        json.dump(fields, f)
+    return 0 if "error" not in fields else 1
+
+
+def _build(spec: dict) -> dict:
+    """Build the model into DIR/model.pb: its input range, size and softmax's largest
+    probability on the fed image."""
+    import numpy as np
+
+    import rstf.frontend.tfutil  # noqa: F401  (quiet TF start-up)
+    from models.breadth import build_breadth
+    from models.build import build_reference, write_graph_def
+
+    t0 = time.perf_counter()
+    name, size = spec["name"], spec["size"]
+    pb = os.path.join(spec["dir"], "model.pb")
+    # Fed what the model was calibrated on: [0, 1), or raw pixels for a model that
+    # rescales them itself (models.build.native_input_range).
+    if name in BREADTH:
+        graph_def, input_range = build_breadth(name)
+    else:
+        graph_def, input_range = build_reference(build_name(name), input_size=size)
+    write_graph_def(graph_def, pb)
+    fields = {"input_range": list(input_range),
+              "build_seconds": round(time.perf_counter() - t0, 1),
+              "graph_nodes": len(graph_def.node),
+              "pb_mb": round(os.path.getsize(pb) / 2**20, 1)}
+    if name not in BREADTH:  # a classifier's softmax
+        fields["output_max"] = _output_max(graph_def, size, input_range, np)
+    return fields
+
+
+def _optimize(spec: dict) -> dict:
+    """rstf.pipeline.optimize DIR/model.pb into DIR/model.rstf: the coverage fields."""
+    from rstf.pipeline import optimize
+
+    log_lines: list[str] = []
+    rep = optimize(os.path.join(spec["dir"], "model.pb"),
+                   os.path.join(spec["dir"], "model.rstf"), force=True,
+                   log=log_lines.append)
+    return dict(
+        nodes_total=rep["nodes_total"], nodes_covered=rep["nodes_covered"],
+        flops_total=rep["flops_total"], flops_covered=rep["flops_covered"],
+        unsupported={k: v["count"] for k, v in rep["unsupported"].items()},
+        unsupported_reasons={k: v["reason"] for k, v in rep["unsupported"].items()},
+        subgraphs=len(rep["subgraphs"]), nodes_folded=rep.get("nodes_folded"),
+        optimize_seconds=rep["optimize_seconds"],
+        build_cached=rep.get("build_cached"), optimize_log=log_lines[-5:],
+        gflop=rep["flops_total"] / 1e9)
+
+
+STAGES = {"build": _build, "optimize": _optimize}
 
 
 def _output_max(graph_def, size: int, input_range, np) -> float:
@@ -412,8 +470,9 @@ def parse_args(argv: list[str] | None):
                         "earlier run's rows, its best other engine judged by this version's "
                         "rule")
     p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--stage", nargs=2, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    if a.worker:
+    if a.worker or a.stage:
         return a
     if a.reps < 1:
         p.error("--reps must be at least 1")
@@ -448,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python3", "benchmarks/zoo.py",
                           *(sys.argv[1:] if argv is None else argv)])
     a = parse_args(argv)
+    if a.stage:
+        return stage_main(a.stage[0], json.loads(a.stage[1]))
     if a.worker:
         s = json.loads(a.worker)
         worker(s["name"], s["size"], s["dir"], s["latency"], s["rtol"],

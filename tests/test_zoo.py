@@ -233,3 +233,15 @@ def test_zoo_speed_sweep_end_to_end(tmp_path):
     assert "| MobileNetV2 | 32 |" in md and "rstf / best other engine: geomean" in md
     assert (tmp_path / "zoo.png").read_bytes()[:4] == b"\x89PNG"
     assert not (tmp_path / "MobileNetV2@32" / "model.pb").exists()  # not --keep
+
+
+def test_a_stage_fails_in_its_own_process_with_one_line(tmp_path):
+    """The build runs in a process of its own (its memory goes back when it ends); its
+    error comes back as the stage's one line, and the worker's row names the stage."""
+    with pytest.raises(zoo.StageFailed, match=r"^ValueError: unknown model .*NoSuchNet"):
+        zoo.run_stage("build", {"name": "NoSuchNet", "size": 96, "dir": str(tmp_path)})
+    assert not (tmp_path / "model.pb").exists()
+    zoo.worker("NoSuchNet", 96, str(tmp_path), latency=False, rtol=1e-4)
+    row = json.loads((tmp_path / "result.json").read_text())
+    assert row["error"].startswith("build: ValueError: unknown model")
+    assert (tmp_path / "stage").read_text() == "build"
