@@ -26,7 +26,10 @@ measures each one's error against TF Eigen and TF's own oneDNN-vs-Eigen spread; 
 passes when bench's rstf-poly status is ok (error within ``--rtol``). ``--engines none``
 instead ``rstf.evaluation.compare.compare``s rstf with stock TensorFlow (``reps=1``), as before the
 speed sweep. Each model runs in its own subprocess (its own process group), so a crash, an
-out-of-memory kill or ``--timeout-per-model`` costs one row, not the sweep.
+out-of-memory kill or ``--timeout-per-model`` costs one row, not the sweep; inside it the
+build, the softmax check and the optimization each run in a process of their own, so the
+engines start with that memory given back (a 1.4 GB ConvNeXtXLarge needs up to 18 GB at
+each stage).
 
 Output, in DIR: one JSON object per model on stdout as it finishes (also appended to
 ``zoo.jsonl``), then a markdown table and, when engines ran, a one-line summary (geomean of
@@ -34,7 +37,7 @@ rstf / best other engine, the models rstf is fastest on, the models where it is 
 stock TF) in ``zoo.md``, and a chart of rstf / best other engine per model in ``zoo.png``.
 ``--docs`` also writes them, with the machine, date, commit and command line, to
 ``docs/benchmarks/DATE-zoo.md`` and ``DATE-zoo.png``. A failed model has ``"error"``: one
-line, ``STAGE: ExceptionType: message`` (STAGE is build, optimize, bench, compare),
+line, ``STAGE: ExceptionType: message`` (STAGE is build, softmax, optimize, bench, compare),
 ``timeout after S s in STAGE`` or ``killed by signal N in STAGE``.
 
 A row with engines has ``engines`` ({engine: status, reason, median_ms, q1_ms, q3_ms,
@@ -177,6 +180,7 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
         row.update(run_stage("build", {"name": name, "size": size, "dir": model_dir}))
         input_range = tuple(row["input_range"])
         if name not in BREADTH:  # a classifier's softmax
+            stage("softmax")
             row.update(run_stage("softmax", {"dir": model_dir, "size": size,
                                              "input_range": input_range}))
         stage("optimize")
