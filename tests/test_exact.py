@@ -124,3 +124,16 @@ def test_complex64_is_widened_too(tmp_path):
     assert why is None and outs[0].dtype == np.float64
     want = np.real(np.fft.fft2(x.astype(np.float64))) * 0.5
     np.testing.assert_allclose(outs[0], want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_float64_graph_over_protobufs_limit_is_reported(tmp_path, monkeypatch):
+    """Widened, a 1.4 GB model (ConvNeXtXLarge) is over protobuf's 2 GiB: the reference is
+    unavailable with that reason, not a parse error of the file written."""
+    from rstf.frontend import graph as graph_mod
+
+    graph = load_graph_def(make_graph_def(conv_model()))
+    x = np.zeros((1, 6, 6, 4), np.float32)
+    monkeypatch.setattr(graph_mod, "PROTOBUF_LIMIT", 64)
+    outs, why = compare_mod.run_exact(graph, {"x:0": x}, ["out:0"], str(tmp_path))
+    assert outs is None and "over protobuf's 2 GiB limit" in why
+    assert not (tmp_path / "exact.pb").exists()

@@ -141,9 +141,17 @@ def run_exact(graph, feeds: dict, fetches: list[str], tmp: str):
     float64 (rstf.evaluation.exact), run by stock TensorFlow with Eigen kernels and
     Grappler off (each node as the graph has it) on the widened `feeds`; or (None, reason)
     where TensorFlow cannot run the widened graph. Files go to `tmp`."""
+    from ..frontend import graph as graph_mod
+
+    wide = widen_graph_def(graph.graph_def)
+    size = wide.ByteSize()
+    if size >= graph_mod.PROTOBUF_LIMIT:  # written, it would not parse again
+        return None, (f"the float64 graph is {size / 2**30:.1f} GiB, over protobuf's 2 GiB "
+                      f"limit for one GraphDef")
     path = os.path.join(tmp, "exact.pb")
     with open(path, "wb") as f:
-        f.write(widen_graph_def(graph.graph_def).SerializeToString())
+        f.write(wide.SerializeToString())
+    del wide
     inputs = os.path.join(tmp, "exact_inputs.npz")
     np.savez(inputs, **widen_feeds(feeds))
     save = os.path.join(tmp, "exact.npz")
