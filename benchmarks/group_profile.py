@@ -13,7 +13,10 @@ is the kernels' own time, without the op wrapper or the harness.
 
 Where the model the folder was optimized from is still at the path report.json names, each
 call's conv/matmul FLOPs come from it (`pipeline.node_flops`), and the listing gives each
-call's GFLOP/s: the figure to compare with the machine's peak (benchmarks/peak_fma.c).
+call's GFLOP/s: the figure to compare with the machine's peak (benchmarks/peak_fma.c). A call
+that reads a megabyte or more of the subgraph's inputs (its weights) also gets the rate it
+reads them at ("GB/s in"): for a layer whose weights each serve a few rows, the figure to
+compare with the machine's read bandwidth (benchmarks/peak_stream.c).
 """
 from __future__ import annotations
 
@@ -27,8 +30,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 # (ALLOC_RAND and buffers for ab_kernels.py, which builds its own harness.)
-from rstf.evaluation.groupbench import (ALLOC_RAND, buffers, tensor_shapes,  # noqa: E402,F401
-                                        time_calls)
+from rstf.evaluation.groupbench import (ALLOC_RAND, buffers, call_input_bytes,  # noqa: E402,F401
+                                        tensor_shapes, time_calls)
 
 
 def load_subgraph(outdir: str, subgraph: int, tool: str) -> tuple[str, dict, dict]:
@@ -64,8 +67,10 @@ def call_flops(outdir: str, calls: list[dict]) -> None:
 def profile(outdir: str, subgraph: int = 0, reps: int = 20, threads: int = 0) -> dict:
     """Per-call median seconds of one subgraph of an rstf output folder."""
     src, shapes, sg = load_subgraph(outdir, subgraph, "group_profile")
-    total, calls = time_calls(src, f"rstf_sg_{subgraph}", sg["workspace_bytes"], reps,
-                              threads)
+    entry = f"rstf_sg_{subgraph}"
+    total, calls = time_calls(src, entry, sg["workspace_bytes"], reps, threads)
+    for c, nbytes in zip(calls, call_input_bytes(src, entry)):
+        c["input_bytes"] = nbytes
     return {"total_seconds": total, "calls": calls, "flops": sg["flops"]}
 
 
@@ -96,6 +101,10 @@ def main(argv=None) -> int:
         first = c["nodes"][0] if c["nodes"] else ""
         rate = (f" {c['flops'] / c['seconds'] / 1e9:6.1f} GFLOP/s" if c.get("flops")
                 and c["seconds"] > 0 else " " * 14)
+        # A group reading a megabyte or more of weights: the rate it streams them at (the
+        # bound where each weight serves few rows: benchmarks/peak_stream.c).
+        rate += (f" {c['input_bytes'] / c['seconds'] / 1e9:5.1f} GB/s in"
+                 if c.get("input_bytes", 0) >= 2**20 and c["seconds"] > 0 else " " * 14)
         print(f"  {c['call']:10s} {c['seconds'] * 1e3:8.3f} ms {100 * c['seconds'] / total:5.1f}%"
               f"{rate}  {first[:90]} (+{max(0, len(c['nodes']) - 1)})")
     return 0

@@ -81,6 +81,29 @@ def test_group_profile_counts_each_groups_flops_from_the_model(folders, tmp_path
     assert not any("flops" in c for c in fresh)
 
 
+def test_group_profile_counts_the_inputs_each_call_reads(folders):
+    """Each timed call's "input_bytes": the subgraph inputs (weights) named in its
+    arguments, each once, at its element type's size; the bandwidth column's numerator."""
+    from rstf.evaluation.groupbench import call_input_bytes
+
+    src = """/*
+*   in0: input float(2, 3) x
+*   in1: input int(4,) ids
+*   in12: input double(5,) w
+*/
+void rstf_sg_0(void)
+{
+    sched_0((const float *)in0, (const float *)in0, (float *)t1);
+    sched_1((const int *)in1, (const float *)in12, (float *)out0);
+    sched_2((const float *)t1, (float *)out1);
+}
+"""
+    assert call_input_bytes(src, "rstf_sg_0") == [24, 16 + 40, 0]
+    calls = profile(folders[1], reps=2, threads=1)["calls"]
+    conv = [c for c in calls if any(n.startswith("Conv2D ") for n in c["nodes"])]
+    assert conv and conv[0]["input_bytes"] >= (12 * 12 * 16 + 16 * 32) * 4, conv
+
+
 def test_ab_interleaves_two_builds_of_one_subgraph(folders):
     res = ab(folders[0], folders[1], reps=6, threads=2)
     assert res["pairs"] == 6

@@ -107,6 +107,25 @@ static double rstf_wtime(void) {
 """
 
 
+_C_SIZES = {"float": 4, "double": 8, "int": 4, "long": 8, "short": 2, "char": 1}
+
+
+def call_input_bytes(src: str, entry: str) -> list[int]:
+    """The bytes of the subgraph inputs (`inN`: its weights, and the activations it takes)
+    that each call `instrument` times reads, in the same order: a weight-streaming group's
+    bandwidth is these over its time."""
+    shapes, ctypes = tensor_shapes(src), tensor_ctypes(src)
+    lines = src.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith(f"void {entry}("))
+    out = []
+    for line in lines[start:]:
+        if _CALL.match(line):
+            names = dict.fromkeys(re.findall(r"\b(in\d+)\b", line))
+            out.append(sum(math.prod(shapes[n]) * _C_SIZES.get(ctypes[n].split()[-1], 4)
+                           for n in names if n in shapes))
+    return out
+
+
 def instrument(src: str, entry: str) -> tuple[str, list[dict]]:
     """(instrumented C, the timed calls in order) for `entry` in `src`."""
     lines = src.splitlines()
