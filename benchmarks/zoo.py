@@ -7,6 +7,7 @@ decoders; keras-hub needed), each at its own fixed size.
     python benchmarks/zoo.py [--models all|quick|breadth|NAME[@SIZE],...] [--quick] [--input-size H]
                              [--engines LIST|none] [--reps N] [--rounds R] [--out DIR] [--docs]
                              [--timeout-per-model S] [--keep] [--no-latency]
+                             [--tuning auto|off|PROFILE]
 
 The speed sweep (estimated 25-30 minutes on two cores; the lead's command):
 
@@ -44,7 +45,10 @@ A row with engines has ``engines`` ({engine: status, reason, median_ms, q1_ms, q
 max_rel_err, spread_ratio, exact_err, exact_ratio}), ``tf_spread``, ``tf_exact_err`` (TF's
 error against the model run in float64, ``rstf.evaluation.exact``; None with
 ``exact_unavailable``, the reason), ``exact_ratio`` (rstf's over TF's),
-``best_other`` ({engine, ms}: the fastest
+``tuning`` (report.json's: the ``rstf tune`` profile that chose some of rstf's tiles, or
+``"profile": None`` for the analytic model's alone; ``--tuning`` as ``rstf optimize``'s,
+default ``auto``: this machine's profile where there is one), ``best_other`` ({engine,
+ms}: the fastest
 non-rstf engine whose status is ok, or a mismatch within 2x TF's spread; or None), ``rstf_over_best`` (rstf-poly's median over
 best_other's), ``gflop`` (the model's conv + matmul FLOPs, optimize's ``flops_total``) and
 ``rstf_gflops``.
@@ -155,7 +159,8 @@ def parse_engine_list(text: str) -> tuple[str, ...]:
 
 
 def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
-           engines: tuple[str, ...] = (), reps: int = 10, rounds: int = 1) -> None:
+           engines: tuple[str, ...] = (), reps: int = 10, rounds: int = 1,
+           tuning: str = "auto") -> None:
     """Build and optimize one model, then bench it on `engines` (or, with none, compare it
     with TF); write model_dir/result.json.
 
@@ -184,7 +189,7 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
             row.update(run_stage("softmax", {"dir": model_dir, "size": size,
                                              "input_range": input_range}))
         stage("optimize")
-        row.update(run_stage("optimize", {"dir": model_dir}))
+        row.update(run_stage("optimize", {"dir": model_dir, "tuning": tuning}))
 
         if engines:
             stage("bench")
@@ -298,7 +303,7 @@ def _optimize(spec: dict) -> dict:
     log_lines: list[str] = []
     rep = optimize(os.path.join(spec["dir"], "model.pb"),
                    os.path.join(spec["dir"], "model.rstf"), force=True,
-                   log=log_lines.append)
+                   log=log_lines.append, tuning=spec.get("tuning", "auto"))
     return dict(
         nodes_total=rep["nodes_total"], nodes_covered=rep["nodes_covered"],
         flops_total=rep["flops_total"], flops_covered=rep["flops_covered"],
@@ -307,7 +312,10 @@ def _optimize(spec: dict) -> dict:
         subgraphs=len(rep["subgraphs"]), nodes_folded=rep.get("nodes_folded"),
         optimize_seconds=rep["optimize_seconds"],
         build_cached=rep.get("build_cached"), optimize_log=log_lines[-5:],
-        gflop=rep["flops_total"] / 1e9)
+        gflop=rep["flops_total"] / 1e9,
+        # The profile `rstf tune` wrote that chose some tiles ({"profile": None, ...}: the
+        # analytic model's alone); `--tuning auto` reads this machine's where it has one.
+        tuning=rep.get("tuning"))
 
 
 STAGES = {"build": _build, "softmax": _softmax, "optimize": _optimize}
@@ -377,7 +385,7 @@ def rstf_over_best(engines: dict, best: dict | None) -> float | None:
 
 def run_one(name: str, size: int, out_dir: str, timeout: float, latency: bool,
             rtol: float, keep: bool, engines: tuple[str, ...] = (), reps: int = 10,
-            rounds: int = 1) -> dict:
+            rounds: int = 1, tuning: str = "auto") -> dict:
     """One model's row: `worker` in its own process group, killed after `timeout` s; a
     crash or a timeout becomes the row's error."""
     model_dir = os.path.join(out_dir, f"{name}@{size}")
@@ -385,7 +393,7 @@ def run_one(name: str, size: int, out_dir: str, timeout: float, latency: bool,
     os.makedirs(model_dir)
     spec = json.dumps({"name": name, "size": size, "dir": model_dir, "latency": latency,
                        "rtol": rtol, "engines": list(engines), "reps": reps,
-                       "rounds": rounds})
+                       "rounds": rounds, "tuning": tuning})
     started = datetime.datetime.now().isoformat(timespec="seconds")
     t0 = time.perf_counter()
     with open(os.path.join(model_dir, "log.txt"), "w") as log:
@@ -474,6 +482,10 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--timeout-per-model", type=float, default=1800, metavar="S",
                    help="kill a model's build+optimize+bench after S seconds (default 1800)")
     p.add_argument("--rtol", type=float, default=1e-4, help="error tolerance (default 1e-4)")
+    p.add_argument("--tuning", default="auto", metavar="auto|off|PROFILE",
+                   help="rstf optimize's --tuning (default auto: the tiles `rstf tune` "
+                        "measured on this machine where it has a profile; off: the "
+                        "analytic model's alone); each row's 'tuning' says which")
     p.add_argument("--no-latency", action="store_true",
                    help="with --engines none: check the numbers only (compare latency=False)")
     p.add_argument("--keep", action="store_true", help="keep each model's .pb and .rstf")
@@ -490,6 +502,9 @@ def parse_args(argv: list[str] | None):
         p.error("--reps must be at least 1")
     if a.rounds < 1:
         p.error("--rounds must be at least 1")
+    if a.tuning not in ("auto", "off") and not os.path.isfile(a.tuning):
+        p.error(f"--tuning {a.tuning}: no such profile (auto, off or a file `rstf tune` "
+                f"wrote)")
     try:
         a.engines = parse_engine_list(a.engines)
         a.models = parse_models("quick" if a.quick else a.models, a.input_size)
@@ -524,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.worker:
         s = json.loads(a.worker)
         worker(s["name"], s["size"], s["dir"], s["latency"], s["rtol"],
-               tuple(s["engines"]), s["reps"], s["rounds"])
+               tuple(s["engines"]), s["reps"], s["rounds"], s.get("tuning", "auto"))
         return 0
 
     out_dir = a.out or tempfile.mkdtemp(prefix="rstf-zoo-")
@@ -540,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(out_dir, "zoo.jsonl"), "a") as jl:
         for name, size in a.models:
             row = run_one(name, size, out_dir, a.timeout_per_model, not a.no_latency,
-                          a.rtol, a.keep, a.engines, a.reps, a.rounds)
+                          a.rtol, a.keep, a.engines, a.reps, a.rounds, a.tuning)
             rows.append(row)
             line = json.dumps(row)
             print(line, flush=True)

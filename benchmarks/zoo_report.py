@@ -170,7 +170,17 @@ def summary(rows: list[dict]) -> str:
         if any(engine in r.get("engines", {}) for r in rows):
             parts.append(f"slower than {label} on: "
                          f"{', '.join(slower_than(rows, engine)) or 'none'}")
-    return "; ".join(parts + fidelity_counts(rows)) + "."
+    return "; ".join(parts + fidelity_counts(rows) + tuning_counts(rows)) + "."
+
+
+def tuning_counts(rows: list[dict]) -> list[str]:
+    """The summary's part on where rstf's tiles came from: nothing where every row has the
+    analytic model's alone; else on how many models an `rstf tune` profile chose some."""
+    tuned = [r for r in rows if ((r.get("tuning") or {}).get("kernels_from_profile") or 0) > 0]
+    if not tuned:
+        return []
+    return [f"tiles measured by rstf tune on {len(tuned)}/{len(rows)} models (their "
+            f"'tuning' field)"]
 
 
 def fidelity_counts(rows: list[dict]) -> list[str]:

@@ -245,3 +245,19 @@ def test_a_stage_fails_in_its_own_process_with_one_line(tmp_path):
     row = json.loads((tmp_path / "result.json").read_text())
     assert row["error"].startswith("build: ValueError: unknown model")
     assert (tmp_path / "stage").read_text() == "build"
+
+
+def test_summary_says_where_tiles_came_from_a_tune_profile(tmp_path, capsys):
+    """A row whose optimization took tiles from an `rstf tune` profile is counted in the
+    summary (`--tuning auto` reads the machine's profile silently otherwise); rows with the
+    analytic model's alone add nothing. A --tuning file that does not exist is refused."""
+    rows = _rows()
+    plain = zoo_report.summary(rows)
+    rows[0]["tuning"] = {"profile": "/p.json", "kernels_from_profile": 3, "kernels": 9}
+    rows[1]["tuning"] = {"profile": None, "kernels_from_profile": 0, "kernels": 9}
+    assert zoo_report.summary(rows) == plain[:-1] + (
+        "; tiles measured by rstf tune on 1/3 models (their 'tuning' field).")
+    with pytest.raises(SystemExit) as e:
+        zoo.parse_args(["--tuning", str(tmp_path / "none.json")])
+    assert e.value.code == 2 and "no such profile" in capsys.readouterr().err
+    assert zoo.parse_args(["--tuning", "off", "--models", "MobileNetV2"]).tuning == "off"
