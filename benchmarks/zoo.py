@@ -165,10 +165,11 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
     with TF); write model_dir/result.json.
 
     Runs in a child process. model_dir/stage holds the current stage, so the parent
-    can say where a killed or timed-out child was. The build and the optimization each
-    run in a process of their own (`run_stage`): neither gives its memory back to the
-    system (TensorFlow's and the allocator's pools), and a large model's TF runners need
-    it (ConvNeXtLarge: 10 GB to build, 10 GB to optimize, 10 GB for TF Eigen to run)."""
+    can say where a killed or timed-out child was. The build, the softmax check and the
+    optimization each run in a process of their own (`run_stage`): none gives its memory
+    back to the system (TensorFlow's and the allocator's pools), and a large model's TF
+    runners need it (ConvNeXtLarge: 10 GB to build, 10 GB to optimize, 10 GB for TF Eigen
+    to run)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     row: dict = {"model": name, "input_size": size}
     stage_file = os.path.join(model_dir, "stage")
@@ -222,11 +223,15 @@ def worker(name: str, size: int, model_dir: str, latency: bool, rtol: float,
     except StageFailed as e:
         row["error"] = f"{row.get('stage', '?')}: {e}"[:400]
     except BaseException as e:  # noqa: BLE001 -- reported, one line
-        msg = " ".join(str(e).split()) or repr(e)
-        row["error"] = f"{row.get('stage', '?')}: {type(e).__name__}: {msg}"[:400]
+        row["error"] = f"{row.get('stage', '?')}: {_error_line(e)}"[:400]
     row["seconds"] = round(time.perf_counter() - t0, 1)
     with open(os.path.join(model_dir, "result.json"), "w") as f:
         json.dump(row, f)
+
+
+def _error_line(e: BaseException) -> str:
+    """`Type: message` on one line: a row's error after its stage."""
+    return f"{type(e).__name__}: {' '.join(str(e).split()) or repr(e)}"
 
 
 class StageFailed(Exception):
@@ -256,8 +261,7 @@ def stage_main(stage: str, spec: dict) -> int:
     try:
         fields = STAGES[stage](spec)
     except BaseException as e:  # noqa: BLE001 -- reported, one line
-        msg = " ".join(str(e).split()) or repr(e)
-        fields = {"error": f"{type(e).__name__}: {msg}"}
+        fields = {"error": _error_line(e)}
     with open(os.path.join(spec["dir"], f"{stage}.json"), "w") as f:
         json.dump(fields, f)
     return 0 if "error" not in fields else 1

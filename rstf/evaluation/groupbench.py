@@ -116,9 +116,8 @@ def call_input_bytes(src: str, entry: str) -> list[int]:
     bandwidth is these over its time."""
     shapes, ctypes = tensor_shapes(src), tensor_ctypes(src)
     lines = src.splitlines()
-    start = next(i for i, l in enumerate(lines) if l.startswith(f"void {entry}("))
     out = []
-    for line in lines[start:]:
+    for line in lines[_entry_start(lines, entry):]:
         if _CALL.match(line):
             names = dict.fromkeys(re.findall(r"\b(in\d+)\b", line))
             out.append(sum(math.prod(shapes[n]) * _C_SIZES.get(ctypes[n].split()[-1], 4)
@@ -126,10 +125,15 @@ def call_input_bytes(src: str, entry: str) -> list[int]:
     return out
 
 
+def _entry_start(lines: list[str], entry: str) -> int:
+    """The line where the subgraph C's entry function `entry` begins."""
+    return next(i for i, l in enumerate(lines) if l.startswith(f"void {entry}("))
+
+
 def instrument(src: str, entry: str) -> tuple[str, list[dict]]:
     """(instrumented C, the timed calls in order) for `entry` in `src`."""
     lines = src.splitlines()
-    start = next(i for i, l in enumerate(lines) if l.startswith(f"void {entry}("))
+    start = _entry_start(lines, entry)
     calls, nodes, out = [], [], lines[:start]
     for line in lines[start:]:
         node = _NODE.match(line)
