@@ -195,6 +195,11 @@ CASES = {
     # each chunk's kernel, `regepi.kernel_times`) leaves the chunk loop parallel.
     "batch_matmul_one_column_tile_in_registers": ((1, 200, 64), lambda x: (
         tf.matmul(x, _w(64, 32)) + _w(32) + _w(1, 200, 32))),
+    # Attention's context, probabilities x values, both computed: per head one column
+    # tile of exactly the values' width. A candidate with the column tiles outermost
+    # (`rstf tune`'s second probe) has a one-iteration tile loop: nothing to pack.
+    "batch_matmul_whole_width_tile_tiles_outer": ((2, 96, 96 + 4 * NATIVE.vlen), lambda x: (
+        tf.matmul(x[..., :96], x[..., 96:]))),
     # Attention's mask: SelectV2 on a TF bool, per column (a vector of bytes widened to a
     # lane mask) and per row (one byte, C's own ?:), in the matmul's registers.
     "matmul_select_bool_columns_in_registers": ((2, 12, 32), lambda x: tf.where(

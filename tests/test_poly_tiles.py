@@ -99,3 +99,20 @@ def test_a_profile_choice_reaches_the_report():
     info, _, _ = _bitwise_case("matmul", target=target)
     assert info["tiled"][0]["chosen_by"] == "profile"
     assert info["tiled"][0]["tile"] == [other.rb, NATIVE.vlen]
+
+
+def test_a_column_tile_as_wide_as_its_operand_may_run_outermost():
+    """Attention's context (probabilities x values, per head) with one column tile as wide
+    as the values, its loop outermost (a profile's choice, or the tuner's probe of the
+    other order): a one-iteration tile loop, with nothing for it to pack. It compiled to a
+    panel buffer that was never declared."""
+    case = "batch_matmul_whole_width_tile_tiles_outer"
+    info, _, _ = _bitwise_case(case, run=False,
+                               target=dataclasses.replace(NATIVE, tiles=TileTable()))
+    key = info["tiled"][0]["key"]
+    choice = TileChoice(2, 4, True)
+    info, _, new = _bitwise_case(case, target=dataclasses.replace(
+        NATIVE, tiles=TileTable(((key, choice),))))
+    assert [(t["chosen_by"], t["tile"], t["order"]) for t in info["tiled"]] == [
+        ("profile", [2, 4 * NATIVE.vlen], "column tiles outermost")]
+    assert "_pack = " not in new  # no panel buffer

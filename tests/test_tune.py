@@ -201,3 +201,31 @@ def test_a_spent_budget_stops_before_the_first_probe_and_says_so(tuned, tmp_path
     r = rstf.tune(pb, profile=path, budget=0.001)
     assert r["stopped"] == "budget" and r["probes_done"] == 0 and r["contractions"] == []
     assert json.load(open(path))["contractions"] == {}
+
+
+def test_a_candidate_whose_c_does_not_compile_is_skipped_not_fatal(tuned, tmp_path,
+                                                                    monkeypatch):
+    """A probe's candidate tiles that the C compiler refuses cost that probe's measurement
+    of the subgraph, logged, not the tuning run: the model's own tiles stay measured."""
+    import rstf
+    from rstf.errors import RstfError
+    from rstf.evaluation import groupbench
+
+    pb, _, _ = tuned
+    real, built = groupbench.build_timer, []
+
+    def only_the_models(*args):
+        built.append(args)
+        if len(built) > 1:  # the first build is the model's own tiles
+            raise RstfError("compiling p.c failed: p.c:1:1: error: 'KS3_pack' undeclared")
+        return real(*args)
+
+    monkeypatch.setattr(groupbench, "build_timer", only_the_models)
+    said = []
+    path = str(tmp_path / "p.json")
+    r = rstf.tune(pb, profile=path, probes=2, reps=2, confirm=0, log=said.append)
+    assert r["stopped"] is None and r["probes_done"] == 2, r
+    assert any("not measured in this probe" in s and "KS3_pack" in s for s in said), said
+    entries = json.load(open(path))["contractions"]
+    assert entries and all(list(e["ms"]) == [e["model"]] and e["choice"] == e["model"]
+                           for e in entries.values())

@@ -18,7 +18,8 @@ import re
 import subprocess
 import tempfile
 
-from ..build.compiler import CUSTOM_OPS_DIR, TEAM_CALLS, TEAM_SOURCE, c_flags, link_libs
+from ..build.compiler import (CUSTOM_OPS_DIR, TEAM_CALLS, TEAM_SOURCE, c_flags, link_libs,
+                              run_tool)
 from ..poly.target import machine_threads
 
 _TENSOR = re.compile(r"^\*\s+(in\d+|out\d+): (?:input|output) ([a-z ]+)\(([\d, ]*)\)")
@@ -85,15 +86,16 @@ def bench_c_flags() -> list[str]:
 def team_build(unit: str, exe: str, workdir: str) -> None:
     """Compile the C program `unit` with the op library's C flags and RSTF_TEAM and link it
     with rstf's OpenMP team (rstf/runtime/rstf_team.c) instead of libgomp, as the op library
-    is built, into `exe`: the parallel loops then run as they do under TensorFlow."""
+    is built, into `exe`: the parallel loops then run as they do under TensorFlow. A
+    compiler error is an RstfError naming its first line and a log of the whole output."""
     objs = []
     for c in (unit, os.path.join(CUSTOM_OPS_DIR, TEAM_SOURCE)):
         objs.append(os.path.join(workdir, os.path.basename(c) + ".o"))
-        subprocess.run(["gcc", *bench_c_flags(), "-DRSTF_TEAM", "-I", CUSTOM_OPS_DIR, "-c", c,
-                        "-o", objs[-1]], check=True)
+        run_tool(["gcc", *bench_c_flags(), "-DRSTF_TEAM", "-I", CUSTOM_OPS_DIR, "-c", c,
+                  "-o", objs[-1]], os.path.basename(c))
     # Linked without -fopenmp: every GOMP_* and omp_* the program calls is the team's.
-    subprocess.run(["gcc", "-pthread", *objs, "-o", exe, "-lm", *link_libs(bench_c_flags())],
-                   check=True)
+    run_tool(["gcc", "-pthread", *objs, "-o", exe, "-lm", *link_libs(bench_c_flags())],
+             "the timing program")
 
 
 # C: the harness's clock (the team has no omp_get_wtime), before any other include.

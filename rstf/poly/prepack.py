@@ -173,11 +173,12 @@ def packing_of(scop: Scop, k: Kernel) -> Packing | None:
     """How to pack the kernel's column operand B, or None: only column-tile-outer kernels
     (each panel is then reused by every row of the tile) whose B is a float array with the
     kernel's columns as its whole last dimension, every other iterator (and the constant)
-    stepping over whole rows of it."""
+    stepping over whole rows of it. Not where one tile is B's whole width: its rows are
+    that panel already, and the tile loop, of one iteration, is no loop to pack in."""
     if not k.tile_outer or k.cols or k.kin:  # (a partial tile is not packed)
         return None
     operand = column_operand(k, scop)
-    if operand is None:
+    if operand is None or operand[1] <= k.vb:
         return None
     return Packing(k.b.array, *operand, k.vb)
 

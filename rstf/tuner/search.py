@@ -149,7 +149,7 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
                 base = base or _build(codes, consts, _probe_target(target, 0, probes), jobs,
                                       reps, work)
                 cand = base if v == 0 else _build(codes, consts, _probe_target(
-                    target, v, probes), jobs, reps, work)
+                    target, v, probes), jobs, reps, work, log)
                 measured = _paired(base, cand, threads)
             except KeyboardInterrupt:
                 stopped = "interrupted"
@@ -191,7 +191,7 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
         try:
             base = base or _build(codes, consts, _probe_target(target, 0, 1), jobs, reps, work)
             cand = cand or _build(codes, consts, dataclasses.replace(target, tiles=table),
-                                  jobs, reps, work)
+                                  jobs, reps, work, log)
             measured = _paired(base, cand, threads)
         except KeyboardInterrupt:
             return "interrupted"
@@ -209,9 +209,12 @@ def _probe_target(target, variant: int, limit: int):
     return dataclasses.replace(target, tiles=TileTable(variant=variant, limit=limit))
 
 
-def _build(codes, consts, probe, jobs: int, reps: int, work: str) -> list:
+def _build(codes, consts, probe, jobs: int, reps: int, work: str, log=None) -> list:
     """Per subgraph, (its timing program, `kernel_choices`) with every subgraph through
-    the pass on target `probe`; None for a subgraph with no tunable kernel."""
+    the pass on target `probe`; None for a subgraph with no tunable kernel. With `log`
+    (a candidate probe's build), a subgraph whose C does not compile is logged and None:
+    the probe measures the others; without it (the model's own tiles, which `rstf
+    optimize` builds too) that is the error."""
     from ..evaluation.groupbench import build_timer
     from ..parallel import run_ordered
     from ..poly import optimize as poly_optimize
@@ -220,11 +223,17 @@ def _build(codes, consts, probe, jobs: int, reps: int, work: str) -> list:
                                           for sg, c in zip(codes, consts)],
                           jobs, weights=[len(sg.source) for sg in codes])
     out = []
-    for sg, res in zip(codes, results):
+    for i, (sg, res) in enumerate(zip(codes, results)):
         choices = kernel_choices(res.report()) if res.optimized else {}
         ws = sg.workspace_bytes if res.workspace_bytes is None else res.workspace_bytes
-        out.append((build_timer(res.source, sg.entry, ws, reps, work), choices)
-                   if choices else None)
+        timer = None
+        try:
+            timer = build_timer(res.source, sg.entry, ws, reps, work) if choices else None
+        except RstfError as e:
+            if log is None:
+                raise
+            log(f"  subgraph {i}: not measured in this probe: {e}")
+        out.append((timer, choices) if timer else None)
     return out
 
 
