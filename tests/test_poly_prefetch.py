@@ -15,7 +15,7 @@ from poly_cases import NATIVE, _bitwise_case
 # over q before its steps.
 BLOCKED = NATIVE.k_steps > 1
 PANEL_LINE = ("__builtin_prefetch(pp + 64L * q, 0, 2);" if BLOCKED
-              else "__builtin_prefetch(pp + 64L * (k >> 1), 0, 2);")
+              else "__builtin_prefetch(pp + 64L * ((k * pstep) >> 32), 0, 2);")
 GEMV_LINE = "__builtin_prefetch(pf + 128L * q" if BLOCKED else "__builtin_prefetch(pf + 128L * k"
 
 
@@ -33,7 +33,7 @@ def _run_c(source: str, *flags: str) -> str:
 def test_the_next_weight_panel_is_prefetched_during_each_column_tile(threads):
     """Column tiles outermost over a frozen weight of 64 KB or more (a 3x3x256x176 conv on a
     5x5 map, 1.6 MB in panels of 48 columns): each kernel call prefetches its share of the
-    next tile's panel (prefetch.plan_panel_prefetch), one line every second step; bit-identical
+    next tile's panel (prefetch.plan_panel_prefetch), spread over its steps; bit-identical
     on the team, 2 and 3 threads. The partial last tile (32 columns) has no next panel."""
     info, _, new = _bitwise_case("conv_deep_weights_packed", threads=threads, team=True)
     assert info["tiled"][0]["order"] == "column tiles outermost"
@@ -41,9 +41,11 @@ def test_the_next_weight_panel_is_prefetched_during_each_column_tile(threads):
     calls = new.count("rstf_pp_at((const float *)in1 + ")
     assert calls >= 1 and new.count("rstf_pp_lines(") == calls + 1  # (+ its definition)
     assert PANEL_LINE in new
-    if BLOCKED:  # a trip's lines: a line every second step of it
+    if BLOCKED:  # a trip's lines: those of its steps, the call's share spread over K
         u = NATIVE.k_steps
-        assert f"const int qe = pps ? (k + {u}) * pps : (k + {u} + 1) >> 1;" in new
+        assert (f"const int qe = pps ? (k + {u}) * pps : (int)((((k + {u}) - 1) * pstep >> 32)"
+                " + 1);") in new
+    assert "const long pstep = K ? ((long)npp << 32) / K + 1 : 0;" in new
     # A weight under 64 KB (a 1x1 conv's 25 KB) is left to the kernels' own reads.
     info, _, new = _bitwise_case("conv_1x1_bias_relu", run=False)
     assert info["panel_prefetched"] == [] and "rstf_pp_at" not in new
@@ -53,7 +55,7 @@ def test_the_next_weight_panel_is_prefetched_during_each_column_tile(threads):
 def test_merged_rows_prefetch_the_next_panel_spread_over_the_call(threads):
     """Rows outermost but only one output row (a 3x3 map's 9 pixels merged): the column
     tile is still the calls' outermost loop (prefetch.tile_first), so each call prefetches
-    the next panel; a call's share beyond K / 2 lines (here the whole 1280 x 48 panel, 3840
+    the next panel; a call's share beyond K lines (here the whole 1280 x 48 panel, 3840
     lines, in one call of K = 1280) is spread over its steps, ceil(share / K) lines a step.
     Bit-identical on the team, 2 and 3 threads."""
     merging = dataclasses.replace(NATIVE, merge_rows=True)  # (as AVX2 and AVX512_FULL do)
@@ -62,7 +64,7 @@ def test_merged_rows_prefetch_the_next_panel_spread_over_the_call(threads):
     assert info["tiled"][0]["loops"][0] == "oh x ow", info["tiled"][0]
     assert info["tiled"][0]["order"] == "rows outermost"
     assert info["panel_prefetched"] == ["Conv2D"], info["panel_prefetched"]
-    assert "const int pps = 2 * npp <= K ? 0 : (npp + K - 1) / K;" in new
+    assert "const int pps = npp <= K ? 0 : (npp + K - 1) / K;" in new
     assert "__builtin_prefetch(pp + 64L * q, 0, 2);" in new
     assert new.count("rstf_pp_at((const float *)in1 + ") >= 1
 
@@ -197,3 +199,34 @@ int main(void)
     whole = [expect(0, 10), expect(100, 10), expect(200, 10)]  # 100-line shares
     capped = [expect(0, 2), expect(100, 2), expect(200, 2)]  # their first 25 lines
     assert rows == whole + capped + whole + capped
+
+
+@pytest.mark.parametrize("k_steps", [1, 4])
+def test_a_calls_panel_share_is_prefetched_whole_and_no_further(k_steps):
+    """The generated C's arithmetic, run in C: step k of K prefetches line
+    (k * pstep) >> 32 of the call's `npp` (pstep = floor(npp * 2^32 / K) + 1: floor(k * npp
+    / K) exactly, for K under 2^18), or, a trip of `k_steps` steps at a time
+    (kloop.blocked_loop), those of its steps; each line of the share at least once, none
+    past it, for shares shorter than K, as long, and of 1."""
+    source = """#include <stdio.h>
+int main(void) {
+    int bad = 0;
+    for (int K = 1; K <= 3100; K += 7)
+        for (int npp = 1; npp <= K; npp += (K > 50 ? K / 50 : 1)) {
+            const long pstep = ((long)npp << 32) / K + 1;
+            static char seen[4000];
+            for (int q = 0; q < 4000; ++q) seen[q] = 0;
+            for (int k = 0; k < K; k += U) {
+                const int end = k + U <= K ? k + U : K;
+                const int qe = (int)((((long)end - 1) * pstep >> 32) + 1);
+                for (int q = (int)(k * pstep >> 32); q < qe; ++q)
+                    seen[q] = 1;
+            }
+            for (int q = 0; q < 4000; ++q)
+                bad += (q < npp) != seen[q];
+        }
+    printf("%d\\n", bad);
+    return 0;
+}
+"""
+    assert _run_c(source, f"-DU={k_steps}").strip() == "0"

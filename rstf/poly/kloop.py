@@ -28,9 +28,11 @@ def blocked_loop(shape, step) -> str:
             out += [f"for (int q = k; q < {end} && q < {(shape.pf + 1) // 2}; ++q) {{",
                     "    __builtin_prefetch(pf + 128L * q, 0, 2);",
                     "    __builtin_prefetch(pf + 128L * q + 64, 0, 2);", "}"]
-        if shape.pp:  # the next panel's: a line every second step, or pps lines a step
-            out += [f"const int qe = pps ? ({end}) * pps : ({end} + 1) >> 1;",
-                    "for (int q = pps ? k * pps : k >> 1; q < qe && q < npp; ++q)",
+        if shape.pp:  # the next panel's: its lines of these steps, or pps lines a step
+            out += [f"const int qe = pps ? ({end}) * pps "
+                    f": (int)(((({end}) - 1) * pstep >> 32) + 1);",
+                    "for (int q = pps ? k * pps : (int)(k * pstep >> 32); q < qe && q < npp; "
+                    "++q)",
                     "    __builtin_prefetch(pp + 64L * q, 0, 2);"]
         return "".join(f"{indent}{ln}\n" for ln in out)
 

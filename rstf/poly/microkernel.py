@@ -144,7 +144,7 @@ class Shape:
     # pointer `pf` its caller passes (`prefetch.plan_prefetch`); 0: none.
     pf: int = 0
     # The next column tile's weight panel prefetched while this one's computes: `npp`
-    # lines from the pointer `pp` its caller passes, one every second reduction step
+    # lines from the pointer `pp` its caller passes, spread over the reduction steps
     # (`prefetch.plan_panel_prefetch`).
     pp: bool = False
     # The last vector's lanes past the tile's columns (a remainder's, `Kernel.pad`): its
@@ -280,19 +280,19 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
               "            __builtin_prefetch(pf + 128L * k, 0, 2);\n"
               "            __builtin_prefetch(pf + 128L * k + 64, 0, 2);\n"
               "        }\n") if shape.pf else ""
-        # One line of the next panel every second step: a line a step (a burst) ran a
-        # 7x48 kernel streaming its panels from DRAM at 167 GFLOP/s, one every second
-        # step at 262, none at 223 (one Zen 5 core, K = 512). A call whose share of the
-        # panel is more lines than that covers (a panel that few calls read: one 9-row
-        # call for a 3x3 map's 9 pixels) spreads its share evenly, `pps` lines a step:
-        # capped at K / 2 lines, Xception's 3x3-map 1x1 convs took 0.30 and 0.63 ms
-        # (`group_profile.py`), spread 0.21-0.24 and 0.50-0.52.
+        # The call's share of the next panel spread evenly over its K steps, at most a
+        # line a step (line k * npp / K at step k; a step repeats its line where the
+        # share is shorter than K): the lines ask DRAM at the pace of the FMAs instead of
+        # in a burst that holds the miss buffers the panel being read needs. A share of
+        # more lines than steps (a panel that few calls read: one 9-row call for a 3x3
+        # map's 9 pixels) takes `pps` lines a step. Measured in
+        # docs/benchmarks/2026-12-05-panel-prefetch-spread.md.
         pre = ""
         if shape.pp:
-            pre = "    const int pps = 2 * npp <= K ? 0 : (npp + K - 1) / K;\n"
+            pre = ("    const int pps = npp <= K ? 0 : (npp + K - 1) / K;\n"
+                   "    const long pstep = K ? ((long)npp << 32) / K + 1 : 0;\n")
             pf += ("        if (!pps) {\n"
-                   "            if (!(k & 1) && (k >> 1) < npp)\n"
-                   "                __builtin_prefetch(pp + 64L * (k >> 1), 0, 2);\n"
+                   "            __builtin_prefetch(pp + 64L * ((k * pstep) >> 32), 0, 2);\n"
                    "        } else {\n"
                    "            for (int q = k * pps; q < (k + 1) * pps && q < npp; ++q)\n"
                    "                __builtin_prefetch(pp + 64L * q, 0, 2);\n"

@@ -122,7 +122,7 @@ def plan_panel_prefetch(scop: Scop, schedules: list[Group], panels: dict, skip: 
     each tile's panel is reused by every row while the rows stream) read each panel from
     L3 or DRAM on its first row: ResNet-50's and Inception v3's weights (about 100 MB) never
     stay in the 32 MB L3 between calls. So each call prefetches its rows' share of the next
-    tile's panel, one line every second reduction step (`Shape.pp`): measured on one Zen 5
+    tile's panel, spread over its reduction steps (`Shape.pp`): measured on one Zen 5
     core (a 7x48 kernel, K = 512, 42 tiles streamed from DRAM): 223 -> 262 GFLOP/s, the rate
     of panels already in cache. On 2 threads (`group_profile.py`, 2026-11-25): ResNet-50's
     7x7 1x1 convs 14-16% faster, its 7x7 3x3 convs 7-12%; `ab_kernels.py` B/A: ResNet-50
