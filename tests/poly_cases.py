@@ -179,6 +179,10 @@ CASES = {
     # the next panel (prefetch.tile_first, streamed).
     "batched_dense_streamed_weights": ((8, 64, 768), lambda x: tf.nn.relu(
         tf.matmul(x, _w(768, 768)) + _w(768))),
+    # Four rows against a 2 MB weight, a long k: TensorFlow shards k over its threads
+    # (opgen/kslices.py, shardByInnerDim), which leaves each k slice a statement of its
+    # own where the machine has two threads or more.
+    "matmul_4_rows_k_sharded": ((4, 2048), lambda x: tf.matmul(x, _w(2048, 256))),
     # A dense layer's GELU (tanh form, whose tanh keeps it out of the registers) over
     # rows longer than L1 holds: each chunk of rows zeroed, computed and through the chain
     # in turn (fuse._per_chunk).

@@ -408,9 +408,14 @@ class CallLowering:
         among the tile's calls: its outer point, its outer reduction step and its output
         rows [s, e], in loop order, so that the tile's calls prefetch the next panel once
         between them. (Outer points above the column tile, rows outermost, each run all
-        the tiles: each point's calls prefetch the whole next panel.)"""
+        the tiles: each point's calls prefetch the whole next panel.) Of the next panel,
+        only the rows the statement reads of its own (`_panel_rows`): one of TensorFlow's
+        k slices left as a statement of its own reads a slice of each panel, and
+        prefetching whole panels for each slice read the weight from DRAM that many times
+        over."""
         s = self.stmts[k.statement]
         box = dict(zip(s.iterators, extents(s)))
+        row0, nrows = _panel_rows(k, s, self.scop, pn)
         u = k.dims.index("u")
         if k.merged:  # m runs over merged x r
             rows, r_lo = (box[k.merged][1] - box[k.merged][0] + 1) * k.merged_n, 0
@@ -433,8 +438,9 @@ class CallLowering:
         g1 = " + ".join(index + [minus(vals["e"], r_lo - 1)])  # past the last row
         tiles = -(-pn.cols // pn.vb)
         nxt = f"rstf_min({vals['u']} + 1, {tiles - 1})"
-        panel = f"(const float *){pn.array} + {pn.rows * pn.vb}L * {nxt}"
-        size, total = pn.rows * pn.vb * 4, n * rows
+        panel = plus_c(f"(const float *){pn.array} + {pn.rows * pn.vb}L * {nxt}", pn.vb,
+                       str(row0) if row0 else "0")
+        size, total = nrows * pn.vb * 4, n * rows
         return (f"rstf_pp_at({panel}, {size}L, {g0}, {total}L)",
                 f"rstf_pp_lines({size}L, {g0}, {g1}, {total}L)")
 
@@ -509,3 +515,20 @@ def window_buffer_rows(s: int, kh: int, row_bytes: int, tuning: Tuning) -> int:
 def window_start(s: int, lo: int, m: int) -> str:
     """A halo window's first row at band row c<m>: s * c<m> + lo, as C."""
     return f"{s} * c{m}" + (f" + {lo}" if lo > 0 else f" - {-lo}" if lo < 0 else "")
+
+
+def _panel_rows(k: Kernel, s: Statement, scop: Scop, pn: Panels) -> tuple[int, int]:
+    """(first row, rows) of the weight's rows (`pn.rows`, each a panel row) that statement
+    `s` reads through the kernel's column operand over its whole domain: every row, but
+    a statement over part of the reduction reads those rows alone."""
+    ab = flat_addr(k.b, scop)
+    if ab is None:
+        return 0, pn.rows
+    box = {isl_name(x): e for x, e in zip(s.iterators, extents(s))}
+    lo = hi = ab.get(1, 0)
+    for x, c in ab.items():
+        if x != 1:
+            lo += c * (box[x][0] if c > 0 else box[x][1])
+            hi += c * (box[x][1] if c > 0 else box[x][0])
+    first, last = max(lo // pn.cols, 0), min(hi // pn.cols, pn.rows - 1)
+    return (first, last - first + 1) if last >= first else (0, pn.rows)
