@@ -439,7 +439,7 @@ class CallLowering:
         tiles = -(-pn.cols // pn.vb)
         nxt = f"rstf_min({vals['u']} + 1, {tiles - 1})"
         panel = plus_c(f"(const float *){pn.array} + {pn.rows * pn.vb}L * {nxt}", pn.vb,
-                       str(row0) if row0 else "0")
+                       str(row0))
         size, total = nrows * pn.vb * 4, n * rows
         return (f"rstf_pp_at({panel}, {size}L, {g0}, {total}L)",
                 f"rstf_pp_lines({size}L, {g0}, {g1}, {total}L)")
