@@ -160,9 +160,9 @@ CASES = {
     "matmul_49_bias_relu_masked": ((2, 30, 32), lambda x: tf.nn.relu(
         tf.matmul(x, _w(32, 49)) + _w(49))),
     "matmul_row": ((1, 300), lambda x: tf.nn.softmax(tf.matmul(x, _w(300, 40)))),
-    # A reduction of 515 steps, a weight large enough to prefetch panel by panel: on
-    # 16-register targets the kernels run 8 steps a trip of k (Target.k_steps) and the
-    # last 3 in a rolled loop, each trip's prefetches once.
+    # A reduction of 515 steps, a weight large enough to prefetch panel by panel: the
+    # kernels run 8 steps a trip of k (Target.k_steps) and the last 3 in a rolled loop,
+    # each trip's prefetches once.
     "matmul_depth_515_steps": ((40, 515), lambda x: tf.matmul(x, _w(515, 128))),
     # A classifier head: the 1x1 conv's kernels prefetch the GEMV's 1.2 MB weight
     # (prefetch.plan_prefetch); the Mean between them has no kernel.
@@ -183,6 +183,13 @@ CASES = {
     # (opgen/kslices.py, shardByInnerDim), which leaves each k slice a statement of its
     # own where the machine has two threads or more.
     "matmul_4_rows_k_sharded": ((4, 2048), lambda x: tf.matmul(x, _w(2048, 256))),
+    # A dense layer whose rows of A (64 x 2048, 512 KB) and two 2048-deep weight panels are
+    # more than the tests' 1 MiB L2: its k in blocks of whole k slices, a call per block,
+    # the bias and ReLU after the last (poly/kblocks.py).
+    "dense_k_blocks": ((1, 64, 2048), lambda x: tf.nn.relu(
+        tf.matmul(x, _w(2048, 192)) + _w(192))),
+    # The same shape with 384 rows: A's rows alone (3 MB) are more than L2, no K blocks.
+    "dense_rows_beyond_l2_whole_k": ((1, 384, 2048), lambda x: tf.matmul(x, _w(2048, 96))),
     # A dense layer's GELU (tanh form, whose tanh keeps it out of the registers) over
     # rows longer than L1 holds: each chunk of rows zeroed, computed and through the chain
     # in turn (fuse._per_chunk).

@@ -180,6 +180,7 @@ def _result(scop: Scop, plan, stats, source: str, seconds: float, target: str) -
                      "reduction": [x for x in (k.kin, k.k2, k.k) if x],
                      "depthwise": k.vec_a, "border_chunks": bool(k.ranged),
                      "sliding_row": bool(k.slide), "chosen_by": k.chosen_by,
+                     **({"k_block": k.kb} if k.kb else {}),
                      **({"key": k.key, "choice": k.choice.label} if k.key else {}),
                      "order": "column tiles outermost" if k.tile_outer else
                      "column tiles inside row chunks" if k.chunk_outer else "rows outermost"}

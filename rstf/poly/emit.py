@@ -341,6 +341,10 @@ class CallLowering:
                 i = k.ranged.index(c)
                 first[c] = vals[f"lo{i}"]
                 trip[c] = f"({vals[f'hi{i}']} - {first[c]} + 1)"
+            elif c and c == k.k and k.kb:  # block kb of k: kb steps, the last maybe fewer
+                n, kb = hi - lo + 1, vals["kb"]
+                first[c] = f"{lo} + {k.kb} * {kb}" if lo else f"{k.kb} * {kb}"
+                trip[c] = str(k.kb) if n % k.kb == 0 else f"rstf_min({k.kb}, {n} - {k.kb} * {kb})"
             elif c:
                 first[c], trip[c] = str(lo), str(hi - lo + 1)
         env = {}
@@ -359,7 +363,7 @@ class CallLowering:
                 env[isl_name(c)] = vals[c]
         ri, ki = isl_name(k.r) if k.r else None, isl_name(k.k)
         aa, ab, ay = (flat_addr(x, self.scop) for x in (k.a, k.b, k.y))
-        depth = str(k.depth) if not k.ranged else \
+        depth = str(k.depth) if not (k.ranged or k.kb) else \
             " * ".join(trip[c] for c in (k.k2, k.k) if c and trip[c] != "1") or "1"
         epi = self.epi_of.get(k.name)
         if not epi:
@@ -412,7 +416,11 @@ class CallLowering:
         only the rows the statement reads of its own (`_panel_rows`): one of TensorFlow's
         k slices left as a statement of its own reads a slice of each panel, and
         prefetching whole panels for each slice read the weight from DRAM that many times
-        over."""
+        over.
+
+        In K blocks (`Kernel.kb`), of the next *block* instead, among the block's calls:
+        the next block of this tile's panel, or after its last block the next panel's
+        first (`kblocks.py`: L2 then holds two blocks beside A, not two panels)."""
         s = self.stmts[k.statement]
         box = dict(zip(s.iterators, extents(s)))
         row0, nrows = _panel_rows(k, s, self.scop, pn)
@@ -429,6 +437,8 @@ class CallLowering:
         # (k.dims lists the outer outputs before u; they run inside the column tile only
         # when it is outermost)
         inner = (k.dims[:u] if k.tile_outer else []) + k.dims[u + 1:-2]
+        if k.kb:
+            inner.remove("kb")
         for c in reversed(inner):
             lo, hi = box[c]
             if hi > lo:
@@ -441,6 +451,12 @@ class CallLowering:
         panel = plus_c(f"(const float *){pn.array} + {pn.rows * pn.vb}L * {nxt}", pn.vb,
                        str(row0))
         size, total = nrows * pn.vb * 4, n * rows
+        if k.kb:
+            kb, last = vals["kb"], -(-(k.k_hi - k.k_lo + 1) // k.kb) - 1
+            own = plus_c(f"(const float *){pn.array} + {pn.rows * pn.vb}L * {vals['u']}",
+                         pn.vb, f"{row0} + {k.kb} * ({kb} + 1)" if row0 else
+                         f"{k.kb} * ({kb} + 1)")
+            panel, size = f"({kb} < {last} ? {own} : {panel})", min(k.kb, nrows) * pn.vb * 4
         return (f"rstf_pp_at({panel}, {size}L, {g0}, {total}L)",
                 f"rstf_pp_lines({size}L, {g0}, {g1}, {total}L)")
 

@@ -38,7 +38,7 @@ class Kernel:
     b: object  # Access of the column operand
     y: object  # Access of the written output
     # K's own dimensions (set by schedule_call): outer outputs, u, outer reductions (C
-    # names), then the chunk's first and last rows s, e.
+    # names), the K block `kb` (where `kb` is set), then the chunk's first and last rows s, e.
     dims: list[str] = dataclasses.field(default_factory=list)
     k2: str | None = None  # a reduction loop merged with k (see find_contraction)
     k2_lo: int = 0
@@ -89,6 +89,11 @@ class Kernel:
     # slices' sums in turn; 0: one chain.
     kc: int = 0
     kc_tail: tuple = ()
+    # K blocks (`kblocks.choose_k_block`): each call runs kb steps of k (a multiple of kc,
+    # the last block maybe shorter) and the block loop runs between the column tile and
+    # the row chunks, as one more outer reduction (dimension `kb` of K); 0: each call runs
+    # the whole of k.
+    kb: int = 0
 
     @property
     def shape(self) -> Shape:

@@ -62,6 +62,7 @@ def _describe(scop: Scop, cs: CallSchedule) -> list[str]:
     what = [f"{k.name}: {k.rb}x{k.width} tiles of {k.statement} over ({k.rows_text}, {k.v}), "
             f"reduction {' x '.join(x for x in (k.kin, k.k2, k.k) if x)} in one "
             f"{'depthwise ' if k.vec_a else ''}microkernel call"
+            + (f" per block of {k.kb} steps of {k.k}" if k.kb else "")
             + (f" (a whole row sliding over {k.k}: each input column loaded once, border "
                f"taps skipped)" if k.slide else
                " (border chunks with fewer taps)" if k.ranged else "")

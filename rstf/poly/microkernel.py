@@ -307,7 +307,7 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
         loop = ("    for (int k2 = 0; k2 < K2; ++k2, a += sak2, b += sbk2) {\n"
                 + "\n".join("    " + ln for ln in loop.splitlines()) + "\n    }")
     if shape.kc:
-        loop = _sliced_loop(shape, loop)
+        loop = _sliced_loop(shape, loop, loaded=not zero)
     # A sliding row indexes its accumulators by constants only, so they can live in
     # registers once the row loops are unrolled; left rolled, gcc zeroes them with a memset
     # of a stack array (measured: in 2 of MobileNet v2's 9 such kernels).
@@ -341,14 +341,20 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
 """
 
 
-def _sliced_loop(shape: Shape, loop: str) -> str:
+def _sliced_loop(shape: Shape, loop: str, loaded: bool = False) -> str:
     """`loop` (a reduction over K steps of `a` and `b`) run in slices of `shape.kc` steps,
     then in slices of the `shape.kc_tail` lengths (the kernel's K is the whole reduction),
-    as TensorFlow sums a long contraction (poly/kslices.py): the first slice continues
-    the accumulators as loaded, every later one restarts them from zero, and the slices'
-    sums are added in turn, `((s0 + s1) + s2) + ...`, in a stack copy of the tile (the
-    registers hold the slice being summed), the last addition back into the accumulators
-    for the kernel's stores or epilogue."""
+    as TensorFlow sums a long contraction (poly/kslices.py): each slice starts its
+    accumulators from zero, and the slices' sums are added in turn, `((s0 + s1) + s2) +
+    ...`, in a stack copy of the tile (the registers hold the slice being summed), the
+    last addition back into the accumulators for the kernel's stores or epilogue.
+
+    Where the accumulators start at zero (a register epilogue's kernel) the first slice
+    simply continues them. Where they are `loaded` from y, y holds the sum so far: zero
+    (the statement's zeroing), or the slices of earlier K blocks (`Kernel.kb`: a call per
+    block of whole slices); the first slice then restarts too and is added to it, so a
+    call continues the running sum exactly as one call over all of k would. (For y zero
+    that is the same bits: a chain started at +0 never ends at -0, and 0 + s = s.)"""
     assert not (shape.two or shape.vec_a or shape.slide), shape
     vecs = vectors(shape.width, shape.vl)
 
@@ -357,6 +363,9 @@ def _sliced_loop(shape: Shape, loop: str) -> str:
         return f"        for (int r = 0; r < {shape.rb}; ++r) {{\n{body}\n        }}"
 
     decl = "\n".join(f"    {t} sum{v}[{shape.rb}];" for v, (t, _) in enumerate(vecs))
+    if loaded:  # the running sum: y as loaded
+        decl += "\n" + "\n".join(ln[4:] for ln in each_row(
+            lambda v, t: f"sum{v}[r] = acc{v}[r];").splitlines())
     inner = "\n".join("    " + ln for ln in loop.splitlines())
     zero = each_row(lambda v, t: f"acc{v}[r] = ({t}){{0}};")
     first = each_row(lambda v, t: f"sum{v}[r] = acc{v}[r];")
@@ -384,13 +393,17 @@ def _sliced_loop(shape: Shape, loop: str) -> str:
                 f"        /* k slice [ks, ks + {shape.kc}): its own chain from zero, then added in turn */\n"
                 f"        const int K = K_all - ks < {shape.kc} ? K_all - ks : {shape.kc};\n")
         more_ahead = f"ks + {shape.kc} < K_all"
-    return f"""\
-{decl}
-    const int K_all = K;
-    const float *const a_all = a, *const b_all = b;
-{head}        const float *restrict a = a_all + ks * sak;
-        const float *restrict b = b_all + ks * sbk;
-{pp}        if (ks) {{
+    if loaded:  # every slice from zero, added to the running sum
+        deeper = lambda text: "\n".join("    " + ln for ln in text.splitlines())
+        ends = f"""{zero}
+{inner}
+        if ({more_ahead}) {{
+{deeper(more)}
+        }} else {{
+{deeper(last)}
+        }}"""
+    else:  # the first slice continues the accumulators (zero)
+        ends = f"""        if (ks) {{
 {zero}
         }}
 {inner}
@@ -402,7 +415,14 @@ def _sliced_loop(shape: Shape, loop: str) -> str:
             }}
         }} else if (ks) {{
 {last}
-        }}
+        }}"""
+    return f"""\
+{decl}
+    const int K_all = K;
+    const float *const a_all = a, *const b_all = b;
+{head}        const float *restrict a = a_all + ks * sak;
+        const float *restrict b = b_all + ks * sbk;
+{pp}{ends}
     }}"""
 
 

@@ -137,9 +137,10 @@ def plan(scop: Scop, cs: CallSchedule) -> RegisterEpilogue | None:
         return None
     _, reds, r, _, v = kernel_roles(upd, kern)
     box = dict(zip([isl_name(x) for x in upd.iterators], extents(upd)))
-    if any(box[x][1] > box[x][0] for x in reds) \
+    if any(box[x][1] > box[x][0] for x in reds) or any(k.kb for k in cs.kernels) \
             or not cs.ast_time[upd.name].domain().is_empty():
-        return None  # a reduction outside the kernel, or points left to the textbook loops
+        return None  # a reduction outside the kernel (K blocks too), or points left to the
+        # textbook loops
     init = next((s for s in cs.statements if s.name != upd.name
                  and s.accesses[-1].array == y), None)
     if init is None or not is_zero(init.ast.rvalue):

@@ -68,6 +68,7 @@ from .contraction import find_contraction, row_expr, slide_column, sliding_row
 from .deps import Dependences
 from .groups import (CallSchedule, Kernel, extents, is_pointwise, kernel_roles, pad_time,
                      violations)
+from .kblocks import choose_k_block
 from .kslices import UnslicedStatement
 from .tilemodel import choose_order, single_vector_tile
 from .scop import Scop, Statement, isl_name
@@ -238,6 +239,17 @@ def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
         kern.key = ext.key(t)
 
 
+def _k_block(s: Statement, kern: Kernel, t: Target) -> int:
+    """`Kernel.kb` of the kernel as ordered (`kblocks.choose_k_block`)."""
+    if s.domain.dim(isl.dim_type.param):
+        return 0
+    _, reds, r, _, _ = kernel_roles(s, kern)
+    box = dict(zip([isl_name(x) for x in s.iterators], extents(s)))
+    n = lambda x: box[x][1] - box[x][0] + 1
+    rows = (n(r) * n(isl_name(kern.merged)) if kern.merged else n(r)) if r else 1
+    return choose_k_block(kern, rows, math.prod(map(n, reds)), t)
+
+
 def _residual_after(s: Statement, y: str, scop: Scop) -> bool:
     """Whether the pointwise statements after contraction `s` that read its output y, and
     what they write in turn, read another tensor of y's size: a residual add, which the
@@ -278,18 +290,25 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str, scop: Scop
     o = outs + ["u"] + reds
     ranged = [isl_name(x) for x in kern.ranged]
     rg = [f"{b}{i}" for i in range(len(ranged)) for b in ("lo", "hi")]
-    kd = ", ".join(o + rg + ["s", "e"])
+    # K blocks: the block kb, one more outer reduction (its points' time: floor(k / kb))
+    kbl, kb_expr = (["kb"], [f"floor(({k} - {kern.k_lo})/{kern.kb})"]) if kern.kb else ([], [])
+    kd = ", ".join(o + kbl + rg + ["s", "e"])
     k2 = [isl_name(x) for x in (kern.kin, kern.k2) if x]  # reduction loops around k
     zeros = ", 0" * (3 + len(k2))
     # A ranged kernel's loops run its chunk's ranges; the others their whole range.
     red_cond = "".join(f"lo{i} <= {x} <= hi{i} and " for i, x in enumerate(ranged)) \
         + "".join(f"{lo} <= {x} <= {hi} and " for x, (lo, hi) in _whole(kern).items())
-    ot = tile_time(kern, outs, "u", reds, "s")
+    ot = tile_time(kern, outs, "u", reds + kbl, "s")
     rx = row_expr(kern)
     row = f"s <= {rx} <= e and " if r else ""
+    if kern.kb:
+        row += (f"{kern.k_lo} + {kern.kb}*kb <= {k} < {kern.k_lo} + {kern.kb}*kb + {kern.kb}"
+                " and ")
     out, covered, start = [], None, None
     for kn in kerns:
         kdom = _chunks(s, kn, prefix)
+        if kern.kb:
+            kdom = _k_blocks(kdom, len(o), kn, prefix)
         ktime = isl.Map(f"{prefix}{{ {kn.name}[{kd}] -> [{pos}, {', '.join(ot)}{zeros}] }}"
                         ).intersect_domain(kdom)
         rel = isl.Map(f"{prefix}{{ {kn.name}[{kd}] -> {s.name}[{', '.join(iv)}] : "
@@ -306,16 +325,28 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str, scop: Scop
         out.append((kdom, ktime))
     u_expr = f"floor(({v})/{vb})"
     head = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> "
-                   f"[{', '.join([str(pos)] + tile_order(kern, outs, u_expr, reds))}] }}")
+                   f"[{', '.join([str(pos)] + tile_order(kern, outs, u_expr, reds + kb_expr))}]"
+                   " }")
     below = [u_expr] if kern.chunk_outer else []  # the column tile, below the chunk
     tail = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> "
                    f"[{', '.join(below + k2 + [k, rx, v])}] }}")
     t_cov = head.flat_range_product(start).flat_range_product(tail).intersect_domain(covered)
     rest = s.domain.subtract(covered).coalesce()
-    rest_time = tile_order(kern, outs, u_expr, reds) + [rx] + below + k2 + [k, v]
+    rest_time = tile_order(kern, outs, u_expr, reds + kb_expr) + [rx] + below + k2 + [k, v]
     t_rest = isl.Map(f"{prefix}{{ {s.name}[{', '.join(iv)}] -> [{pos}, "
                      f"{', '.join(rest_time)}, 0] }}").intersect_domain(rest)
     return out, t_rest, t_cov.union(t_rest)
+
+
+def _k_blocks(kdom: isl.Set, n: int, kern: Kernel, prefix: str) -> isl.Set:
+    """The chunks `kdom` { K[o.., s, e] } (n outer dimensions o) once per K block:
+    { K[o.., kb, s, e] : 0 <= kb < the blocks of k }."""
+    d = kdom.dim(isl.dim_type.set)
+    xs = [f"x{i}" for i in range(d)]
+    blocks = -(-(kern.k_hi - kern.k_lo + 1) // kern.kb)
+    m = isl.Map(f"{prefix}{{ {kern.name}[{', '.join(xs)}] -> "
+                f"{kern.name}[{', '.join(xs[:n] + ['kb'] + xs[n:])}] : 0 <= kb < {blocks} }}")
+    return kdom.apply(m)
 
 
 def _remainder(s: Statement, kern: Kernel) -> Kernel | None:
@@ -357,12 +388,14 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
             _unsliced(s, "no microkernel takes it")
             continue
         _order(s, kern, scop, target)
+        kern.kb = _k_block(s, kern, target)
         outs, reds, _, _, _ = kernel_roles(s, kern)
         i2c = {isl_name(c): c for c in s.iterators}
         tiling = None
         # A sliding row where it applies and is exact, else the chunks of rows.
         for kern in filter(None, (sliding_row(s, kern, scop, target), kern)):
             kern.dims = ([i2c[x] for x in outs] + ["u"] + [i2c[x] for x in reds]
+                         + (["kb"] if kern.kb else [])
                          + [f"{b}{i}" for i in range(len(kern.ranged)) for b in ("lo", "hi")]
                          + ["s", "e"])
             kerns = [kern] + [x for x in [_remainder(s, kern)] if x is not None]

@@ -54,12 +54,12 @@ class Target:
     # pipes. Why is not established.
     single_vector_tiles: bool = False
     # Reduction steps a trip of a contraction kernel's k loop runs, unrolled
-    # (`kloop.blocked_loop`). With 16 registers a tile's accumulators and operands
-    # take all of them, and a step is at most 12 FMAs: the loop's own instructions (the
-    # counter, the panel prefetch's test, gcc's register shuffles) then cost a share of
-    # each step that a trip of several steps divides (docs/tuning-constants.md has the
-    # A/B runs behind 8). With 32 registers a step is 21 FMAs or more.
-    k_steps: int = 1
+    # (`kloop.blocked_loop`). A rolled step's own instructions (the counter, the panel
+    # prefetch's address and test, gcc's register moves) are scalar ALU work, and on x86
+    # some of it issues to the ports the vector FMAs need: with 16 registers a step is at
+    # most 12 FMAs, with 32 an 8x48 tile's 24, and either way a trip of several steps
+    # divides that share (docs/tuning-constants.md has the A/B runs behind 8).
+    k_steps: int = 8
     # The machine the tile-order model (`tilemodel.choose_order`) plans for: bytes of L2
     # a core, and the threads the generated code runs with. 0: this machine's (sysfs, and
     # the cores this process may use: TensorFlow gives an op as many by default).
@@ -104,9 +104,9 @@ AVX512 = Target("avx512", 16, 32, single_vector_tiles=True)
 # more, and the wider tiles load fewer operands per FMA.
 AVX512_FULL = Target("avx512-full", 16, 32, merge_rows=True)
 AVX2 = Target("avx2", 8, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True,
-              merge_rows=True, k_steps=8)
+              merge_rows=True)
 SSE = Target("sse", 4, 16, fma_chains=7.0, load_cost=0.2, depthwise_tiles_in_chunks=True,
-             merge_rows=True, k_steps=8)
+             merge_rows=True)
 TARGETS = {t.name: t for t in (AVX512, AVX512_FULL, AVX2, SSE)}
 
 

@@ -46,6 +46,9 @@ class Tuning:
     # rather than FMAs, cost more than the accumulators save.
     kin_depth_long: int = 300
     short_call: int = 32
+    # The shortest K block (`kblocks.choose_k_block`): each call loads and stores its tile's
+    # accumulators, a few percent of a 256-step call.
+    k_block_min: int = 256
 
     # ---- fusion (fuse.py, band.py)
     row_bytes: int = 256 * 1024  # largest contracted row (a stack buffer per iteration)
