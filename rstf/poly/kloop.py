@@ -2,11 +2,11 @@
 
 `microkernel.kernel_text` writes a contraction kernel's k loop one step a trip, rolled
 (`#pragma GCC unroll 1`), so that gcc never unrolls a small constant K whole and spills the
-accumulators. On a 16-register target that loop's own instructions cost a share of every
-step: a 6x16 tile's 12 accumulators, two column vectors and the broadcast take all the
-registers, a step is only 12 FMAs, and each trip also held a register move, the panel
-prefetch's test, the counter and the branch. Here a trip runs `Shape.steps` steps,
-unrolled, and a rolled loop the rest of K.
+accumulators. That loop's own instructions cost a share of every step: each trip held
+register moves, the panel prefetch's address and test, the counter and the branch, scalar
+work that partly issues to the ports the vector FMAs need, beside a step of only 12 FMAs
+(a 16-register target's 6x16 tile) or 24 (a 32-register one's 8x48). Here a trip runs
+`Shape.steps` steps, unrolled, and a rolled loop the rest of K.
 """
 from __future__ import annotations
 
