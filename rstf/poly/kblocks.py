@@ -22,8 +22,9 @@ The block is the longest multiple of the slice (or of a cache line's floats) wit
 A's rows and two blocks of panel fit in L2, and no block when all of it fits whole, when
 A's rows alone leave no room, when they are less than a panel (a GEMV's row: reading it
 again costs less than the panel's own stream), or when the block would be shorter than
-`Tuning.k_block_min` steps (each call loads and stores its tile). Measured in
-docs/benchmarks/2026-12-05-k-blocks.md.
+`Tuning.k_block_min` steps (each call loads and stores its tile). What it gains is small
+once a kernel's k loop runs several steps a trip (`Target.k_steps`), which took most of
+the same loop overhead: docs/benchmarks/2026-12-05-k-steps-k-blocks.md.
 """
 from __future__ import annotations
 
