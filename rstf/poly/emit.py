@@ -452,7 +452,7 @@ class CallLowering:
                        str(row0))
         size, total = nrows * pn.vb * 4, n * rows
         if k.kb:
-            kb, last = vals["kb"], -(-(k.k_hi - k.k_lo + 1) // k.kb) - 1
+            kb, last = vals["kb"], k.k_blocks - 1
             own = plus_c(f"(const float *){pn.array} + {pn.rows * pn.vb}L * {vals['u']}",
                          pn.vb, f"{row0} + {k.kb} * ({kb} + 1)" if row0 else
                          f"{k.kb} * ({kb} + 1)")

@@ -128,6 +128,11 @@ class Kernel:
         return self.cols or self.vb
 
     @property
+    def k_blocks(self) -> int:
+        """The K blocks of a call's reduction (`kb`): 1 where each call runs the whole k."""
+        return -(-(self.k_hi - self.k_lo + 1) // self.kb) if self.kb else 1
+
+    @property
     def depth(self) -> int:
         """Reduction steps of one (whole-range) kernel call."""
         return ((self.k_hi - self.k_lo + 1) * (self.k2_hi - self.k2_lo + 1)

@@ -207,7 +207,8 @@ def tile_time(kern: Kernel, outs: list[str], u: str, reds: list[str], s: str) ->
 
 def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
     """Set the kernel's loop order (and maybe a narrower tile) from `choose_order`, then
-    take the target's measured choice where its `TileTable` has one (`tiles.py`)."""
+    take the target's measured choice where its `TileTable` has one (`tiles.py`), then
+    its K blocks for that tile and order (`kblocks.choose_k_block`)."""
     outs, reds, r, k, v = kernel_roles(s, kern)
     box = dict(zip([isl_name(x) for x in s.iterators], extents(s)))
     n = lambda x: box[x][1] - box[x][0] + 1
@@ -237,17 +238,7 @@ def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
                                               ext, t)
         kern.rb, kern.nv, kern.tile_outer = choice.rb, choice.nv, choice.tile_outer
         kern.key = ext.key(t)
-
-
-def _k_block(s: Statement, kern: Kernel, t: Target) -> int:
-    """`Kernel.kb` of the kernel as ordered (`kblocks.choose_k_block`)."""
-    if s.domain.dim(isl.dim_type.param):
-        return 0
-    _, reds, r, _, _ = kernel_roles(s, kern)
-    box = dict(zip([isl_name(x) for x in s.iterators], extents(s)))
-    n = lambda x: box[x][1] - box[x][0] + 1
-    rows = (n(r) * n(isl_name(kern.merged)) if kern.merged else n(r)) if r else 1
-    return choose_k_block(kern, rows, math.prod(map(n, reds)), t)
+    kern.kb = choose_k_block(kern, rows, math.prod(map(n, reds)), t)
 
 
 def _residual_after(s: Statement, y: str, scop: Scop) -> bool:
@@ -343,9 +334,9 @@ def _k_blocks(kdom: isl.Set, n: int, kern: Kernel, prefix: str) -> isl.Set:
     { K[o.., kb, s, e] : 0 <= kb < the blocks of k }."""
     d = kdom.dim(isl.dim_type.set)
     xs = [f"x{i}" for i in range(d)]
-    blocks = -(-(kern.k_hi - kern.k_lo + 1) // kern.kb)
     m = isl.Map(f"{prefix}{{ {kern.name}[{', '.join(xs)}] -> "
-                f"{kern.name}[{', '.join(xs[:n] + ['kb'] + xs[n:])}] : 0 <= kb < {blocks} }}")
+                f"{kern.name}[{', '.join(xs[:n] + ['kb'] + xs[n:])}] : "
+                f"0 <= kb < {kern.k_blocks} }}")
     return kdom.apply(m)
 
 
@@ -388,7 +379,6 @@ def schedule_call(scop: Scop, call: int, stmts: list[Statement], deps: Dependenc
             _unsliced(s, "no microkernel takes it")
             continue
         _order(s, kern, scop, target)
-        kern.kb = _k_block(s, kern, target)
         outs, reds, _, _, _ = kernel_roles(s, kern)
         i2c = {isl_name(c): c for c in s.iterators}
         tiling = None
