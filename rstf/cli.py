@@ -176,8 +176,8 @@ def _tune_parser(sub) -> None:
                    "(default 10m); a run past it stops between probes, the next one resumes")
     t.add_argument("--profile", metavar="FILE", help="the profile to write (default: this "
                    "machine's, beside the build cache)")
-    t.add_argument("--probes", type=int, default=6, help="candidate tiles measured per "
-                   "contraction, the model's own first (default 6)")
+    t.add_argument("--probes", type=int, default=8, help="candidate tiles measured per "
+                   "contraction, the model's own first (default 8)")
     t.add_argument("--reps", type=int, default=15, help="timed runs per probe (default 15)")
     t.add_argument("--confirm", type=int, default=2, help="rounds that time the winning "
                    "tiles again beside the model's before they are kept (default 2)")

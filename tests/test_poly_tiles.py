@@ -2,6 +2,7 @@
 of them bit-identical to the textbook C, and a profile's choice taken where it names a
 contraction, refused where it cannot apply."""
 import dataclasses
+import re
 
 import poly_cases
 import pytest
@@ -45,11 +46,50 @@ def test_candidates_flip_the_order_only_where_there_are_outer_points():
 
 
 def test_choice_labels_round_trip():
-    for c in (TileChoice(6, 4, False), TileChoice(14, 1, True)):
+    for c in (TileChoice(6, 4, False), TileChoice(14, 1, True), TileChoice(8, 3, False, 4)):
         assert TileChoice.parse(c.label) == c
-    for bad in ("6x4", "6x4 sideways", "0x4 rows", "ax4 rows"):
+    assert TileChoice(8, 3, False, 16).label == "8x3 rows k16"
+    assert TileChoice(8, 3, False).label == "8x3 rows"  # the target's steps: no suffix
+    for bad in ("6x4", "6x4 sideways", "0x4 rows", "ax4 rows", "6x4 rows k3", "6x4 rows k",
+                "6x4 rows x4", "6x4 rows k4 k8", "6x4 rows k0"):
         with pytest.raises(ValueError):
             TileChoice.parse(bad)
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2])
+def test_candidates_measure_the_models_tile_at_other_steps_a_trip(target):
+    """`Target.k_steps` is a constant measured on two machines: the tuner measures the
+    model's tile at half and twice it, right after the model's own loop orders."""
+    model = TileChoice(*choose_tile(128, 768, target)[:2], False)
+    one = candidates(model, Extents(128, 768, 1, 768, 768), target, 8)
+    half, twice = target.k_steps // 2, 2 * target.k_steps
+    assert one[1:3] == [TileChoice(model.rb, model.nv, False, half),
+                        TileChoice(model.rb, model.nv, False, twice)]
+    many = candidates(model, Extents(128, 768, 4, 768, 768), target, 8)
+    assert many[1] == TileChoice(model.rb, model.nv, True) and many[2].steps == half
+    # Only the model's tile is tried at other steps; every other candidate runs the target's.
+    assert all(c.steps == 0 for c in one[3:]) and len(set(one)) == len(one)
+    # A target of 2 steps a trip has no even half to try.
+    two = dataclasses.replace(target, k_steps=2)
+    assert [c.steps for c in candidates(model, Extents(128, 768, 1, 768, 768), two, 4)
+            ][1:2] == [4]
+
+
+def test_a_profile_choice_of_steps_a_trip_runs_and_keeps_the_bits():
+    """A profile that measured 4 steps a trip for a contraction: its kernels run 4 steps
+    a trip (their names say so), the report gives the choice, and the output is the
+    textbook C's to the bit (each accumulator still steps in ascending k)."""
+    probe = dataclasses.replace(NATIVE, tiles=TileTable())
+    info, _, old = _bitwise_case("matmul", run=False, target=probe)
+    key, (rb, width) = info["tiled"][0]["key"], info["tiled"][0]["tile"]
+    steps = 4 if NATIVE.k_steps != 4 else 16
+    choice = TileChoice(rb, width // NATIVE.vlen, False, steps)
+    target = dataclasses.replace(NATIVE, tiles=TileTable(((key, choice),)))
+    info, _, new = _bitwise_case("matmul", target=target)
+    assert info["tiled"][0]["chosen_by"] == "profile"
+    assert info["tiled"][0]["choice"] == choice.label
+    trips = lambda c: set(re.findall(r"rstf_mk[a-z0-9]*?k(\d+)_", c))  # noqa: E731
+    assert trips(old) == {str(NATIVE.k_steps)} and trips(new) == {str(steps)}
 
 
 def test_table_takes_a_valid_measured_choice_and_refuses_others():

@@ -82,8 +82,10 @@ class Kernel:
     chosen_by: str = "model"
     key: str = ""
     # Reduction steps a trip of the kernel's k loop (`Target.k_steps`; 1 for depthwise and
-    # sliding-row kernels, whose loops are not a contraction's k loop).
+    # sliding-row kernels, whose loops are not a contraction's k loop), and the count a
+    # measured choice set it to (`TileChoice.steps`; 0: the target's).
     steps: int = 1
+    steps_chosen: int = 0
     # The k slices of a k-sliced statement (`Statement.k_slice`): the kernel restarts its
     # accumulators every kc steps, then at each slice of kc_tail's lengths, and adds the
     # slices' sums in turn; 0: one chain.
@@ -105,7 +107,7 @@ class Kernel:
     def choice(self) -> "TileChoice":
         """The kernel's tile and order as `tiles.py` names them."""
         from .tiles import TileChoice
-        return TileChoice(self.rb, self.nv, self.tile_outer)
+        return TileChoice(self.rb, self.nv, self.tile_outer, self.steps_chosen)
 
     @property
     def rows_text(self) -> str:

@@ -66,9 +66,10 @@ import islpy as isl
 
 from .contraction import find_contraction, row_expr, slide_column, sliding_row
 from .deps import Dependences
-from .groups import (CallSchedule, Kernel, extents, is_pointwise, kernel_roles, pad_time,
-                     violations)
+from .groups import (CallSchedule, Kernel, extents, flat_addr, is_pointwise, kernel_roles,
+                     pad_time, violations)
 from .kblocks import choose_k_block
+from .kloop import trip_steps
 from .kslices import UnslicedStatement
 from .tilemodel import choose_order, single_vector_tile
 from .scop import Scop, Statement, isl_name
@@ -207,8 +208,9 @@ def tile_time(kern: Kernel, outs: list[str], u: str, reds: list[str], s: str) ->
 
 def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
     """Set the kernel's loop order (and maybe a narrower tile) from `choose_order`, then
-    take the target's measured choice where its `TileTable` has one (`tiles.py`), then
-    its K blocks for that tile and order (`kblocks.choose_k_block`)."""
+    take the target's measured choice where its `TileTable` has one (`tiles.py`: tile,
+    order and steps a trip), then its K blocks for that tile and order
+    (`kblocks.choose_k_block`)."""
     outs, reds, r, k, v = kernel_roles(s, kern)
     box = dict(zip([isl_name(x) for x in s.iterators], extents(s)))
     n = lambda x: box[x][1] - box[x][0] + 1
@@ -238,6 +240,12 @@ def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
                                               ext, t)
         kern.rb, kern.nv, kern.tile_outer = choice.rb, choice.nv, choice.tile_outer
         kern.key = ext.key(t)
+        if choice.steps and kern.steps == t.k_steps:
+            # (a kernel whose rows overlap in A within a trip keeps the fewer steps
+            # `trip_steps` allowed it; so does it at the measured count)
+            aa = flat_addr(kern.a, scop) or {}
+            kern.steps = trip_steps(choice.steps, aa.get(r, 0) if r else 0, aa.get(k, 0))
+            kern.steps_chosen = choice.steps
     kern.kb = choose_k_block(kern, rows, math.prod(map(n, reds)), t)
 
 

@@ -15,8 +15,10 @@ call, which loops a call runs) and the threads it plans for. Two layers with the
 get the same choice: the model cannot tell them apart either.
 
 The candidates (`candidates`) are the model's own choice first, then that tile in the
-other loop order (where there is an outer loop to put the column tiles around), then the
-other register tiles that fit the registers, best first by the model's cost, round robin
+other loop order (where there is an outer loop to put the column tiles around), then that
+tile with half and with twice the target's reduction steps a trip of the kernel's k loop
+(`Target.k_steps`, a constant measured on two machines), then the other register tiles
+that fit the registers, best first by the model's cost, round robin
 over the vector widths NV so that every width is tried before a second row count of any:
 PolyScientist's pruning by the analytic model (polyscientist.txt, section 4), not an
 enumeration of every tile.
@@ -32,24 +34,31 @@ from .target import Target
 
 @dataclasses.dataclass(frozen=True, order=True)
 class TileChoice:
-    """A contraction's register tile (RB rows by NV vectors) and loop order."""
+    """A contraction's register tile (RB rows by NV vectors), loop order, and the reduction
+    steps a trip of its kernels' k loop runs (`steps`: 0 for the target's `k_steps`, the
+    model's; `kloop.blocked_loop`)."""
     rb: int
     nv: int
     tile_outer: bool  # column tiles outside the outer output loops (`choose_order`)
+    steps: int = 0
 
     @property
     def label(self) -> str:
-        """'6x4 rows' / '8x3 tiles': RB x NV and which loop runs outermost."""
-        return f"{self.rb}x{self.nv} {'tiles' if self.tile_outer else 'rows'}"
+        """'6x4 rows' / '8x3 tiles' / '8x3 rows k4': RB x NV, which loop runs outermost,
+        and the steps a trip where they are not the target's."""
+        steps = f" k{self.steps}" if self.steps else ""
+        return f"{self.rb}x{self.nv} {'tiles' if self.tile_outer else 'rows'}{steps}"
 
     @classmethod
     def parse(cls, label: str) -> "TileChoice":
         """The inverse of `label`; ValueError for anything else."""
-        tile, order = label.split()
+        tile, order, *steps = label.split()
         rb, nv = tile.split("x")
-        if order not in ("rows", "tiles") or int(rb) < 1 or int(nv) < 1:
+        k = int(steps[0][1:]) if len(steps) == 1 and steps[0][:1] == "k" else -1
+        if (order not in ("rows", "tiles") or int(rb) < 1 or int(nv) < 1 or len(steps) > 1
+                or (steps and (k < 2 or k % 2))):
             raise ValueError(label)
-        return cls(int(rb), int(nv), order == "tiles")
+        return cls(int(rb), int(nv), order == "tiles", max(k, 0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +92,10 @@ def candidates(model: TileChoice, ext: Extents, t: Target, limit: int) -> list[T
     out = [model]
     if ext.outer > 1:
         out.append(dataclasses.replace(model, tile_outer=not model.tile_outer))
+    # The model's tile at half and twice the target's steps a trip: `k_steps` was
+    # measured on two machines only (docs/tuning-constants.md), here it is measured on
+    # this one, per contraction.
+    out += [dataclasses.replace(model, steps=s) for s in step_variants(t)]
     per_nv = {}
     for nv in range(4, 0, -1):
         if ext.cols < t.vlen * nv:
@@ -109,7 +122,7 @@ class TileTable:
     `variant` (its model's choice where it has fewer), `limit` candidates a kernel."""
     measured: tuple[tuple[str, TileChoice], ...] = ()
     variant: int | None = None
-    limit: int = 6
+    limit: int = 8
 
     @functools.cached_property
     def _by_key(self) -> dict[str, TileChoice]:
@@ -129,8 +142,16 @@ class TileTable:
         return got, "profile"
 
 
+def step_variants(t: Target) -> tuple[int, ...]:
+    """The steps a trip the tuner tries beside the target's `k_steps`: half and twice it
+    (even, at least 2: `kloop.blocked_loop` prefetches by pairs)."""
+    return tuple(s for s in (t.k_steps // 2, 2 * t.k_steps) if s >= 2 and s % 2 == 0
+                 and s != t.k_steps)
+
+
 def valid(c: TileChoice, ext: Extents, t: Target) -> bool:
     """Whether choice `c` can tile a kernel of extents `ext` on `t` (a profile from another
     build may hold a tile these registers or columns cannot take)."""
     return (fits_registers(c.rb, c.nv, t) and c.rb <= max(1, min(ext.rows, MAX_RB))
-            and ext.cols >= t.vlen * c.nv and (ext.outer > 1 or not c.tile_outer))
+            and ext.cols >= t.vlen * c.nv and (ext.outer > 1 or not c.tile_outer)
+            and (c.steps == 0 or (c.steps >= 2 and c.steps % 2 == 0)))

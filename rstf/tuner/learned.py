@@ -46,8 +46,9 @@ def parse_key(key: str) -> Extents:
 
 def features(ext: Extents, c: TileChoice, model: TileChoice, t: Target) -> list[float]:
     """A (contraction, candidate) pair as numbers: the extents (log2), the loops a call
-    runs, the tile, the remainders it leaves, and the analytic model's cost of the
-    candidate over its cost of its own choice."""
+    runs, the tile, the remainders it leaves, the analytic model's cost of the
+    candidate over its cost of its own choice, and its steps a trip of the k loop over the
+    target's (log2)."""
     vb = t.vlen * c.nv
     lg = lambda x: math.log2(max(x, 1))  # noqa: E731
     return [lg(ext.rows), lg(ext.cols), lg(ext.outer), lg(ext.depth), lg(ext.call),
@@ -55,7 +56,8 @@ def features(ext: Extents, c: TileChoice, model: TileChoice, t: Target) -> list[
             c.rb, c.nv, float(c.tile_outer), c.rb * c.nv,
             (ext.rows % c.rb) / c.rb, (ext.cols % vb) / ext.cols,
             tile_cost_of(c, ext, t) / tile_cost_of(model, ext, t),
-            float(c.tile_outer != model.tile_outer), float(c == model)]
+            float(c.tile_outer != model.tile_outer), float(c == model),
+            math.log2((c.steps or t.k_steps) / t.k_steps)]
 
 
 def samples(prof: Profile, t: Target, keys=None) -> list[tuple[str, TileChoice, list, float]]:

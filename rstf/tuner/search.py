@@ -95,7 +95,7 @@ def run_id(model: str, input_shapes, outputs) -> str:
 
 
 def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = None,
-         budget: float = 600.0, probes: int = 6, reps: int = 15, march: str = "native",
+         budget: float = 600.0, probes: int = 8, reps: int = 15, march: str = "native",
          threads: int = 0, max_ops: int | None = None, fold_scales: bool = False,
          fresh: bool = False, jobs: int | None = None, confirm: int = 2,
          log=print) -> dict:
