@@ -56,9 +56,15 @@ class TileChoice:
         rb, nv = tile.split("x")
         k = int(steps[0][1:]) if len(steps) == 1 and steps[0][:1] == "k" else -1
         if (order not in ("rows", "tiles") or int(rb) < 1 or int(nv) < 1 or len(steps) > 1
-                or (steps and (k < 2 or k % 2))):
+                or (steps and not trip_count(k))):
             raise ValueError(label)
         return cls(int(rb), int(nv), order == "tiles", max(k, 0))
+
+
+def trip_count(steps: int) -> bool:
+    """Whether `steps` can be a kernel's steps a trip: even and at least 2
+    (`kloop.blocked_loop` prefetches by pairs)."""
+    return steps >= 2 and steps % 2 == 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,9 +149,9 @@ class TileTable:
 
 
 def step_variants(t: Target) -> tuple[int, ...]:
-    """The steps a trip the tuner tries beside the target's `k_steps`: half and twice it
-    (even, at least 2: `kloop.blocked_loop` prefetches by pairs)."""
-    return tuple(s for s in (t.k_steps // 2, 2 * t.k_steps) if s >= 2 and s % 2 == 0
+    """The steps a trip the tuner tries beside the target's `k_steps`: half and twice it,
+    where they are `trip_count`s."""
+    return tuple(s for s in (t.k_steps // 2, 2 * t.k_steps) if trip_count(s)
                  and s != t.k_steps)
 
 
@@ -154,4 +160,4 @@ def valid(c: TileChoice, ext: Extents, t: Target) -> bool:
     build may hold a tile these registers or columns cannot take)."""
     return (fits_registers(c.rb, c.nv, t) and c.rb <= max(1, min(ext.rows, MAX_RB))
             and ext.cols >= t.vlen * c.nv and (ext.outer > 1 or not c.tile_outer)
-            and (c.steps == 0 or (c.steps >= 2 and c.steps % 2 == 0)))
+            and (c.steps == 0 or trip_count(c.steps)))
