@@ -57,7 +57,8 @@ def optimize(source: str, entry: str, tile: bool = True, fuse: bool = True,
     allocate that many bytes) and `seconds`. Each `fused` entry also says whether the
     group's epilogue runs in its kernels' registers (`epilogue_in_registers`). `bands`:
     consecutive groups fused row by row (`band.py`), with the tensor between them
-    `contracted_to_row` and the number of outer time dimensions (`loops`) they share;
+    `contracted_to_row` and the number of outer time dimensions (`loops`) they share, or
+    attention's three groups run block by block of `block_rows` query rows (`rowblock.py`);
     `recomputed_window`: a tensor its producer recomputes, for each band row, into a buffer
     of the rows that row reads (a halo band, `band.fuse_halo`), but the `carried` rows a
     thread's previous band row computed, which move to the buffer's top. `winograd`: the
@@ -126,6 +127,7 @@ def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target) -> 
     import islpy as isl
 
     from .band import fuse_bands, fuse_halos
+    from .rowblock import fuse_blocks
     from .fuse import (chain_time, find_chains, fuse_block_epilogue, fuse_epilogue,
                        fuse_reduction_epilogue)
     from .groups import CallSchedule, Group, pad_time
@@ -163,6 +165,7 @@ def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target) -> 
     if fuse:
         schedules = fuse_halos(scop, deps, fuse_bands(scop, deps, schedules, target.tuning),
                                target.tuning)
+        schedules = fuse_blocks(scop, deps, schedules, target.tuning)
     return [Group.of(g) for g in schedules]
 
 
@@ -192,6 +195,8 @@ def _result(scop: Scop, plan, stats, source: str, seconds: float, target: str) -
                     for cs in groups if cs.chain),
         bands=tuple({"nodes": [scop.calls[p.call].node for p in g.parts],
                      "contracted_to_row": sorted(set(g.rows) - set(g.halo)), "loops": g.m,
+                     **({"block_rows": g.block_rows, "contracted_to_block": sorted(g.blocked)}
+                        if g.block_rows else {}),
                      "recomputed_window": {y: {"stride": s, "first": lo, "rows": kh,
                                                "carried": kh - s if y in stats.carried else 0,
                                                "buffer_rows": stats.carried.get(y, kh)}

@@ -50,7 +50,9 @@ class CallLowering:
                  ast_time: dict[str, isl.Map], band_rows: dict[str, int],
                  deps: Dependences, stats: LoweringStats, band_m: int = 0,
                  halo: dict[str, tuple[int, int, int]] | None = None,
-                 panels: dict[str, Panels] | None = None, *, tuning: Tuning):
+                 panels: dict[str, Panels] | None = None, *, tuning: Tuning,
+                 part_shift: int = 0, blocked: dict[str, int] | None = None,
+                 block: tuple[int, int] = (0, 0)):
         self.scop, self.stats, self.tuning = scop, stats, tuning
         self.panels = panels or {}  # constant column operands read in panel layout
         self.time, self.ast_time = time, ast_time
@@ -65,12 +67,13 @@ class CallLowering:
         self.contracted = {c for p in parts if p.chain for c in p.chain.contracted}
         # buffer -> leading dimensions dropped (one row kept); none for a register
         # epilogue. A group's row spans its m rows and the column tile around them
-        # (declared in the deepest of time dimensions 1..m+1), a band's its m rows only.
+        # (declared in the deepest of time dimensions 1..m+1, after the part_shift ones a
+        # row-block band puts before its parts' own), a band's its m rows only.
         self.rows, self.row_span = {}, {}
         for p in parts:
             if not p.epilogue:
                 for name, m in p.rows.items():
-                    self.rows[name], self.row_span[name] = m, m + 1
+                    self.rows[name], self.row_span[name] = m, m + 1 + part_shift
         for name, m in band_rows.items():
             self.rows[name], self.row_span[name] = m, m
         # A halo band's window buffers (band.fuse_halo): declared in the band's row loop
@@ -92,6 +95,12 @@ class CallLowering:
             first = scop.union_set(s.domain for s in parts[0].statements)
             self.valid_band = self.valid.subtract_domain(first)
         self.row_dim: dict[str, int | None] = {}
+        # A row-block band's block buffers (rowblock.py): buffer -> elements a row, kept for
+        # the block of rows of time dimensions 1 (outer index) and 2 (block), `block` = (S,
+        # B) its rows an outer index and a block; declared in the deeper of those loops.
+        self.blocked, self.block = dict(blocked or {}), block
+        self.block_dim: int | None = None
+        self.block_iters = ("0", "0")
         self.work = {s.name: instance_volume(s) for s in stmts}
         self.lines: list[str] = []
         self.kernel_shapes: set[Shape] = set()
@@ -261,7 +270,7 @@ class CallLowering:
         body = node.for_get_body()
         if body.get_type() != isl.ast_node_type.for_ or body.for_is_degenerate():
             return None
-        if int(it[1:]) in self.row_dim.values():
+        if int(it[1:]) in self.row_dim.values() or int(it[1:]) == self.block_dim:
             return None  # (a row buffer declared between them: not perfectly nested)
         bounds = ast_c(body.for_get_init()) + " " + ast_c(body.for_get_cond())
         if re.search(rf"\b{it}\b", bounds):
@@ -475,6 +484,11 @@ class CallLowering:
 
     def _ref(self, access, env: dict[str, str]) -> str:
         """An array reference; a buffer contracted to one row drops its leading indices."""
+        if access.array in self.blocked:  # its flat offset from the block's first row
+            per, (seq, rows) = self.blocked[access.array], self.block
+            o, b = self.block_iters
+            flat = affine_c(flat_addr(access, self.scop), env)
+            return (f"{access.array}_blk[{flat} - {per * seq} * {o} - {per * rows} * {b}]")
         m = self.rows.get(access.array)
         if m is None:
             return ref_c(access, env)
@@ -503,6 +517,9 @@ class CallLowering:
         for name in self.rows:
             dims = [d for d in present if 1 <= d <= self.row_span[name]]
             self.row_dim[name] = max(dims) if dims else None
+        # a band loop isl did not emit has one iteration: 0
+        self.block_iters = tuple(f"c{d}" if d in present else "0" for d in (1, 2))
+        self.block_dim = max((d for d in (1, 2) if d in present), default=None)
 
     def _row_decls(self, p: int | None, skip=(), only=None) -> None:
         """Declare the row buffers that belong at the top of the loop over dimension p
@@ -517,6 +534,11 @@ class CallLowering:
                     shape[0] = self.window_rows.get(name, self.halo[name][2])
                 dims = "".join(f"[{d}]" for d in shape)
                 self.lines.append(f"{b.ctype} {name}_row{dims} __attribute__((aligned(64)));")
+        if self.blocked and p == self.block_dim and only is None:
+            for name, per in self.blocked.items():
+                b = self.scop.buffers[name]
+                self.lines.append(f"{b.ctype} {name}_blk[{per * self.block[1]}] "
+                                  "__attribute__((aligned(64)));")
 
 
 def window_buffer_rows(s: int, kh: int, row_bytes: int, tuning: Tuning) -> int:

@@ -170,6 +170,17 @@ class Group:
     # halo band: buffer -> (s, lo, kh); band row h keeps its rows s*h+lo .. s*h+lo+kh-1
     # (dimension m-1, the ones before it dropped), computed by parts[0] in each iteration
     halo: dict[str, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
+    # A row-block band (rowblock.py): its parts run block by block of this many rows, each
+    # part's own time after the band's 4 dimensions (pos, outer index, block, part).
+    block_rows: int = 0
+    block_seq: int = 0  # the rows a block's outer index covers (S of rowblock.py)
+    # buffer -> elements a row: kept for the band's block only, per iteration (rowblock.py)
+    blocked: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def part_shift(self) -> int:
+        """Time dimensions the band puts before each part's own (0 for a row band)."""
+        return 4 if self.block_rows else 0
 
     @classmethod
     def of(cls, entry) -> "Group":

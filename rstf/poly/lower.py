@@ -119,7 +119,9 @@ def lower(scop: Scop, deps: Dependences, plan: LoweringPlan, header: str,
                 time.update(regepi.kernel_times(scop, p, cs.time))
             ast_time.update(at)
         low = CallLowering(scop, cs.parts, time, ast_time, cs.rows, deps, stats,
-                           cs.m, cs.halo, panels, tuning=target.tuning)
+                           cs.m, cs.halo, panels, tuning=target.tuning,
+                           part_shift=cs.part_shift, blocked=cs.blocked,
+                           block=(cs.block_seq, cs.block_rows))
         umap = None
         for m in ast_time.values():
             u = isl.UnionMap.from_map(m)
@@ -143,7 +145,11 @@ def lower(scop: Scop, deps: Dependences, plan: LoweringPlan, header: str,
                 attr = '__attribute__((optimize("fp-contract=off")))\n'
             for c in {p.call, *(p.chain.calls if p.chain else ())} - {cs.call}:
                 calls_text[c] = f"/* fused into {fname} */"
-        if cs.is_band:
+        if cs.block_rows:
+            what.append(f"the groups run block by block of {cs.block_rows} rows, time "
+                        "dimensions 1..2 (the rows' outer index, the block); kept for one "
+                        f"block: {', '.join(cs.blocked) or 'none'}")
+        elif cs.is_band:
             rows = [r for r in cs.rows if r not in cs.halo]
             what.append(f"the groups fused row by row over time dimensions 1..{cs.m}; "
                         f"contracted to one row: {', '.join(rows) or 'none'}")

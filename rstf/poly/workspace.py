@@ -16,8 +16,8 @@ from .scop import Scop
 
 def local_buffers(cs: Group) -> set[str]:
     """The buffers a scheduled group keeps off the workspace: contracted to scalars, to
-    registers or to one row (a band's, or one of its parts')."""
-    out = set(cs.rows)
+    registers or to one row (a band's, or one of its parts'), or to one block of rows."""
+    out = set(cs.rows) | set(cs.blocked)
     for p in cs.parts:
         out |= set(p.rows) | set(p.chain.contracted if p.chain else ())
     return out

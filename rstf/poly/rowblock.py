@@ -1,0 +1,218 @@
+"""Row-block bands: attention's three groups (the scores' contraction, the softmax, the
+context's contraction) run block by block of query rows, so the scores and probabilities
+of a block are read back from L2 instead of making a round trip through memory.
+
+Attention per head computes scores = Q K^T (with its mask in the kernels' registers), the
+row-wise softmax of the scores (its mask after it), and context = P V. Run as three groups,
+each writes a [heads, tokens, keys] tensor whole before the next reads it: 7 MB apiece for
+BERT-base at 384 tokens, far more than a core's L2. Every one of the three only ever
+combines elements of one query row, so a block of rows can run all three before the next
+block starts: then the block's scores and probabilities (keys x rows x 4 bytes each) are
+still in the core's cache when the next group reads them.
+
+The band here is over the row space of the context's row operand P, shape [.., S, keys]:
+its rows are numbered g (row-major over every dimension but the last), grouped by outer
+index o = g div S (batch and head) and block b = (g mod S) div B. A statement instance is
+placed in the block of the elements it writes (every buffer written in the band is read
+as rows of the same count: its elements divided into as many equal rows as P has), and
+its new time is (pos, o, b, j, old time), j the part's place in the band. The block of a
+statement instance must be a function of a prefix of its old time (the shallowest one),
+so that the kernel statements (whose times are their chunks' first instances' prefixes)
+get theirs from the same function; each part keeps its own schedule inside the block.
+The block size B is the smallest multiple of the kernels' row tiles, at least
+`Tuning.block_rows`, at which every placement is such a function (the softmax's blocks of
+rows must not straddle a band block); S itself (a block a head) when none below S is.
+The new times are checked against the exact dependences: a placement that is a function
+but breaks a dependence (a row that reads another row's results) is refused.
+
+The tensors between the parts keep their full size (their workspace); the band only
+changes when each block of them is written and read.
+"""
+from __future__ import annotations
+
+import math
+
+import islpy as isl
+
+from .deps import Dependences
+from .fuse import array_users
+from .groups import CallSchedule, Group, violations
+from .scop import Scop
+from .tuning import Tuning
+
+
+def _coords(scop: Scop, array: str, rows: int, s: int, block: int) -> isl.Map | None:
+    """Y[x..] -> [o, b]: the outer index and block of the row an element of `array` lies
+    in, its elements cut into `rows` equal rows of S a group; None if they do not cut."""
+    shape = scop.buffers[array].shape
+    if not all(isinstance(d, int) for d in shape) or math.prod(shape) % rows:
+        return None
+    per = math.prod(shape) // rows
+    xs = [f"x{i}" for i in range(len(shape))]
+    flat, stride = [], 1
+    for x, extent in reversed(list(zip(xs, shape))):
+        flat.append(f"{stride} * {x}")
+        stride *= extent
+    g = f"floor(({' + '.join(flat)}) / {per})"
+    text = (f"{{ {array}[{', '.join(xs)}] -> [o, b] : o = floor({g} / {s}) and "
+            f"b = floor(({g} - {s} * floor({g} / {s})) / {block}) }}")
+    return isl.Map(text)
+
+
+def _placement(time: isl.Map, coords: isl.Map) -> isl.Map | None:
+    """The coordinates as a function of the shallowest prefix of the time that fixes
+    them, over the whole time space (trailing dimensions free); None if no prefix does."""
+    by_time = time.reverse().apply_range(coords)
+    n = by_time.dim(isl.dim_type.in_)
+    if by_time.is_empty() or not by_time.domain().is_equal(time.range()):
+        return None
+    for d in range(1, n + 1):
+        pm = by_time.project_out(isl.dim_type.in_, d, n - d)
+        if pm.is_single_valued():
+            return pm.insert_dims(isl.dim_type.in_, d, n - d)
+    return None
+
+
+def _extend(pm: isl.Map, pos: int, j: int) -> isl.Map:
+    """t -> (pos, o, b, j, t..) for the placement pm: t -> [o, b]."""
+    space = pm.get_space().domain()
+    ident = isl.Map.identity(space.map_from_set())
+    m = pm.range_product(ident).flatten_range()
+    out = isl.dim_type.out
+    m = m.insert_dims(out, 0, 1).fix_val(out, 0, pos)
+    return m.insert_dims(out, 3, 1).fix_val(out, 3, j)
+
+
+def _retime(m: isl.Map, ext: isl.Map) -> isl.Map | None:
+    """The time map m moved to the band by ext; None where ext misses some of its times."""
+    new = m.apply_range(ext.reset_tuple_id(isl.dim_type.in_))
+    return new if new.domain().is_equal(m.domain()) else None
+
+
+def _kernel_rows(parts: list[CallSchedule]) -> int:
+    return math.lcm(*(k.rb for p in parts for k in p.kernels))
+
+
+def block_band(scop: Scop, deps: Dependences, parts: list[CallSchedule],
+               users: dict[str, set[str]], tuning: Tuning) -> Group | None:
+    """The row-block band of parts (a contraction, the row-wise groups after it, a
+    contraction whose row operand the last of them writes), or None (see the module doc)."""
+    if len(parts) < 3 or not (parts[0].kernels and parts[-1].kernels) \
+            or any(p.kernels for p in parts[1:-1]):
+        return None
+    if any(k.tile_outer or k.merged for p in parts for k in p.kernels):
+        return None  # a packed column tile or merged rows are not one row block's
+    a_op = parts[-1].kernels[0].a.array
+    if not any(acc.write and acc.array == a_op for s in parts[-2].statements
+               for acc in s.accesses):
+        return None
+    shape = scop.buffers[a_op].shape
+    if len(shape) < 2 or not all(isinstance(d, int) for d in shape):
+        return None
+    s_rows, rows = shape[-2], math.prod(shape[:-1])
+    if rows // s_rows < 2 and s_rows < 2 * tuning.block_rows:
+        return None  # one block: nothing to interleave
+    step = _kernel_rows(parts)
+    sizes = [b for b in range(step, s_rows, step) if b >= tuning.block_rows] + [s_rows]
+    pos = int(parts[0].time[parts[0].statements[0].name].range().dim_min_val(0).to_python())
+    stmts = [s for p in parts for s in p.statements]
+    for block in sizes:
+        placed = _place(scop, parts, rows, s_rows, block, pos)
+        if placed is None:
+            continue
+        time, ast_time = placed
+        if violations(stmts, deps, time):
+            return None
+        blocked = _blocked(scop, parts, time, rows, s_rows, block, users, tuning)
+        return Group(list(parts), 2, time, ast_time, {}, block_rows=block, block_seq=s_rows,
+                     blocked=blocked)
+    return None
+
+
+def _blocked(scop: Scop, parts: list[CallSchedule], time: dict[str, isl.Map], rows: int,
+             s_rows: int, block: int, users: dict[str, set[str]],
+             tuning: Tuning) -> dict[str, int]:
+    """The temporaries the band keeps for one block only (buffer -> elements a row): read
+    and written by its statements alone, each access within the block of its time (dims 1
+    and 2), the block's rows within `Tuning.row_bytes`."""
+    names = {s.name for p in parts for s in p.statements}
+    local = {y for p in parts for y in (*p.rows, *(p.chain.contracted if p.chain else ()))}
+    out = {}
+    for y, buf in scop.buffers.items():
+        if buf.role != "temp" or y in local or not users.get(y) or not users[y] <= names:
+            continue
+        coords = _coords(scop, y, rows, s_rows, block)
+        if coords is None or 4 * block * (buf.size // rows) > tuning.row_bytes:
+            continue
+        if all(_in_block(time[s.name], acc.relation, coords)
+               for p in parts for s in p.statements for acc in s.accesses if acc.array == y):
+            out[y] = buf.size // rows
+    return out
+
+
+def _in_block(time: isl.Map, rel: isl.Map, coords: isl.Map) -> bool:
+    """Every instance touches elements of the block its time (pos, o, b, ..) is in."""
+    tb = time.reverse().apply_range(rel).apply_range(coords)
+    n = tb.dim(isl.dim_type.in_)
+    t = ", ".join(f"t{i}" for i in range(n))
+    want = isl.Map(f"{{ [{t}] -> [o, b] : o = t1 and b = t2 }}").align_params(tb.get_space())
+    return tb.reset_tuple_id(isl.dim_type.in_).is_subset(want)
+
+
+def _place(scop: Scop, parts: list[CallSchedule], rows: int, s_rows: int, block: int,
+           pos: int):
+    """(time, ast_time) of the parts in the band of `block` rows, or None where some
+    statement's block is not a function of a prefix of its time."""
+    time, ast_time = {}, {}
+    for j, p in enumerate(parts):
+        ext = {}
+        for s in p.statements:
+            coords = None
+            for acc in s.accesses:
+                if not acc.write:
+                    continue
+                c = _coords(scop, acc.array, rows, s_rows, block)
+                if c is None:
+                    return None
+                w = acc.relation.apply_range(c)
+                coords = w if coords is None else coords.union(w)
+            if coords is None:
+                return None
+            pm = _placement(p.time[s.name], coords)
+            if pm is None:
+                return None
+            ext[s.name] = _extend(pm, pos, j)
+            time[s.name] = _retime(p.time[s.name], ext[s.name])
+            if time[s.name] is None:
+                return None
+        for k in p.kernels:
+            ext[k.name] = ext[k.statement]
+        ast_time[p.call] = {}
+        for name, m in p.ast_time.items():
+            new = _retime(m, ext[name]) if not m.is_empty() else m
+            if new is None:
+                return None
+            ast_time[p.call][name] = new
+    return time, ast_time
+
+
+def fuse_blocks(scop: Scop, deps: Dependences, schedules: list, tuning: Tuning) -> list:
+    """The schedules with each run that `block_band` fuses (consecutive groups from a
+    contraction to the next one) replaced by its band."""
+    users = array_users(scop)
+    out, i = [], 0
+    while i < len(schedules):
+        run = [schedules[i]]
+        for cs in schedules[i + 1:]:
+            run.append(cs)
+            if not isinstance(cs, CallSchedule) or cs.kernels:
+                break
+        if len(run) >= 3 and all(isinstance(p, CallSchedule) for p in run):
+            band = block_band(scop, deps, run, users, tuning)
+            if band is not None:
+                out.append(band)
+                i += len(run)
+                continue
+        out.append(schedules[i])
+        i += 1
+    return out
