@@ -50,7 +50,8 @@ def test_op_generators_under_sanitizers():
                                       "tests/test_poly_schedule.py", "tests/test_poly_emit.py",
                                       "tests/test_poly_prefetch.py", "tests/test_poly_microkernel.py",
                                       "tests/test_poly_contraction.py", "tests/test_poly_lower.py",
-                                      "tests/test_poly_band.py", "tests/test_poly_winograd.py")
+                                      "tests/test_poly_band.py", "tests/test_poly_winograd.py",
+                                      "tests/test_poly_rowblock.py")
                           if os.path.exists(os.path.join(ROOT, f))])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert " passed" in r.stdout

@@ -15,18 +15,21 @@ its rows are numbered g (row-major over every dimension but the last), grouped b
 index o = g div S (batch and head) and block b = (g mod S) div B. A statement instance is
 placed in the block of the elements it writes (every buffer written in the band is read
 as rows of the same count: its elements divided into as many equal rows as P has), and
-its new time is (pos, o, b, j, old time), j the part's place in the band. The block of a
-statement instance must be a function of a prefix of its old time (the shallowest one),
-so that the kernel statements (whose times are their chunks' first instances' prefixes)
-get theirs from the same function; each part keeps its own schedule inside the block.
-The block size B is the smallest multiple of the kernels' row tiles, at least
-`Tuning.block_rows`, at which every placement is such a function (the softmax's blocks of
-rows must not straddle a band block); S itself (a block a head) when none below S is.
-The new times are checked against the exact dependences: a placement that is a function
-but breaks a dependence (a row that reads another row's results) is refused.
+its new time is (pos, o, b, j, old time), j the part's place in the band. The block must
+be a function of a prefix of the instance's old time, the shallowest one, so that a
+kernel statement (whose time is its chunk's first instance's prefix) gets its block from
+the same function: the kernels' row chunks must not straddle blocks, and B is the
+smallest multiple of every kernel's row tile that is at least `Tuning.block_rows` (S
+itself, a block a head, when no such B is below S). Loops finer than a block need not
+align: the softmax's blocks of rows are cut where a band block ends. Each part keeps its
+own schedule inside the block. The new times are checked against the exact dependences:
+a placement that breaks one (a block that reads another block's results) is refused.
 
-The tensors between the parts keep their full size (their workspace); the band only
-changes when each block of them is written and read.
+The temporaries only the band reads and writes, each access within its own block (the
+scores, their exponentials, the row maxima and sums, the probabilities), are kept for
+one block: a buffer of B rows on the stack of the iteration (so of its thread) whose
+elements are addressed by their flat offset from the block's first row, not in the
+workspace (`Group.blocked`). The context, read after the band, stays whole.
 """
 from __future__ import annotations
 

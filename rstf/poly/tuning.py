@@ -66,8 +66,9 @@ class Tuning:
     max_stride: int = 4  # the largest band stride a halo window is looked for at
     # The fewest query rows a row-block band (rowblock.py) runs attention's three groups
     # on: each block reads the head's whole key and value panels again (2 x keys x depth
-    # floats, from L2), which a block of this many rows amortises over as many kernel rows.
-    block_rows: int = 64
+    # floats, from L2), which a block of this many rows amortises over as many kernel
+    # rows; fewer rows keep the block's scores and probabilities in less of L2.
+    block_rows: int = 32
 
     # ---- parallel loops (emit.py, cprint.py)
     min_work: int = 16384  # statement instances under a loop before a parallel region pays
