@@ -1,12 +1,13 @@
 """Row-block bands (rstf/poly/rowblock.py): attention's scores, softmax and context run
 block by block of query rows in one function."""
+import dataclasses
 import math
 import re
 
 import numpy as np
 import pytest
 
-from poly_cases import NATIVE, rng, tuned, _subgraph, _run_both
+from poly_cases import NATIVE, rng, tuned, _subgraph, _run_both, _w
 from rstf.frontend.tfutil import tf
 
 
@@ -82,3 +83,25 @@ def test_probabilities_across_rows_are_not_blocked():
     for k in ref:
         np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, atol=1e-6)
     assert not [b for b in info["bands"] if "block_rows" in b], info["bands"]
+
+
+def test_dense_layers_around_a_row_wise_group_are_not_blocked():
+    """Two dense layers with a softmax between them are row-wise too, but every block of
+    rows would read their whole weights again (1 MB here, NATIVE's L2): no band. On a
+    machine with a 64 MB L2 the same groups are a band."""
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, (1, 96, 256), name="x")
+        h = tf.nn.softmax(tf.matmul(x, _w(256, 512)))
+        tf.identity(tf.matmul(h, _w(512, 256)), name="out")
+
+    g, sg = _subgraph(build)
+    x = rng.random_sample((1, 96, 256)).astype(np.float32)
+    ref, got, info, new = _run_both(g, sg, {"x:0": x})
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6)
+    assert not [b for b in info["bands"] if "block_rows" in b], info["bands"]
+    ref, got, info, new = _run_both(g, sg, {"x:0": x}, target=dataclasses.replace(
+        NATIVE, l2=64 << 20))
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6)
+    assert [b for b in info["bands"] if "block_rows" in b], info["bands"]

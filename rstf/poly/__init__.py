@@ -165,7 +165,7 @@ def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target) -> 
     if fuse:
         schedules = fuse_halos(scop, deps, fuse_bands(scop, deps, schedules, target.tuning),
                                target.tuning)
-        schedules = fuse_blocks(scop, deps, schedules, target.tuning)
+        schedules = fuse_blocks(scop, deps, schedules, target.tuning, target.l2_bytes)
     return [Group.of(g) for g in schedules]
 
 

@@ -10,9 +10,10 @@ combines elements of one query row, so a block of rows can run all three before 
 block starts: then the block's scores and probabilities (keys x rows x 4 bytes each) are
 still in the core's cache when the next group reads them.
 
-The band here is over the row space of the context's row operand P, shape [.., S, keys]:
-its rows are numbered g (row-major over every dimension but the last), grouped by outer
-index o = g div S (batch and head) and block b = (g mod S) div B. A statement instance is
+The band here is over the row space of the context's row operand P, [.., S, keys]: its
+rows (of the kernel's row stride) are numbered g in memory order, grouped by outer index
+o = g div S (batch and head; S the extent of the kernel's row loop) and block
+b = (g mod S) div B. A statement instance is
 placed in the block of the elements it writes (every buffer written in the band is read
 as rows of the same count: its elements divided into as many equal rows as P has), and
 its new time is (pos, o, b, j, old time), j the part's place in the band. The block must
@@ -24,6 +25,9 @@ itself, a block a head, when no such B is below S). Loops finer than a block nee
 align: the softmax's blocks of rows are cut where a band block ends. Each part keeps its
 own schedule inside the block. The new times are checked against the exact dependences:
 a placement that breaks one (a block that reads another block's results) is refused.
+Every block reads the kernels' column operands again: the band is only for operands one
+block reads (a head's keys and values) that take at most half a core's L2, never for
+dense layers, whose whole weight every block would stream from memory again.
 
 The temporaries only the band reads and writes, each access within its own block (the
 scores, their exponentials, the row maxima and sums, the probabilities), are kept for
@@ -39,7 +43,7 @@ import islpy as isl
 
 from .deps import Dependences
 from .fuse import array_users
-from .groups import CallSchedule, Group, violations
+from .groups import CallSchedule, Group, extents, flat_addr, violations
 from .scop import Scop
 from .tuning import Tuning
 
@@ -92,12 +96,27 @@ def _retime(m: isl.Map, ext: isl.Map) -> isl.Map | None:
     return new if new.domain().is_equal(m.domain()) else None
 
 
+def _row_space(scop: Scop, k) -> tuple[int, int] | None:
+    """(rows, S) of the kernel's row operand: its elements as rows of the kernel's row
+    stride, S of them (the row loop's extent) to an outer index; None where they are not."""
+    flat = flat_addr(k.a, scop)
+    size = scop.buffers[k.a.array].size
+    if k.r is None or flat is None or size is None:
+        return None
+    stride = flat.get(k.r, 0)
+    s = scop.statement(k.statement)
+    lo, hi = extents(s)[s.iterators.index(k.r)]
+    if stride <= 0 or size % stride or (size // stride) % (hi - lo + 1):
+        return None
+    return size // stride, hi - lo + 1
+
+
 def _kernel_rows(parts: list[CallSchedule]) -> int:
     return math.lcm(*(k.rb for p in parts for k in p.kernels))
 
 
 def block_band(scop: Scop, deps: Dependences, parts: list[CallSchedule],
-               users: dict[str, set[str]], tuning: Tuning) -> Group | None:
+               users: dict[str, set[str]], tuning: Tuning, l2: int) -> Group | None:
     """The row-block band of parts (a contraction, the row-wise groups after it, a
     contraction whose row operand the last of them writes), or None (see the module doc)."""
     if len(parts) < 3 or not (parts[0].kernels and parts[-1].kernels) \
@@ -105,14 +124,15 @@ def block_band(scop: Scop, deps: Dependences, parts: list[CallSchedule],
         return None
     if any(k.tile_outer or k.merged for p in parts for k in p.kernels):
         return None  # a packed column tile or merged rows are not one row block's
-    a_op = parts[-1].kernels[0].a.array
+    last = parts[-1].kernels[0]
+    a_op = last.a.array
     if not any(acc.write and acc.array == a_op for s in parts[-2].statements
                for acc in s.accesses):
         return None
-    shape = scop.buffers[a_op].shape
-    if len(shape) < 2 or not all(isinstance(d, int) for d in shape):
+    space = _row_space(scop, last)
+    if space is None:
         return None
-    s_rows, rows = shape[-2], math.prod(shape[:-1])
+    rows, s_rows = space
     if rows // s_rows < 2 and s_rows < 2 * tuning.block_rows:
         return None  # one block: nothing to interleave
     step = _kernel_rows(parts)
@@ -124,12 +144,33 @@ def block_band(scop: Scop, deps: Dependences, parts: list[CallSchedule],
         if placed is None:
             continue
         time, ast_time = placed
-        if violations(stmts, deps, time):
+        if 2 * _panel_bytes(parts, time) > l2 or violations(stmts, deps, time):
             return None
         blocked = _blocked(scop, parts, time, rows, s_rows, block, users, tuning)
         return Group(list(parts), 2, time, ast_time, {}, block_rows=block, block_seq=s_rows,
                      blocked=blocked)
     return None
+
+
+def _panel_bytes(parts: list[CallSchedule], time: dict[str, isl.Map]) -> int:
+    """The bytes of the kernels' column operands one block reads (their bounding boxes):
+    every block reads them again, so they must stay in L2 (a head's keys and values),
+    not stream from memory (a dense layer's weights, the same for every block)."""
+    total = 0
+    for p in parts:
+        for k in p.kernels:
+            t = time[k.statement]
+            n = t.dim(isl.dim_type.out)
+            first = isl.Set(f"{{ [{', '.join(f't{i}' for i in range(n))}] : t1 = 0 and t2 = 0 }}")
+            inst = t.intersect_range(first.align_params(t.get_space().range())).domain()
+            fp = k.b.relation.intersect_domain(inst).range()
+            if fp.is_empty():
+                continue
+            box = 1
+            for d in range(fp.dim(isl.dim_type.set)):
+                box *= (fp.dim_max_val(d).to_python() - fp.dim_min_val(d).to_python() + 1)
+            total += 4 * box
+    return total
 
 
 def _blocked(scop: Scop, parts: list[CallSchedule], time: dict[str, isl.Map], rows: int,
@@ -199,7 +240,8 @@ def _place(scop: Scop, parts: list[CallSchedule], rows: int, s_rows: int, block:
     return time, ast_time
 
 
-def fuse_blocks(scop: Scop, deps: Dependences, schedules: list, tuning: Tuning) -> list:
+def fuse_blocks(scop: Scop, deps: Dependences, schedules: list, tuning: Tuning,
+                l2: int) -> list:
     """The schedules with each run that `block_band` fuses (consecutive groups from a
     contraction to the next one) replaced by its band."""
     users = array_users(scop)
@@ -211,7 +253,7 @@ def fuse_blocks(scop: Scop, deps: Dependences, schedules: list, tuning: Tuning) 
             if not isinstance(cs, CallSchedule) or cs.kernels:
                 break
         if len(run) >= 3 and all(isinstance(p, CallSchedule) for p in run):
-            band = block_band(scop, deps, run, users, tuning)
+            band = block_band(scop, deps, run, users, tuning, l2)
             if band is not None:
                 out.append(band)
                 i += len(run)
