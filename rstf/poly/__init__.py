@@ -103,11 +103,11 @@ def _optimize(source, entry, tile, fuse, constants, winograd, target) -> PassRes
         scop = fold_k_slices(raised)
         try:
             deps = compute_dependences(scop)
-            schedules = _schedule(scop, deps, tile, fuse, target)
+            schedules = _schedule(scop, deps, tile, fuse, target, frozenset(constants))
         except UnslicedStatement:
             scop = raised
             deps = compute_dependences(scop)
-            schedules = _schedule(scop, deps, tile, fuse, target)
+            schedules = _schedule(scop, deps, tile, fuse, target, frozenset(constants))
         plan = make_plan(scop, schedules, target, frozenset(constants), winograd)
         new, stats = lower(scop, deps, plan, source.split("#include", 1)[0], target)
     except NotRaisable as e:
@@ -120,7 +120,8 @@ def _optimize(source, entry, tile, fuse, constants, winograd, target) -> PassRes
                    target.name)
 
 
-def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target) -> list:
+def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target,
+              constants: frozenset[str] = frozenset()) -> list:
     """The scheduled `Group`s, in program order: each call's (tiled) schedule, pointwise
     chains fused into their producers' epilogues, then consecutive groups fused into
     row bands."""
@@ -165,7 +166,8 @@ def _schedule(scop: Scop, deps: Dependences, tile: bool, fuse: bool, target) -> 
     if fuse:
         schedules = fuse_halos(scop, deps, fuse_bands(scop, deps, schedules, target.tuning),
                                target.tuning)
-        schedules = fuse_blocks(scop, deps, schedules, target.tuning, target.l2_bytes)
+        schedules = fuse_blocks(scop, deps, schedules, target.tuning, target.l2_bytes,
+                                constants)
     return [Group.of(g) for g in schedules]
 
 

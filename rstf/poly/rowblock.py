@@ -25,9 +25,10 @@ itself, a block a head, when no such B is below S). Loops finer than a block nee
 align: the softmax's blocks of rows are cut where a band block ends. Each part keeps its
 own schedule inside the block. The new times are checked against the exact dependences:
 a placement that breaks one (a block that reads another block's results) is refused.
-Every block reads the kernels' column operands again: the band is only for operands one
-block reads (a head's keys and values) that take at most half a core's L2, never for
-dense layers, whose whole weight every block would stream from memory again.
+Every block reads the kernels' column operands again: the band is only for products of
+two computed tensors (a head's keys and values), never for a weight (a dense layer's or a
+convolution's, the same for every block, which the groups apart read once a column tile),
+and only where what one block reads of them takes at most half a core's L2.
 
 The temporaries only the band reads and writes, each access within its own block (the
 scores, their exponentials, the row maxima and sums, the probabilities), are kept for
@@ -116,14 +117,17 @@ def _kernel_rows(parts: list[CallSchedule]) -> int:
 
 
 def block_band(scop: Scop, deps: Dependences, parts: list[CallSchedule],
-               users: dict[str, set[str]], tuning: Tuning, l2: int) -> Group | None:
+               users: dict[str, set[str]], tuning: Tuning, l2: int,
+               constants: frozenset[str] = frozenset()) -> Group | None:
     """The row-block band of parts (a contraction, the row-wise groups after it, a
-    contraction whose row operand the last of them writes), or None (see the module doc)."""
+    contraction whose row operand the last of them writes), or None (see the module doc).
+    `constants`: the entry's frozen inputs (weights)."""
     if len(parts) < 3 or not (parts[0].kernels and parts[-1].kernels) \
             or any(p.kernels for p in parts[1:-1]):
         return None
-    if any(k.tile_outer or k.merged for p in parts for k in p.kernels):
-        return None  # a packed column tile or merged rows are not one row block's
+    if any(k.tile_outer or k.merged or k.b.array in constants
+           for p in parts for k in p.kernels):
+        return None  # a packed column tile, merged rows or a weight are not one block's
     last = parts[-1].kernels[0]
     a_op = last.a.array
     if not any(acc.write and acc.array == a_op for s in parts[-2].statements
@@ -241,7 +245,7 @@ def _place(scop: Scop, parts: list[CallSchedule], rows: int, s_rows: int, block:
 
 
 def fuse_blocks(scop: Scop, deps: Dependences, schedules: list, tuning: Tuning,
-                l2: int) -> list:
+                l2: int, constants: frozenset[str] = frozenset()) -> list:
     """The schedules with each run that `block_band` fuses (consecutive groups from a
     contraction to the next one) replaced by its band."""
     users = array_users(scop)
@@ -253,7 +257,7 @@ def fuse_blocks(scop: Scop, deps: Dependences, schedules: list, tuning: Tuning,
             if not isinstance(cs, CallSchedule) or cs.kernels:
                 break
         if len(run) >= 3 and all(isinstance(p, CallSchedule) for p in run):
-            band = block_band(scop, deps, run, users, tuning, l2)
+            band = block_band(scop, deps, run, users, tuning, l2, constants)
             if band is not None:
                 out.append(band)
                 i += len(run)
