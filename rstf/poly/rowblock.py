@@ -237,7 +237,7 @@ def _place(scop: Scop, parts: list[CallSchedule], rows: int, s_rows: int, block:
             ext[k.name] = ext[k.statement]
         ast_time[p.call] = {}
         for name, m in p.ast_time.items():
-            new = _retime(m, ext[name]) if not m.is_empty() else m
+            new = _retime(m, ext[name]) if name in ext else None
             if new is None:
                 return None
             ast_time[p.call][name] = new
