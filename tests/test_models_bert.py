@@ -90,3 +90,28 @@ def test_dynamic_batch_and_bad_seq_len():
     assert [d.size for d in ph.attr["shape"].shape.dim] == [-1, 5]
     with pytest.raises(ValueError, match="outside"):
         build_bert_graph_def("tiny", seq_len=33, config=TINY)
+
+
+def test_attention_runs_block_by_block_and_matches(tmp_path):
+    """`rstf optimize` of the tiny encoder at 48 tokens and a fixed batch: each layer's
+    scores, softmax and context are one row-block band (rstf/poly/rowblock.py; a block
+    is a head's 48 rows, fewer than two of `Tuning.block_rows`' blocks), and the encoder
+    matches TensorFlow."""
+    from harness import run_tf, save_graph_def
+    from rstf.pipeline import optimize
+    import rstf
+
+    seq, config = 48, dict(TINY, max_sequence_length=64)
+    gd = build_bert_graph_def("tiny", seq_len=seq, batch=2, config=config)
+    report = optimize(save_graph_def(gd, str(tmp_path)), str(tmp_path / "o"),
+                      log=lambda m: None, tuning="off")
+    bands = [b for sg in report["subgraphs"] for b in sg.get("poly", {}).get("bands", ())
+             if "block_rows" in b]
+    assert len(bands) == TINY["num_layers"], bands
+    assert all(b["block_rows"] == seq and b["contracted_to_block"] for b in bands), bands
+    model = rstf.load(str(tmp_path / "o"))
+    feeds = _feeds(2, seq, TINY["vocabulary_size"], seed=3)
+    want = run_tf(gd, feeds, ["sequence_output:0"])[0]
+    got = model(**{k.split(":")[0]: v for k, v in feeds.items()})
+    got = got["sequence_output"] if isinstance(got, dict) else got[0]
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
