@@ -156,7 +156,7 @@ def block_band(scop: Scop, deps: Dependences, parts: list[CallSchedule],
     return None
 
 
-def _panel_bytes(parts: list[CallSchedule], time: dict[str, isl.Map]) -> int:
+def _panel_bytes(parts: list[CallSchedule], time: dict[str, isl.Map]) -> float:
     """The bytes of the kernels' column operands one block reads (their bounding boxes):
     every block reads them again, so they must stay in L2 (a head's keys and values),
     not stream from memory (a dense layer's weights, the same for every block)."""
@@ -172,7 +172,10 @@ def _panel_bytes(parts: list[CallSchedule], time: dict[str, isl.Map]) -> int:
                 continue
             box = 1
             for d in range(fp.dim(isl.dim_type.set)):
-                box *= (fp.dim_max_val(d).to_python() - fp.dim_min_val(d).to_python() + 1)
+                lo, hi = fp.dim_min_val(d), fp.dim_max_val(d)
+                if not (lo.is_int() and hi.is_int()):
+                    return math.inf  # a parametric extent: not known to fit
+                box *= hi.to_python() - lo.to_python() + 1
             total += 4 * box
     return total
 
