@@ -144,13 +144,20 @@ def block_band(scop: Scop, deps: Dependences, parts: list[CallSchedule],
     pos = int(parts[0].time[parts[0].statements[0].name].range().dim_min_val(0).to_python())
     stmts = [s for p in parts for s in p.statements]
     for block in sizes:
-        placed = _place(scop, parts, rows, s_rows, block, pos)
+        memo: dict[str, isl.Map | None] = {}
+
+        def coords_of(y: str) -> isl.Map | None:
+            if y not in memo:
+                memo[y] = _coords(scop, y, rows, s_rows, block)
+            return memo[y]
+
+        placed = _place(parts, coords_of, pos)
         if placed is None:
             continue
         time, ast_time = placed
         if 2 * _panel_bytes(parts, time) > l2 or violations(stmts, deps, time):
             return None
-        blocked = _blocked(scop, parts, time, rows, s_rows, block, users, tuning)
+        blocked = _blocked(scop, parts, time, rows, block, coords_of, users, tuning)
         return Group(list(parts), 2, time, ast_time, {}, block_rows=block, block_seq=s_rows,
                      blocked=blocked)
     return None
@@ -181,23 +188,23 @@ def _panel_bytes(parts: list[CallSchedule], time: dict[str, isl.Map]) -> float:
 
 
 def _blocked(scop: Scop, parts: list[CallSchedule], time: dict[str, isl.Map], rows: int,
-             s_rows: int, block: int, users: dict[str, set[str]],
+             block: int, coords_of, users: dict[str, set[str]],
              tuning: Tuning) -> dict[str, int]:
     """The temporaries the band keeps for one block only (buffer -> elements a row): read
     and written by its statements alone, each access within the block of its time (dims 1
-    and 2), the block's rows within `Tuning.row_bytes`."""
+    and 2), the block's rows within `Tuning.row_bytes`. `coords_of(y)`: `_coords` of y."""
     names = {s.name for p in parts for s in p.statements}
     local = {y for p in parts for y in (*p.rows, *(p.chain.contracted if p.chain else ()))}
     out = {}
     for y, buf in scop.buffers.items():
         if buf.role != "temp" or y in local or not users.get(y) or not users[y] <= names:
             continue
-        coords = _coords(scop, y, rows, s_rows, block)
-        if coords is None or 4 * block * (buf.size // rows) > tuning.row_bytes:
+        cy, per = coords_of(y), buf.size // rows
+        if cy is None or 4 * block * per > tuning.row_bytes:
             continue
-        if all(_in_block(time[s.name], acc.relation, coords)
+        if all(_in_block(time[s.name], acc.relation, cy)
                for p in parts for s in p.statements for acc in s.accesses if acc.array == y):
-            out[y] = buf.size // rows
+            out[y] = per
     return out
 
 
@@ -210,10 +217,10 @@ def _in_block(time: isl.Map, rel: isl.Map, coords: isl.Map) -> bool:
     return tb.reset_tuple_id(isl.dim_type.in_).is_subset(want)
 
 
-def _place(scop: Scop, parts: list[CallSchedule], rows: int, s_rows: int, block: int,
-           pos: int):
-    """(time, ast_time) of the parts in the band of `block` rows, or None where some
-    statement's block is not a function of a prefix of its time."""
+def _place(parts: list[CallSchedule], coords_of, pos: int):
+    """(time, ast_time) of the parts in the band whose blocks `coords_of(y)` gives (`_coords`
+    of buffer y), or None where some statement's block is not a function of a prefix of
+    its time."""
     time, ast_time = {}, {}
     for j, p in enumerate(parts):
         ext = {}
@@ -222,7 +229,7 @@ def _place(scop: Scop, parts: list[CallSchedule], rows: int, s_rows: int, block:
             for acc in s.accesses:
                 if not acc.write:
                     continue
-                c = _coords(scop, acc.array, rows, s_rows, block)
+                c = coords_of(acc.array)
                 if c is None:
                     return None
                 w = acc.relation.apply_range(c)
