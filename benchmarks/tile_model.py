@@ -43,7 +43,8 @@ def main(argv=None) -> int:
         print(json.dumps(r))
         return 0
     print(f"{path}: trained on {r['train_contractions']} contractions, tested on "
-          f"{r['test_contractions']} of {', '.join(os.path.basename(t) for t in test)}")
+          f"{r['test_contractions']} of {', '.join(os.path.basename(t) for t in test)}; "
+          f"switching margin {r['margin']:g} (chosen on the training runs)")
     print(f"{'ranking':10s} {'top-1':>6s} {'top-5':>6s} {'within 5%':>10s} {'Spearman':>9s}")
     for name in ("learned", "analytic"):
         s = r[name]

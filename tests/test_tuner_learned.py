@@ -3,6 +3,7 @@ ranks the candidates of contractions it never saw; `evaluate` scores it beside t
 analytic model's own ranking."""
 import math
 
+import numpy as np
 import pytest
 
 from rstf.poly.target import AVX512
@@ -13,11 +14,14 @@ from rstf.tuner.profile import Profile
 pytestmark = pytest.mark.skipif(not learned.available(), reason="scikit-learn (the tune extra)")
 
 
-def synthetic(tmp_path) -> Profile:
-    """A profile of two runs whose measured ratios follow one rule the analytic model does
-    not know: a tile 4 vectors wide is 12% faster than the model's, 3 wide 5%."""
+def synthetic(tmp_path, ratio_of=None, runs: int = 2) -> Profile:
+    """A profile of `runs` runs whose measured ratios follow `ratio_of(candidate, i)` (i:
+    the contraction's number); by default one rule the analytic model does not know: a
+    tile 4 vectors wide is 12% faster than the model's, 3 wide 5%."""
+    ratio_of = ratio_of or (lambda c, i: {4: 0.88, 3: 0.95}.get(c.nv, 1.04))
     prof = Profile(str(tmp_path / "p.json"), {"target": AVX512.name, "cpu": "x", "threads": 2})
-    runs = {"a": [], "b": []}
+    names = "abcdefgh"[:runs]
+    keys_of = {r: [] for r in names}
     for i, (rows, cols, depth) in enumerate((r, c, d) for r in (14, 28, 49, 56, 128)
                                             for c in (64, 128, 256, 512)
                                             for d in (64, 256, 1024)):
@@ -25,11 +29,11 @@ def synthetic(tmp_path) -> Profile:
         model = TileChoice(7, 2, False) if cols >= 32 else TileChoice(7, 1, False)
         key = ext.key(AVX512)
         for c in candidates(model, ext, AVX512, 6):
-            ratio = 1.0 if c == model else {4: 0.88, 3: 0.95}.get(c.nv, 1.04)
+            ratio = 1.0 if c == model else ratio_of(c, i)
             prof.record(key, c, ratio, ratio, ["n"], model=model if c == model else None)
-        runs["a" if i % 4 else "b"].append(key)
+        keys_of[("a" if i % 4 else "b") if runs == 2 else names[i % runs]].append(key)
     prof.runs = {r: {"model": f"/m/{r}.pb", "keys": keys, "done": [0]}
-                 for r, keys in runs.items()}
+                 for r, keys in keys_of.items()}
     return prof
 
 
@@ -51,10 +55,44 @@ def test_rank_puts_the_predicted_best_first(tmp_path):
     prof = synthetic(tmp_path)
     reg = learned.train(learned.samples(prof, AVX512))
     ext = Extents(100, 384, 1, 512, 512)
-    ranked = learned.rank(reg, ext, TileChoice(7, 2, False), AVX512, 6)
+    model = TileChoice(7, 2, False)
+    ranked = learned.rank(reg, ext, model, AVX512, 6)
     assert ranked[0][1].nv == 4 and ranked[0][0] < 0.95
-    assert [p for p, _ in ranked] == sorted(p for p, _ in ranked)
     assert all(math.isfinite(p) for p, _ in ranked)
+    # the model's own choice at its known ratio 1; a candidate before it only where its
+    # predicted gain passes the switching margin, the others after it in predicted order
+    at = [c for _, c in ranked].index(model)
+    assert ranked[at][0] == 1.0
+    assert all(p * (1 + learned.DEFAULT_MARGIN) < 1.0 for p, _ in ranked[:at])
+    ahead, behind = [p for p, _ in ranked[:at]], [p for p, _ in ranked[at + 1:]]
+    assert ahead == sorted(ahead) and behind == sorted(behind)
+    # no margin: the predictions alone; an infinite one: the model's choice first
+    assert [p for p, _ in learned.rank(reg, ext, model, AVX512, 6, margin=0.0)] == \
+        sorted(p for p, _ in learned.rank(reg, ext, model, AVX512, 6, margin=0.0))
+    assert learned.rank(reg, ext, model, AVX512, 6, margin=math.inf)[0][1] == model
+
+
+def test_margin_is_learned_from_the_training_runs(tmp_path):
+    """Where the measured gains follow a rule, the held-out runs pick a margin that lets
+    the regressor switch; where they are noise around the model's time (candidates 3%
+    faster to 8% slower at random: nothing to learn, and the model's choice always within
+    5% of the best), the margin keeps the model's own choice, and the learned ranking is
+    as good as the analytic one."""
+    rule = synthetic(tmp_path / "rule", runs=4)
+    runs = {r: info["keys"] for r, info in rule.runs.items()}
+    assert math.isfinite(learned.choose_margin(rule, AVX512, runs))
+    got = learned.evaluate(rule, AVX512, ["/m/d.pb"])
+    assert got["learned"]["top1"] >= 0.8 and got["learned"]["top1"] > got["analytic"]["top1"]
+    rng = np.random.RandomState(0)
+    noise = {}
+    def noisy(c, i):
+        return noise.setdefault((c, i), float(rng.uniform(0.97, 1.08)))
+    flat = synthetic(tmp_path / "flat", noisy, runs=4)
+    runs = {r: info["keys"] for r, info in flat.runs.items()}
+    assert learned.choose_margin(flat, AVX512, runs) >= 0.05
+    got = learned.evaluate(flat, AVX512, ["/m/d.pb"])
+    assert got["learned"]["within_5pct"] == got["analytic"]["within_5pct"] == 1.0
+    assert learned.choose_margin(flat, AVX512, {"a": runs["a"]}) == learned.DEFAULT_MARGIN
 
 
 def test_evaluate_needs_both_sides(tmp_path):

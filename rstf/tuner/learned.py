@@ -12,6 +12,16 @@ Spearman's rank correlation of predicted and measured ratios, top-1 and top-5 hi
 and how often the predicted best is within 5% of the measured best; the same for the
 analytic model's own ranking (`tiles.candidates` order) as the baseline.
 
+The regressor corrects the analytic model rather than replacing it: a candidate is ranked
+before the model's own choice only where its predicted time is shorter by more than a
+switching margin (`order`). A few dozen contractions leave the regressor's errors as large
+as the gains it looks for (a few percent), and ranked on its predictions alone it picked a
+worse tile than the analytic model's more often than a better one. The margin is learned
+too, never set by hand for a host: `choose_margin` holds out each training run in turn,
+trains on the others, and keeps the margin under which the held-out runs' first choices
+were most often within 5% of their measured best (`MARGINS`; with a single training run
+there is nothing to hold out, and `DEFAULT_MARGIN` stands).
+
 scikit-learn is the `tune` extra (`pip install rstf[tune]`); without it `available()` is
 False and nothing here is used.
 """
@@ -26,6 +36,10 @@ from .profile import Profile
 
 MIN_KEYS = 12  # contractions a profile must hold before a model is trained on it
 NEAR = 0.05  # "within 5% of the measured best"
+# The switching margins `choose_margin` tries (a predicted gain over the analytic choice a
+# candidate needs to be ranked before it; inf: never), and the one used without a choice.
+MARGINS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, math.inf)
+DEFAULT_MARGIN = 0.03
 
 
 def available() -> bool:
@@ -86,45 +100,86 @@ def train(rows: list):
     return reg
 
 
-def rank(reg, ext: Extents, model: TileChoice, t: Target, limit: int
-         ) -> list[tuple[float, TileChoice]]:
-    """The candidates of a contraction, (predicted ratio to the model's, choice), best
-    first."""
+def order(pred: dict, model: TileChoice, margin: float, tie: list) -> list[TileChoice]:
+    """The choices of `pred` (choice -> predicted log ratio to the model's time), best
+    first: the analytic `model` at its known ratio 1 (log 0), every other at its
+    prediction plus the switching `margin` (see the module docstring); ties in `tie`'s
+    order."""
+    pad = math.log1p(margin) if math.isfinite(margin) else math.inf
+    return sorted(pred, key=lambda c: (0.0 if c == model else pred[c] + pad, tie.index(c)
+                                       if c in tie else len(tie)))
+
+
+def rank(reg, ext: Extents, model: TileChoice, t: Target, limit: int,
+         margin: float = DEFAULT_MARGIN) -> list[tuple[float, TileChoice]]:
+    """The candidates of a contraction, (predicted ratio to the model's, choice), in the
+    order `order` gives them (the model's own choice at ratio 1)."""
     cands = candidates(model, ext, t, limit)
-    pred = reg.predict([features(ext, c, model, t) for c in cands])
-    return sorted(((math.exp(p), c) for p, c in zip(pred, cands)),
-                  key=lambda pc: (pc[0], cands.index(pc[1])))
+    pred = dict(zip(cands, reg.predict([features(ext, c, model, t) for c in cands])))
+    pred[model] = 0.0
+    return [(math.exp(pred[c]), c) for c in order(pred, model, margin, cands)]
+
+
+def _held_out(reg, prof: Profile, t: Target, keys, margin: float) -> tuple[list, list]:
+    """Per contraction of `keys` that measured two or more candidates: the learned
+    ranking's scores under `margin`, and the analytic ranking's."""
+    learned, analytic = [], []
+    for key in sorted(keys):
+        e = prof.contractions.get(key)
+        rows = samples(prof, t, {key})
+        if e is None or len(rows) < 2:
+            continue
+        measured = {r[1]: math.exp(r[3]) for r in rows}
+        model = TileChoice.parse(e["model"])
+        tie = candidates(model, parse_key(key), t, 64)
+        pred = dict(zip([r[1] for r in rows], reg.predict([r[2] for r in rows])))
+        if model in pred:
+            pred[model] = 0.0
+        by_pred = order(pred, model, margin, tie)
+        by_model = sorted(measured, key=lambda c: tie.index(c) if c in tie else 99)
+        learned.append(_scores(measured, by_pred, {c: i for i, c in enumerate(by_pred)}))
+        analytic.append(_scores(measured, by_model,
+                                {c: by_model.index(c) for c in by_model}))
+    return learned, analytic
+
+
+def choose_margin(prof: Profile, t: Target, runs: dict) -> float:
+    """The switching margin for a model trained on `runs` (run id -> its contraction
+    keys): each run held out in turn, the regressor trained on the others, the margin
+    whose first choices were within 5% of the measured best most often over all of them
+    (then the larger, the safer); `DEFAULT_MARGIN` where fewer than two runs."""
+    runs = {r: set(keys) for r, keys in runs.items() if keys}
+    if len(runs) < 2:
+        return DEFAULT_MARGIN
+    hits = {m: 0 for m in MARGINS}
+    for held, keys in runs.items():
+        rest = set().union(*(k for r, k in runs.items() if r != held)) - keys
+        if not rest:
+            continue
+        reg = train(samples(prof, t, rest))
+        for m in MARGINS:
+            hits[m] += sum(s["near"] for s in _held_out(reg, prof, t, keys, m)[0])
+    return max(MARGINS, key=lambda m: (hits[m], m))
 
 
 def evaluate(prof: Profile, t: Target, test_runs: list[str]) -> dict:
     """Train on the contractions of the profile's other runs, test on those only
-    `test_runs` measured (run ids, or model paths as the runs record them)."""
+    `test_runs` measured (run ids, or model paths as the runs record them). The
+    switching margin is chosen on the training runs alone (`choose_margin`)."""
     runs = prof.runs
     chosen = {r for r, info in runs.items() if r in test_runs or info.get("model") in test_runs}
     test_keys = {k for r in chosen for k in runs[r].get("keys", [])}
-    train_keys = {k for r in runs if r not in chosen for k in runs[r].get("keys", [])}
-    train_keys -= test_keys
+    train_runs = {r: set(info.get("keys", [])) - test_keys for r, info in runs.items()
+                  if r not in chosen}
+    train_keys = set().union(*train_runs.values()) if train_runs else set()
     if not test_keys or not train_keys:
         raise ValueError("the profile needs contractions measured in both the training "
                          "and the test runs")
+    margin = choose_margin(prof, t, train_runs)
     reg = train(samples(prof, t, train_keys))
-    learned, analytic = [], []
-    for key in sorted(test_keys):
-        e = prof.contractions.get(key)
-        rows = [r for r in samples(prof, t, {key})]
-        if e is None or len(rows) < 2:
-            continue
-        measured = {r[1]: math.exp(r[3]) for r in rows}
-        pred = dict(zip([r[1] for r in rows], reg.predict([r[2] for r in rows])))
-        by_pred = sorted(measured, key=pred.get)
-        model = TileChoice.parse(e["model"])
-        order = candidates(model, parse_key(key), t, 64)
-        by_model = sorted(measured, key=lambda c: order.index(c) if c in order else 99)
-        learned.append(_scores(measured, by_pred, pred))
-        analytic.append(_scores(measured, by_model,
-                                {c: by_model.index(c) for c in by_model}))
+    learned, analytic = _held_out(reg, prof, t, test_keys, margin)
     return {"train_contractions": len(train_keys), "test_contractions": len(learned),
-            "learned": _summary(learned), "analytic": _summary(analytic)}
+            "margin": margin, "learned": _summary(learned), "analytic": _summary(analytic)}
 
 
 def _scores(measured: dict, ranking: list, score: dict) -> dict:
