@@ -154,9 +154,10 @@ def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None,
 def tune(model, *, input_shapes=None, outputs=None, profile: str | None = None,
          budget="10m", probes: int = 6, reps: int = 15, confirm: int = 2,
          march: str = "native", threads: int = 0, max_ops=None, fold_scales: bool = False,
-         fresh: bool = False, log=None) -> dict:
+         fresh: bool = False, probe_order: str = "auto", log=None) -> dict:
     """`rstf tune` from Python: the dict `rstf tune --json` prints (`profile`, the
-    `contractions` with the model's and the chosen tile, `probes_done`, `stopped`). The
+    `contractions` with the model's and the chosen tile, `probes_done`, `probe_order`,
+    `stopped`). The
     keywords are the command's options; `budget` is seconds or a string such as "10m".
     `log` receives the progress lines (default: none).
 
@@ -170,4 +171,4 @@ def tune(model, *, input_shapes=None, outputs=None, profile: str | None = None,
         return run(path, shapes, list(outputs) if outputs else None, profile=profile,
                    budget=secs, probes=probes, reps=reps, confirm=confirm, march=march,
                    threads=threads, max_ops=max_ops, fold_scales=fold_scales, fresh=fresh,
-                   log=log or (lambda _m: None))
+                   probe_order=probe_order, log=log or (lambda _m: None))

@@ -183,6 +183,11 @@ def _tune_parser(sub) -> None:
                    "tiles again beside the model's before they are kept (default 2)")
     t.add_argument("--fresh", action="store_true", help="measure again what an earlier run "
                    "of this model measured")
+    t.add_argument("--probe-order", choices=("auto", "learned", "analytic"), default="auto",
+                   help="which candidates the probes run: the learned model's ranking of a "
+                   "larger pool, trained on the profile's other runs (learned), the analytic "
+                   "model's own order (analytic), or learned where scikit-learn and enough "
+                   "other runs are there (auto, the default; a resumed run keeps its order)")
     t.add_argument("--input-shape", action="append", default=[], metavar="NAME:d0,d1,...",
                    help="pin an input's shape (repeatable)")
     t.add_argument("--outputs", help="comma-separated output node names")
@@ -202,7 +207,7 @@ def _tune(a) -> int:
     r = tune(a.model, parse_input_shapes(a.input_shape), _outputs(a), profile=a.profile,
              budget=budget, probes=a.probes, reps=a.reps, march=a.march, threads=a.threads,
              max_ops=a.max_ops, fold_scales=a.fold_scales == "on", fresh=a.fresh,
-             confirm=a.confirm,
+             confirm=a.confirm, probe_order=a.probe_order,
              log=(lambda _m: None) if a.json else (lambda m: print(m, flush=True)))
     if a.json:
         print(json.dumps(r))

@@ -229,3 +229,49 @@ def test_a_candidate_whose_c_does_not_compile_is_skipped_not_fatal(tuned, tmp_pa
     entries = json.load(open(path))["contractions"]
     assert entries and all(list(e["ms"]) == [e["model"]] and e["choice"] == e["model"]
                            for e in entries.values())
+
+
+def test_a_learned_probe_order_is_recorded_and_kept_on_resume(tuned, tmp_path, monkeypatch):
+    """With a learned order the probes run its ranking's first candidates, the run records
+    the order and the runs it was trained on, and a resumed run (`--probe-order auto`)
+    asks for the same runs again; `learned` without one is a one-line error."""
+    import rstf
+    from rstf.errors import RstfError
+    from rstf.poly.target import TARGETS
+    from rstf.poly.tiles import Extents, TileTable
+    from rstf.tuner import learned
+    if not learned.available():
+        pytest.skip("scikit-learn (the tune extra)")
+    from test_tuner_learned import synthetic
+
+    trained = learned.probe_order(synthetic(tmp_path / "syn"), TARGETS["avx512"], exclude="b")
+    asked = []
+
+    def fake(prof, t, exclude=None, runs=None):
+        asked.append(runs)
+        return learned.ProbeOrder(trained.reg, ["other"], 42)
+
+    monkeypatch.setattr(learned, "probe_order", fake)
+    pb, _, _ = tuned
+    path = str(tmp_path / "p.json")
+    r = rstf.tune(pb, profile=path, probes=2, reps=2, confirm=0, probe_order="learned")
+    assert r["probe_order"] == "learned" and r["probes_done"] == 2, r
+    prof = Profile.load(path)
+    (run,) = prof.runs.values()
+    assert run["order"] == "learned" and run["order_runs"] == ["other"]
+    target = TARGETS[prof.machine["target"]]
+    for key, e in prof.contractions.items():
+        f = dict(x.split("=") for x in key.split() if "=" in x)
+        ext = Extents(int(f["rows"]), int(f["cols"]), int(f["outer"]), int(f["depth"]),
+                      int(f["call"]), tuple(x for x in key.split() if "=" not in x))
+        probes = TileTable(limit=2, order=learned.ProbeOrder(trained.reg, [], 0)).probes(
+            TileChoice.parse(e["model"]), ext, target)
+        assert set(e["ms"]) <= {c.label for c in probes}
+    r = rstf.tune(pb, profile=path, probes=2, reps=2, confirm=0)  # resumed: nothing to probe
+    assert r["probe_order"] == "learned" and asked == [None, ["other"]]
+    monkeypatch.setattr(learned, "probe_order", lambda *a, **k: None)
+    with pytest.raises(RstfError, match="--probe-order learned needs"):
+        rstf.tune(pb, profile=str(tmp_path / "q.json"), probes=2, reps=2,
+                  probe_order="learned")
+    assert rstf.tune(pb, profile=str(tmp_path / "q.json"), budget=0.001)["probe_order"] == \
+        "analytic"

@@ -99,3 +99,32 @@ def test_evaluate_needs_both_sides(tmp_path):
     prof = synthetic(tmp_path)
     with pytest.raises(ValueError):
         learned.evaluate(prof, AVX512, ["/m/a.pb", "/m/b.pb"])
+
+
+def test_probe_order_puts_the_predicted_fastest_after_the_models_own(tmp_path):
+    """The tuner's learned probe order: the model's tile first, then the regressor's
+    fastest predicted (the 4-vector tiles the synthetic rule makes fastest) and the
+    analytic model's next candidate in turn; trained on the other runs only, and nothing
+    where they measured too few contractions."""
+    from rstf.poly.tiles import ORDER_POOL, TileTable
+    prof = synthetic(tmp_path)
+    order = learned.probe_order(prof, AVX512, exclude="b")
+    assert order.runs == ["a"] and order.contractions == len(prof.runs["a"]["keys"])
+    ext, model = Extents(100, 384, 1, 512, 512), TileChoice(7, 2, False)
+    table = TileTable(variant=1, limit=4, order=order)
+    probes = table.probes(model, ext, AVX512)
+    pool = candidates(model, ext, AVX512, ORDER_POOL)
+    assert probes[0] == model and len(probes) == 4 and set(probes) <= set(pool)
+    assert probes[1].nv == 4
+    assert probes[2] == next(c for c in pool[1:] if c != probes[1])
+    assert probes[3].nv == 4
+    assert order(ext, model, pool, AVX512)[:4] == probes and \
+        sorted(map(str, order(ext, model, pool, AVX512))) == sorted(map(str, pool))
+    assert table.pick(model, ext, AVX512) == (probes[1], "variant 1")
+    # the analytic order where there is no learned one
+    assert TileTable(variant=1, limit=4).probes(model, ext, AVX512) == \
+        candidates(model, ext, AVX512, 4)
+    few = synthetic(tmp_path / "few")
+    few.runs["a"]["keys"] = few.runs["a"]["keys"][:learned.MIN_KEYS - 1]
+    assert learned.probe_order(few, AVX512, exclude="b") is None
+    assert learned.probe_order(prof, AVX512, runs=["a", "gone"]).runs == ["a"]

@@ -121,24 +121,42 @@ def candidates(model: TileChoice, ext: Extents, t: Target, limit: int) -> list[T
     return out[:limit]
 
 
+# The candidates a learned probe order (`TileTable.order`) chooses its `limit` from.
+ORDER_POOL = 24
+
+
 @dataclasses.dataclass(frozen=True)
 class TileTable:
     """Measured choices for the pass: key -> `TileChoice` (`measured`, from a profile), or
     `variant`: the tuner's probe, which runs every kernel in its candidate number
-    `variant` (its model's choice where it has fewer), `limit` candidates a kernel."""
+    `variant` (its model's choice where it has fewer), `limit` candidates a kernel.
+    `order`: how the tuner ranks the candidates it probes: None, the analytic model's
+    order (`candidates`); or a callable `(ext, model, pool, t) -> pool` that reorders a
+    pool of `ORDER_POOL` candidates, the model's own choice kept first
+    (`tuner.learned.ProbeOrder`), of which the first `limit` are probed."""
     measured: tuple[tuple[str, TileChoice], ...] = ()
     variant: int | None = None
     limit: int = 8
+    order: object = None
 
     @functools.cached_property
     def _by_key(self) -> dict[str, TileChoice]:
         return dict(self.measured)
 
+    def probes(self, model: TileChoice, ext: Extents, t: Target) -> list[TileChoice]:
+        """The candidates the tuner's probes run for a kernel, in probe order."""
+        if self.order is None:
+            return candidates(model, ext, t, self.limit)
+        pool = candidates(model, ext, t, max(self.limit, ORDER_POOL))
+        ranked = self.order(ext, model, pool, t)
+        assert ranked[0] == model and len(ranked) == len(pool) and set(ranked) == set(pool)
+        return ranked[:self.limit]
+
     def pick(self, model: TileChoice, ext: Extents, t: Target) -> tuple[TileChoice, str]:
         """(the choice for a kernel whose model chose `model`, who chose it: 'model',
         'profile' or 'variant N')."""
         if self.variant is not None:
-            cands = candidates(model, ext, t, self.limit)
+            cands = self.probes(model, ext, t)
             if self.variant < len(cands) and self.variant:
                 return cands[self.variant], f"variant {self.variant}"
             return model, "model"

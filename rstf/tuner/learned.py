@@ -22,6 +22,10 @@ trains on the others, and keeps the margin under which the held-out runs' first 
 were most often within 5% of their measured best (`MARGINS`; with a single training run
 there is nothing to hold out, and `DEFAULT_MARGIN` stands).
 
+`rstf tune` uses it to choose what to probe (`ProbeOrder`, `probe_order`): trained on the
+profile's other runs, it ranks a larger pool of the analytic model's candidates, and the
+probes run its first ones, the model's own choice always first.
+
 scikit-learn is the `tune` extra (`pip install rstf[tune]`); without it `available()` is
 False and nothing here is used.
 """
@@ -118,6 +122,52 @@ def rank(reg, ext: Extents, model: TileChoice, t: Target, limit: int,
     pred = dict(zip(cands, reg.predict([features(ext, c, model, t) for c in cands])))
     pred[model] = 0.0
     return [(math.exp(pred[c]), c) for c in order(pred, model, margin, cands)]
+
+
+class ProbeOrder:
+    """The tuner's probe order from a regressor (`tiles.TileTable.order`): of a kernel's
+    pool of candidates (in the analytic model's order), the model's own choice first,
+    then the regressor's fastest predicted and the analytic model's next candidate in turn,
+    each the best of its ranking not yet taken. Half the probes on each ranking: a
+    regressor trained on a few runs finds tiles the analytic order ranks late (ResNet-50's
+    49-pixel 1x1 conv in 10x2 tiles, 0.866 of the model's time) and misses some it ranks
+    early (the other loop order of a 14-row conv, 0.812; docs/benchmarks). Picklable, for
+    the pass's worker processes."""
+
+    def __init__(self, reg, runs: list[str], contractions: int):
+        self.reg, self.runs, self.contractions = reg, runs, contractions
+
+    def __call__(self, ext: Extents, model: TileChoice, pool: list, t: Target) -> list:
+        others = [c for c in pool if c != model]
+        if not others:
+            return [model]
+        pred = self.reg.predict([features(ext, c, model, t) for c in others])
+        rankings = ([c for _, _, c in sorted(zip(pred, range(len(others)), others))], others)
+        out, taken = [model], {model}
+        while len(out) < len(pool):
+            for ranking in rankings:
+                c = next((c for c in ranking if c not in taken), None)
+                if c is not None:
+                    out.append(c)
+                    taken.add(c)
+        return out
+
+
+def probe_order(prof: Profile, t: Target, exclude: str | None = None,
+                runs: list[str] | None = None) -> ProbeOrder | None:
+    """A `ProbeOrder` trained on the runs of `prof` named in `runs` (default: every run but
+    `exclude`, the run being tuned; never that run's own contractions), or None where
+    scikit-learn is missing or those runs measured fewer than `MIN_KEYS` contractions."""
+    if not available():
+        return None
+    runs = sorted(r for r in (prof.runs if runs is None else runs)
+                  if r != exclude and r in prof.runs)
+    mine = set(prof.runs.get(exclude, {}).get("keys", [])) if exclude else set()
+    keys = {k for r in runs for k in prof.runs[r].get("keys", [])} - mine
+    rows = samples(prof, t, keys)
+    if len({r[0] for r in rows}) < MIN_KEYS:
+        return None
+    return ProbeOrder(train(rows), runs, len({r[0] for r in rows}))
 
 
 def _held_out(reg, prof: Profile, t: Target, keys, margin: float) -> tuple[list, list]:

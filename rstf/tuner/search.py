@@ -13,6 +13,15 @@ that key, and recorded in the profile (`profile.Profile.record`) after each prob
 run stopped by its budget or by Ctrl-C keeps what it measured and the next run resumes at
 the next probe.
 
+Which candidates the probes run (`probe_order`): by default, where scikit-learn is
+installed and the profile's other runs measured enough contractions, the learned model
+(`learned.ProbeOrder`, trained on those runs) ranks a pool of the analytic model's
+candidates, and the probes after the model's own choice (always probe 0) take its
+ranking's best and the analytic order's next in turn;
+otherwise, or with `analytic`, the analytic model's own order. A run records its order and
+the runs it was trained on, and a resumed run keeps both (if those runs were tuned again
+in between, their new measurements can reorder its later probes).
+
 The search is per contraction, not joint: probe v changes every kernel at once, and a
 group's time is charged to its own kernels' choices only. A band that fuses two
 contractions charges both with their sum.
@@ -98,11 +107,13 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
          budget: float = 600.0, probes: int = 8, reps: int = 15, march: str = "native",
          threads: int = 0, max_ops: int | None = None, fold_scales: bool = False,
          fresh: bool = False, jobs: int | None = None, confirm: int = 2,
-         log=print) -> dict:
+         probe_order: str = "auto", log=print) -> dict:
     """Tune `model`'s contractions on this machine into `profile` (default: this machine's,
     `profile.default_path`). Returns a summary: the profile's path, the probes run, and per
     contraction key its model's and its chosen tile with their milliseconds. `confirm`:
-    rounds that time the choices again, all together, after the probes (`_confirm`)."""
+    rounds that time the choices again, all together, after the probes (`_confirm`).
+    `probe_order`: `auto`, `learned` or `analytic` (the module docstring)."""
+    from . import learned
     from ..build.compiler import c_toolchain
     from ..cgen.codegen import generate_subgraph
     from ..pipeline import DEFAULT_MAX_OPS, default_jobs, load_for_codegen, partition, select
@@ -110,6 +121,8 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
 
     if probes < 1 or reps < 1 or confirm < 0:
         raise RstfError("--probes and --reps must be at least 1, --confirm at least 0")
+    if probe_order not in ("auto", "learned", "analytic"):
+        raise RstfError(f"--probe-order must be auto, learned or analytic, not {probe_order!r}")
     t0 = time.monotonic()
     jobs = jobs or default_jobs()
     target = detect(march, c_toolchain("poly", march, threads).cc)
@@ -119,9 +132,31 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
     prof = Profile.open(path, machine)
     rid = run_id(model, input_shapes, outputs)
     run = prof.runs.get(rid)
-    if fresh or run is None or run.get("probes") != probes or run.get("reps") != reps:
+    if fresh:
+        run = None
+    # A resumed run keeps the order its probes were numbered in (runs from before the
+    # learned order: the analytic one).
+    kind = probe_order
+    if kind == "auto":
+        kind = run.get("order", "analytic") if run else "learned"
+    order = None
+    if kind == "learned":
+        trained = run.get("order_runs") if run and run.get("order") == "learned" else None
+        order = learned.probe_order(prof, target, rid, trained)
+        if order is None:
+            if probe_order == "learned":
+                raise RstfError(
+                    "--probe-order learned needs scikit-learn (pip install rstf[tune]) and "
+                    f"at least {learned.MIN_KEYS} contractions tuned from other models in "
+                    f"{path}")
+            kind = "analytic"
+    if run is None or run.get("probes") != probes or run.get("reps") != reps or \
+            run.get("order", "analytic") != kind:
         run = {"model": os.path.abspath(model), "probes": probes, "reps": reps, "done": [],
                "keys": []}
+    run["order"] = kind
+    if order is not None:
+        run["order_runs"] = order.runs
     prof.runs[rid] = run
 
     quiet = lambda _msg: None  # noqa: E731 (the loader's own messages: optimize prints them)
@@ -135,6 +170,8 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
     consts = [frozenset(s.cname for s in sg.inputs if gen.is_const(s.tensor)) for sg in codes]
     log(f"tuning {model}: {len(codes)} subgraphs, {probes} probes of {reps} runs each, "
         f"budget {budget:.0f} s, profile {path}")
+    log(f"  probe order: {kind}" + (f" (trained on {order.contractions} contractions of "
+                                     f"{len(order.runs)} other runs)" if order else ""))
     stopped = None
     base = None
     with tempfile.TemporaryDirectory(prefix="rstf-tune-") as work:
@@ -146,10 +183,10 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
                 break
             try:
                 # The model's own tiles, built once: every probe is timed against them.
-                base = base or _build(codes, consts, _probe_target(target, 0, probes), jobs,
-                                      reps, work)
+                base = base or _build(codes, consts, _probe_target(target, 0, probes, order),
+                                      jobs, reps, work)
                 cand = base if v == 0 else _build(codes, consts, _probe_target(
-                    target, v, probes), jobs, reps, work, log)
+                    target, v, probes, order), jobs, reps, work, log)
                 measured = _paired(base, cand, threads)
             except KeyboardInterrupt:
                 stopped = "interrupted"
@@ -168,7 +205,8 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
                                work, confirm, budget - (time.monotonic() - t0), log)
     prof.save()
     summary = summarize(prof, run.get("keys", []), path)
-    summary.update(probes_done=len(run["done"]), probes=probes, stopped=stopped,
+    summary.update(probes_done=len(run["done"]), probes=probes, probe_order=kind,
+                   stopped=stopped,
                    seconds=round(time.monotonic() - t0, 1))
     return summary
 
@@ -205,8 +243,9 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
     return None
 
 
-def _probe_target(target, variant: int, limit: int):
-    return dataclasses.replace(target, tiles=TileTable(variant=variant, limit=limit))
+def _probe_target(target, variant: int, limit: int, order=None):
+    return dataclasses.replace(target, tiles=TileTable(variant=variant, limit=limit,
+                                                       order=order))
 
 
 def _build(codes, consts, probe, jobs: int, reps: int, work: str, log=None) -> list:
