@@ -188,6 +188,11 @@ CASES = {
     # the bias and ReLU after the last (poly/kblocks.py).
     "dense_k_blocks": ((1, 64, 2048), lambda x: tf.nn.relu(
         tf.matmul(x, _w(2048, 192)) + _w(192))),
+    # A stride-2 1x1 conv (ResNet-50's 28x28x512 to 14x14x1024 projection): it reads a
+    # quarter of its 1.6 MB input, which fits L2 beside a weight panel, so the column
+    # tiles run outermost and the 2 MB weight is read once, not once per output row.
+    "conv1x1_stride2_tiles_outer": ((1, 28, 28, 512), lambda x: tf.nn.relu(
+        tf.nn.conv2d(x, _w(1, 1, 512, 1024), 2, "VALID") + _w(1024))),
     # The same shape with 384 rows: A's rows alone (3 MB) are more than L2, no K blocks.
     "dense_rows_beyond_l2_whole_k": ((1, 384, 2048), lambda x: tf.matmul(x, _w(2048, 96))),
     # A dense layer's GELU (tanh form, whose tanh keeps it out of the registers) over

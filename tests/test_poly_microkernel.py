@@ -122,6 +122,23 @@ def test_each_thread_streaming_a_large_weight_counts_in_the_order():
     assert not choose_order(**{**args, "t": big}, n_threads=2).tile_outer
 
 
+def test_a_strided_convs_order_counts_the_input_it_reads_not_the_whole_input():
+    """A stride-2 1x1 conv (28x28x512 to 14x14x1024, a 2 MB weight) reads 0.4 of its 1.6 MB
+    input: counted as what it reads, A fits L2 beside a panel, and the column tiles run
+    outermost (the weight read once instead of once per output row); counted as the whole
+    input it would not. Bit-identical to the textbook C."""
+    from poly_cases import NATIVE
+
+    t = dataclasses.replace(NATIVE, l2=2 << 20, cores=2)
+    info, _, new = _bitwise_case("conv1x1_stride2_tiles_outer", target=t)
+    (tiled,) = info["tiled"]
+    assert tiled["order"] == "column tiles outermost", tiled
+    from rstf.poly.tilemodel import choose_order
+    args = dict(rb=tiled["tile"][0], nv=tiled["tile"][1] // t.vlen, rows=14, cols=1024,
+                outer=14, depth_total=512, t=t, n_threads=2)
+    assert not choose_order(**args, a_bytes=4 * 28 * 28 * 512).tile_outer
+
+
 def test_a_trip_of_k_steps_stays_clear_of_the_next_rows_reads():
     """`kloop.trip_steps`: AVX2's 8 steps a trip, fewer (even) where a tile's rows would
     read the same floats of `a` within one trip, 1 where even 2 would."""

@@ -219,8 +219,14 @@ def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
     if a.size is None or kern.vec_a:  # (a depthwise kernel's B is a few taps: no panel)
         return
     rows = (n(r) * n(isl_name(kern.merged)) if kern.merged else n(r)) if r else 1
-    order = choose_order(kern.rb, kern.nv, rows, n(v), math.prod(map(n, outs)),
-                         depth, 4 * a.size, t)
+    # A's bytes the contraction reads: at most its outputs' rows times their reduction,
+    # which is less than A where the rows skip some of it (a stride-2 1x1 conv reads a
+    # quarter of its input: ResNet's 28x28x512 to 14x14x1024, 0.4 of 1.6 MB, the
+    # difference between A fitting L2 beside a panel or not) and more where windows
+    # overlap (a 3x3 conv's taps: then A's size).
+    outer = math.prod(map(n, outs))
+    a_bytes = 4 * min(a.size, outer * rows * depth)
+    order = choose_order(kern.rb, kern.nv, rows, n(v), outer, depth, a_bytes, t)
     kern.rb, kern.nv, kern.tile_outer = order.rb, order.nv, order.tile_outer
     # Rows outermost, a call's rows of A are read again by each column tile from L1: there
     # single-vector tiles pay where the reduction is short (`tilemodel.single_vector_tile`)
@@ -235,7 +241,7 @@ def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
     if t.tiles is not None:  # a measured choice, where the machine's profile has one
         loops = tuple(x for x, on in (("kin", kern.kin), ("k2", kern.k2),
                                       ("merged", kern.merged)) if on)
-        ext = Extents(rows, n(v), math.prod(map(n, outs)), depth, kern.depth, loops)
+        ext = Extents(rows, n(v), outer, depth, kern.depth, loops)
         choice, kern.chosen_by = t.tiles.pick(TileChoice(kern.rb, kern.nv, kern.tile_outer),
                                               ext, t)
         kern.rb, kern.nv, kern.tile_outer = choice.rb, choice.nv, choice.tile_outer
