@@ -23,8 +23,9 @@ were most often within 5% of their measured best (`MARGINS`; with a single train
 there is nothing to hold out, and `DEFAULT_MARGIN` stands).
 
 `rstf tune` uses it to choose what to probe (`ProbeOrder`, `probe_order`): trained on the
-profile's other runs, it ranks a larger pool of the analytic model's candidates, and the
-probes run its first ones, the model's own choice always first.
+profile's other runs, it ranks a larger pool of the analytic model's candidates, and after
+the model's own choice (always the first probe) the probes take its best and the analytic
+order's next in turn.
 
 scikit-learn is the `tune` extra (`pip install rstf[tune]`); without it `available()` is
 False and nothing here is used.
