@@ -166,31 +166,40 @@ def probe_order(prof: Profile, t: Target, exclude: str | None = None,
     mine = set(prof.runs.get(exclude, {}).get("keys", [])) if exclude else set()
     keys = {k for r in runs for k in prof.runs[r].get("keys", [])} - mine
     rows = samples(prof, t, keys)
-    if len({r[0] for r in rows}) < MIN_KEYS:
+    measured = len({r[0] for r in rows})
+    if measured < MIN_KEYS:
         return None
-    return ProbeOrder(train(rows), runs, len({r[0] for r in rows}))
+    return ProbeOrder(train(rows), runs, measured)
 
 
-def _held_out(reg, prof: Profile, t: Target, keys, margin: float) -> tuple[list, list]:
-    """Per contraction of `keys` that measured two or more candidates: the learned
-    ranking's scores under `margin`, and the analytic ranking's."""
-    learned, analytic = [], []
+def _predicted(reg, prof: Profile, t: Target, keys) -> list[tuple]:
+    """Per contraction of `keys` that measured two or more candidates: (its measured
+    ratios, the regressor's predicted log ratios with the model's own at 0, the model's
+    choice, the analytic order of its candidates)."""
+    out = []
     for key in sorted(keys):
         e = prof.contractions.get(key)
         rows = samples(prof, t, {key})
         if e is None or len(rows) < 2:
             continue
-        measured = {r[1]: math.exp(r[3]) for r in rows}
         model = TileChoice.parse(e["model"])
-        tie = candidates(model, parse_key(key), t, 64)
         pred = dict(zip([r[1] for r in rows], reg.predict([r[2] for r in rows])))
         if model in pred:
             pred[model] = 0.0
+        out.append(({r[1]: math.exp(r[3]) for r in rows}, pred, model,
+                    candidates(model, parse_key(key), t, 64)))
+    return out
+
+
+def _held_out(predicted: list[tuple], margin: float) -> tuple[list, list]:
+    """The learned ranking's scores under `margin` and the analytic ranking's, per
+    contraction of `_predicted`."""
+    learned, analytic = [], []
+    for measured, pred, model, tie in predicted:
         by_pred = order(pred, model, margin, tie)
         by_model = sorted(measured, key=lambda c: tie.index(c) if c in tie else 99)
         learned.append(_scores(measured, by_pred, {c: i for i, c in enumerate(by_pred)}))
-        analytic.append(_scores(measured, by_model,
-                                {c: by_model.index(c) for c in by_model}))
+        analytic.append(_scores(measured, by_model, {c: i for i, c in enumerate(by_model)}))
     return learned, analytic
 
 
@@ -207,9 +216,9 @@ def choose_margin(prof: Profile, t: Target, runs: dict) -> float:
         rest = set().union(*(k for r, k in runs.items() if r != held)) - keys
         if not rest:
             continue
-        reg = train(samples(prof, t, rest))
+        predicted = _predicted(train(samples(prof, t, rest)), prof, t, keys)
         for m in MARGINS:
-            hits[m] += sum(s["near"] for s in _held_out(reg, prof, t, keys, m)[0])
+            hits[m] += sum(s["near"] for s in _held_out(predicted, m)[0])
     return max(MARGINS, key=lambda m: (hits[m], m))
 
 
@@ -228,7 +237,7 @@ def evaluate(prof: Profile, t: Target, test_runs: list[str]) -> dict:
                          "and the test runs")
     margin = choose_margin(prof, t, train_runs)
     reg = train(samples(prof, t, train_keys))
-    learned, analytic = _held_out(reg, prof, t, test_keys, margin)
+    learned, analytic = _held_out(_predicted(reg, prof, t, test_keys), margin)
     return {"train_contractions": len(train_keys), "test_contractions": len(learned),
             "margin": margin, "learned": _summary(learned), "analytic": _summary(analytic)}
 
