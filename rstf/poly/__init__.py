@@ -182,7 +182,7 @@ def _result(scop: Scop, plan, stats, source: str, seconds: float, target: str) -
         prepacked=plan.prepacked, statements=len(scop.statements), calls=len(scop.calls),
         tiled=tuple({"statement": k.statement, "node": scop.statement(k.statement).node,
                      "tile": [k.rb, k.width], "loops": [k.rows_text, k.v],
-                     "reduction": [x for x in (k.kin, k.k2, k.k) if x],
+                     "reduction": [x for x in (k.kin3, k.kin, k.k2, k.k) if x],
                      "depthwise": k.vec_a, "border_chunks": bool(k.ranged),
                      "sliding_row": bool(k.slide), "chosen_by": k.chosen_by,
                      **({"k_block": k.kb} if k.kb else {}),

@@ -68,12 +68,14 @@ def _abi(*decls: str) -> Abi:
 def reduction(shape) -> Abi:
     """The operands and the reduction, every kernel's leading parameters: the trip count
     K, the row operand `a` with its row and k strides, the column operand `b` with its k
-    stride; a second level K2 with both strides; the prefetched weight's pointer `pf`;
-    the next panel's pointer `pp` and its lines `npp`."""
+    stride; a second level K2 with both strides, and a third K3; the prefetched weight's
+    pointer `pf`; the next panel's pointer `pp` and its lines `npp`."""
     out = _abi("int K", "const float *restrict a", "long sar", "long sak",
                "const float *restrict b", "long sbk")
     if shape.two:
         out += _abi("int K2", "long sak2", "long sbk2")
+    if shape.three:
+        out += _abi("int K3", "long sak3", "long sbk3")
     if shape.pf:
         out += _abi("const char *pf")
     if shape.pp:

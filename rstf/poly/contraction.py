@@ -101,8 +101,15 @@ def find_contraction(s: Statement, scop: Scop, t: Target) -> Kernel | None:
                 kern.depth <= tn.short_call or not _cut(s, iv.index(kin), box[kin]))):
             kern.kin = c_of[kin]
             kern.kin_lo, kern.kin_hi = box[kin]
+            # And the one outer reduction left (a 3x3 conv's kh around kw x ic): then a
+            # call runs each output's whole reduction, so the accumulators start from zero
+            # in registers and the fused epilogue runs there (`regepi`), instead of each
+            # tile going through a row buffer once per kh and the epilogue rereading it.
+            if len(outer) == 2 and tn.kin3:
+                kern.kin3 = c_of[outer[0]]
+                kern.kin3_lo, kern.kin3_hi = box[outer[0]]
         if kern.kin or vec_a:
-            kern.ranged = [x for x in (kern.kin, kern.k2 or kern.k) if x]
+            kern.ranged = [x for x in (kern.kin3, kern.kin, kern.k2 or kern.k) if x]
         return merge_rows(s, kern, scop, tile[2], t) or kern
     return None
 

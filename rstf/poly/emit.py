@@ -345,7 +345,7 @@ class CallLowering:
         # (a ranged loop's from the chunk's lo<i>, hi<i>).
         first, trip = {}, {}
         for c, lo, hi in ((k.k, k.k_lo, k.k_hi), (k.k2, k.k2_lo, k.k2_hi),
-                          (k.kin, k.kin_lo, k.kin_hi)):
+                          (k.kin, k.kin_lo, k.kin_hi), (k.kin3, k.kin3_lo, k.kin3_hi)):
             if c in k.ranged:
                 i = k.ranged.index(c)
                 first[c] = vals[f"lo{i}"]
@@ -381,7 +381,8 @@ class CallLowering:
         rows = "1" if not k.r else f"{vals['e']} - {vals['s']} + 1"
         b, sbk = f"&{self._ref(k.b, env)}", str(ab.get(ki, 0))
         kin = isl_name(k.kin) if k.kin else None
-        sbin = str(ab.get(kin, 0))
+        kin3 = isl_name(k.kin3) if k.kin3 else None
+        sbin, sbin3 = str(ab.get(kin, 0)), str(ab.get(kin3, 0))
         pk, pn = self.packs.get(k.name), self.panels.get(k.b.array)
         if pk is not None:  # the packed panel: row q of the operand is row q of the panel
             row = operand_row(ab, env, k, pk.cols)
@@ -394,7 +395,7 @@ class CallLowering:
             tile = f"({' + '.join([vals['u'], *groups])})" if groups else vals["u"]
             b = plus_c(f"(const float *){pn.array} + {pn.rows * pn.vb} * {tile}", w,
                       operand_row(ab, env, k, pn.cols))
-            sbk, sbin = str(w * ab.get(ki, 0) // pn.cols), str(w * ab.get(kin, 0) // pn.cols)
+            sbk, sbin, sbin3 = (str(w * ab.get(x, 0) // pn.cols) for x in (ki, kin, kin3))
         aenv = env
         if k.slide:  # a sliding row's input pointer: its first column in bounds (D taps on)
             aenv = dict(env, **{ki: str(k.k_lo + k.slide[2])})
@@ -403,6 +404,8 @@ class CallLowering:
                 "b": b, "sbk": sbk}
         if k.kin:  # the second reduction level: its trip count and strides
             args.update(K2=trip[k.kin], sak2=str(aa.get(kin, 0)), sbk2=sbin)
+        if k.kin3:  # the third
+            args.update(K3=trip[k.kin3], sak3=str(aa.get(kin3, 0)), sbk3=sbin3)
         if k.prefetch:  # this call's lines of the weight another group reads next
             total = math.prod(self.scop.buffers[k.prefetch_of].shape) * 4
             args["pf"] = (f"rstf_pf_take((const char *){k.prefetch_of}, {total}L, "

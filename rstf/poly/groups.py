@@ -54,6 +54,12 @@ class Kernel:
     kin: str | None = None  # an outer reduction loop run inside the kernel (its K2 level)
     kin_lo: int = 0
     kin_hi: int = 0
+    # The next reduction loop out, run inside the kernel too (its K3 level): the last outer
+    # reduction, so that one call computes an output's whole reduction (a 3x3 conv over
+    # few channels: kh around kw around ic). Set only with kin.
+    kin3: str | None = None
+    kin3_lo: int = 0
+    kin3_hi: int = 0
     # The reduction loops whose range is the chunk's own (dims lo<i>, hi<i> of K): kin, then
     # k2 or k. Empty: every chunk runs the whole ranges.
     ranged: list[str] = dataclasses.field(default_factory=list)
@@ -101,7 +107,7 @@ class Kernel:
     def shape(self) -> Shape:
         return Shape(self.rb, self.width, self.vl, self.vec_a, self.kin is not None, self.fused,
                      self.slide, self.prefetch, self.panel_prefetch, self.pad, self.steps,
-                     self.kc, self.kc_tail)
+                     self.kc, self.kc_tail, self.kin3 is not None)
 
     @property
     def choice(self) -> "TileChoice":
@@ -138,7 +144,7 @@ class Kernel:
     def depth(self) -> int:
         """Reduction steps of one (whole-range) kernel call."""
         return ((self.k_hi - self.k_lo + 1) * (self.k2_hi - self.k2_lo + 1)
-                * (self.kin_hi - self.kin_lo + 1))
+                * (self.kin_hi - self.kin_lo + 1) * (self.kin3_hi - self.kin3_lo + 1))
 
 
 @dataclasses.dataclass
@@ -236,7 +242,8 @@ def kernel_roles(s: Statement, kern: Kernel) -> tuple[list[str], list[str], str 
     iv = [isl_name(v) for v in s.iterators]
     c2i = dict(zip(s.iterators, iv))
     r, k, v = c2i.get(kern.r), c2i[kern.k], c2i[kern.v]
-    inner = (r, k, v, c2i.get(kern.k2), c2i.get(kern.kin), c2i.get(kern.merged))
+    inner = (r, k, v, c2i.get(kern.k2), c2i.get(kern.kin), c2i.get(kern.kin3),
+             c2i.get(kern.merged))
     outs = [x for x in iv if x not in inner and is_output_iter(kern, x)]
     reds = [x for x in iv if x not in inner and x not in outs]
     return outs, reds, r, k, v

@@ -60,7 +60,7 @@ def _cast(scop: Scop, name: str, written: bool) -> str:
 def _describe(scop: Scop, cs: CallSchedule) -> list[str]:
     """What the scheduled function does for one group, for its leading comment."""
     what = [f"{k.name}: {k.rb}x{k.width} tiles of {k.statement} over ({k.rows_text}, {k.v}), "
-            f"reduction {' x '.join(x for x in (k.kin, k.k2, k.k) if x)} in one "
+            f"reduction {' x '.join(x for x in (k.kin3, k.kin, k.k2, k.k) if x)} in one "
             f"{'depthwise ' if k.vec_a else ''}microkernel call"
             + (f" per block of {k.kb} steps of {k.k}" if k.kb else "")
             + (f" (a whole row sliding over {k.k}: each input column loaded once, border "

@@ -158,11 +158,14 @@ class Shape:
     # the last in registers; 0: one chain.
     kc: int = 0
     kc_tail: tuple = ()
+    # A third reduction loop K3 around k2 (`two` too), with its own strides: a 3x3 conv's
+    # kh around kw x ic, so that one call runs an output's whole reduction.
+    three: bool = False
 
     @property
     def tag(self) -> str:
         slide = "s{}j{}o{}".format(*self.slide) if self.slide else ""
-        return ("d" if self.vec_a else "") + ("2" if self.two else "") + \
+        return ("d" if self.vec_a else "") + ("3" if self.three else "2" if self.two else "") + \
             ("" if self.fused else "u") + slide + (f"p{self.pf}" if self.pf else "") + \
             ("q" if self.pp else "") + (f"m{self.pad}" if self.pad else "") + \
             (f"k{self.steps}" if self.steps > 1 else "") + (f"c{self.kc}" if self.kc else "") + \
@@ -226,6 +229,8 @@ def kernel_source(shape: Shape) -> str:
              for v, (t, c) in enumerate(vecs)]
     a = f"a[r*sar + k*sak + 0:{width}]" if shape.vec_a else "a[r*sar + k*sak]"
     k2 = "sum over k2 < K2 (a += sak2, b += sbk2) of " if shape.two else ""
+    if shape.three:
+        k2 = "sum over k3 < K3 (a += sak3, b += sbk3) of " + k2
     return kernel_text(
         kernel_name(shape), shape, abi.store_kernel(shape), store,
         f"y[r][0:{width}] += {k2}sum over k of {a} * b[k*sbk + 0:{width}], r < {rb}:\n"
@@ -306,6 +311,11 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
     if shape.two:
         loop = ("    for (int k2 = 0; k2 < K2; ++k2, a += sak2, b += sbk2) {\n"
                 + "\n".join("    " + ln for ln in loop.splitlines()) + "\n    }")
+    if shape.three:  # k2 restarts from each k3's pointers
+        loop = ("    const float *const a3 = a, *const b3 = b;\n"
+                "    for (int k3 = 0; k3 < K3; ++k3) {\n"
+                "        a = a3 + k3 * sak3;\n        b = b3 + k3 * sbk3;\n"
+                + "\n".join("    " + ln for ln in loop.splitlines()) + "\n    }")
     if shape.kc:
         loop = _sliced_loop(shape, loop, loaded=not zero)
     # A sliding row indexes its accumulators by constants only, so they can live in
@@ -355,7 +365,7 @@ def _sliced_loop(shape: Shape, loop: str, loaded: bool = False) -> str:
     block of whole slices); the first slice then restarts too and is added to it, so a
     call continues the running sum exactly as one call over all of k would. (For y zero
     that is the same bits: a chain started at +0 never ends at -0, and 0 + s = s.)"""
-    assert not (shape.two or shape.vec_a or shape.slide), shape
+    assert not (shape.two or shape.three or shape.vec_a or shape.slide), shape
     vecs = vectors(shape.width, shape.vl)
 
     def each_row(stmt) -> str:

@@ -239,7 +239,7 @@ def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
         if one is not None:
             kern.rb, kern.nv = one[0], one[1]
     if t.tiles is not None:  # a measured choice, where the machine's profile has one
-        loops = tuple(x for x, on in (("kin", kern.kin), ("k2", kern.k2),
+        loops = tuple(x for x, on in (("kin", kern.kin), ("kin3", kern.kin3), ("k2", kern.k2),
                                       ("merged", kern.merged)) if on)
         ext = Extents(rows, n(v), outer, depth, kern.depth, loops)
         choice, kern.chosen_by = t.tiles.pick(TileChoice(kern.rb, kern.nv, kern.tile_outer),
@@ -298,7 +298,7 @@ def _tiling(s: Statement, kerns: list[Kernel], pos: int, prefix: str, scop: Scop
     # K blocks: the block kb, one more outer reduction (its points' time: floor(k / kb))
     kbl, kb_expr = (["kb"], [f"floor(({k} - {kern.k_lo})/{kern.kb})"]) if kern.kb else ([], [])
     kd = ", ".join(o + kbl + rg + ["s", "e"])
-    k2 = [isl_name(x) for x in (kern.kin, kern.k2) if x]  # reduction loops around k
+    k2 = [isl_name(x) for x in (kern.kin3, kern.kin, kern.k2) if x]  # reductions around k
     zeros = ", 0" * (3 + len(k2))
     # A ranged kernel's loops run its chunk's ranges; the others their whole range.
     red_cond = "".join(f"lo{i} <= {x} <= hi{i} and " for i, x in enumerate(ranged)) \

@@ -46,6 +46,9 @@ class Tuning:
     # rather than FMAs, cost more than the accumulators save.
     kin_depth_long: int = 300
     short_call: int = 32
+    # Where kin runs inside and one outer reduction is left (kh), run that inside too
+    # (`Kernel.kin3`): one call per output's whole reduction, its epilogue in registers.
+    kin3: bool = True
     # The shortest K block (`kblocks.choose_k_block`): each call loads and stores its tile's
     # accumulators, a few percent of a 256-step call.
     k_block_min: int = 256
