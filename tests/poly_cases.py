@@ -191,6 +191,10 @@ CASES = {
     # A stride-2 1x1 conv (ResNet-50's 28x28x512 to 14x14x1024 projection): it reads a
     # quarter of its 1.6 MB input, which fits L2 beside a weight panel, so the column
     # tiles run outermost and the 2 MB weight is read once, not once per output row.
+    # A 3x3 SAME conv over 32 channels (Inception's 147x147x32 to 64, on a 13x15 map): kh,
+    # kw and ic in one call, both borders cutting taps, its bias and ReLU in registers.
+    "conv3x3_few_channels_whole_reduction": ((2, 13, 15, 32), lambda x: tf.nn.relu(
+        tf.nn.conv2d(x, _w(3, 3, 32, 64), 1, "SAME") + _w(64))),
     "conv1x1_stride2_tiles_outer": ((1, 28, 28, 512), lambda x: tf.nn.relu(
         tf.nn.conv2d(x, _w(1, 1, 512, 1024), 2, "VALID") + _w(1024))),
     # The same shape with 384 rows: A's rows alone (3 MB) are more than L2, no K blocks.

@@ -1,5 +1,7 @@
 """Which statements are contractions, and which reduction loops one kernel call runs
 (rstf/poly/contraction.py)."""
+import dataclasses
+
 import pytest
 
 from poly_cases import NATIVE, _w, _subgraph
@@ -31,7 +33,8 @@ def test_contraction_roles():
 ])
 def test_which_reductions_a_conv_kernel_runs(ic, padding, inside):
     """Which of a 3x3 conv's reduction loops one kernel call runs beside ic, and which
-    stay outside it and accumulate through memory (contraction.find_contraction)."""
+    stay outside it and accumulate through memory (contraction.find_contraction). Where kw
+    joins, kh, the one left, joins too (its K3 level): a call runs the whole reduction."""
     def build():
         x = tf.compat.v1.placeholder(tf.float32, [1, 12, 12, ic], name="x")
         tf.identity(tf.nn.conv2d(x, _w(3, 3, ic, 64), 1, padding), name="out")
@@ -40,5 +43,10 @@ def test_which_reductions_a_conv_kernel_runs(ic, padding, inside):
     scop = raise_subgraph(sg.source, sg.entry)
     upd = [s for s in scop.statements if is_accumulation(s.ast)][0]
     k = find_contraction(upd, scop, NATIVE)
-    assert (k.k, k.kin) == ("ic", inside)
-    assert k.depth == ic * (3 if inside else 1)
+    assert (k.k, k.kin, k.kin3) == ("ic", inside, "kh" if inside else None)
+    assert k.depth == ic * (9 if inside else 1)
+    assert k.ranged == (["kh", "kw", "ic"] if inside else [])
+    # Without the third level (Tuning.kin3 off), kh stays outside the call.
+    off = dataclasses.replace(NATIVE, tuning=dataclasses.replace(NATIVE.tuning, kin3=False))
+    k = find_contraction(upd, scop, off)
+    assert (k.kin, k.kin3, k.depth) == (inside, None, ic * (3 if inside else 1))

@@ -139,6 +139,18 @@ def test_a_strided_convs_order_counts_the_input_it_reads_not_the_whole_input():
     assert not choose_order(**args, a_bytes=4 * 28 * 28 * 512).tile_outer
 
 
+def test_a_3x3_conv_over_few_channels_runs_its_whole_reduction_in_one_call():
+    """kh, kw and ic in one kernel call (K3 around K2 around k): at the padding borders
+    the chunks run fewer taps of both, no row buffer carries partial sums between calls,
+    and the bias and ReLU run on the accumulators. Bit-identical to the textbook C."""
+    info, _, new = _bitwise_case("conv3x3_few_channels_whole_reduction")
+    (tiled,) = info["tiled"]
+    assert tiled["reduction"] == ["kh", "kw", "ic"] and tiled["border_chunks"], tiled
+    assert info["fused"][0]["epilogue_in_registers"], info["fused"]
+    assert "_row[" not in new and "int K3, long sak3, long sbk3" in new
+    assert "for (int k3 = 0; k3 < K3; ++k3)" in new
+
+
 def test_a_trip_of_k_steps_stays_clear_of_the_next_rows_reads():
     """`kloop.trip_steps`: AVX2's 8 steps a trip, fewer (even) where a tile's rows would
     read the same floats of `a` within one trip, 1 where even 2 would."""
