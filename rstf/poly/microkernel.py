@@ -17,7 +17,9 @@ convolution: channels are both operands' columns, the weight vector of a tap is 
 every row of the tile); a *two-level* kernel (`two`) runs a second reduction loop around k,
 `for k2 < K2` with its own strides (a 3x3 convolution's kh, whose rows are not contiguous
 with kw's), so a short reduction like the first conv's 27 or a depthwise conv's 9 taps
-runs whole in one call. The depthwise kernel loads each row's input vector once per tap; a
+runs whole in one call; a *three-level* kernel (`three`) runs a third loop K3 around
+k2 (a 3x3 conv over few channels: kh around kw around ic, its whole reduction in one
+call). The depthwise kernel loads each row's input vector once per tap; a
 sliding-window variant that loads each input column once and feeds the up to three rows
 whose taps read it (0.61 loads per FMA instead of 1.125, bit-identical) was measured on
 MobileNet v2's stride-1 depthwise kernels (hand-patched C, Zen 4): kernels 1.004x in A/B,

@@ -44,6 +44,8 @@ kh, as the kernel's second reduction level), so one call computes an output's wh
 reduction and the fused epilogue can run in registers (`regepi`). So does a longer one,
 up to `kin_depth_long` steps, whose own calls would be short (`short_call`: a 3x3 conv
 over 32 channels runs kw x ic, not ic alone) or whose next loop no padding border cuts.
+Where that leaves one outer reduction (the 3x3 conv's kh), it runs inside as well
+(`Kernel.kin3`, the kernel's third level): one call per output's whole reduction.
 Such a kernel's reduction ranges are *per chunk* (`Kernel.ranged`): at a padding border
 the taps that fall outside the input are cut, so the rows are grouped by the ranges they
 have (isl's lexmin/lexmax of each reduction loop, per row) and a border row runs in a

@@ -71,8 +71,8 @@ def trip_count(steps: int) -> bool:
 class Extents:
     """What the tile decision of one contraction kernel reads: `rows` x `cols` outputs per
     outer point, `outer` outer output points, `depth` reduction steps in all, `call` of
-    them in one kernel call, and the loops a call runs beside k (`loops`: 'kin', 'k2',
-    'merged', empty for a plain GEMM row)."""
+    them in one kernel call, and the loops a call runs beside k (`loops`: 'kin', 'kin3',
+    'k2', 'merged', empty for a plain GEMM row)."""
     rows: int
     cols: int
     outer: int
