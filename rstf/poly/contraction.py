@@ -97,21 +97,59 @@ def find_contraction(s: Statement, scop: Scop, t: Target) -> Kernel | None:
         kin = outer[-1] if outer else None
         steps = kern.depth * (box[kin][1] - box[kin][0] + 1) if kin else 0
         tn = t.tuning
+        inside = 0
         if kin and not s.k_slice and (steps <= tn.kin_depth or steps <= tn.kin_depth_long and (
                 kern.depth <= tn.short_call or not _cut(s, iv.index(kin), box[kin]))):
-            kern.kin = c_of[kin]
-            kern.kin_lo, kern.kin_hi = box[kin]
             # And the one outer reduction left (a 3x3 conv's kh around kw x ic): then a
             # call runs each output's whole reduction, so the accumulators start from zero
             # in registers and the fused epilogue runs there (`regepi`), instead of each
             # tile going through a row buffer once per kh and the epilogue rereading it.
-            if len(outer) == 2 and tn.kin3:
-                kern.kin3 = c_of[outer[0]]
-                kern.kin3_lo, kern.kin3_hi = box[outer[0]]
-        if kern.kin or vec_a:
-            kern.ranged = [x for x in (kern.kin3, kern.kin, kern.k2 or kern.k) if x]
+            inside = 2 if len(outer) == 2 and tn.kin3 else 1
+        run_inside(s, kern, scop, inside)
         return merge_rows(s, kern, scop, tile[2], t) or kern
     return None
+
+
+def outer_reductions(s: Statement, kern: Kernel, scop: Scop) -> list[str]:
+    """The reduction loops of contraction `s` (isl names, outermost first) that its kernel
+    `kern` could run inside a call around k (and a merged k2): the others than k and k2,
+    of more than one iteration."""
+    iv = [isl_name(v) for v in s.iterators]
+    box = dict(zip(iv, extents(s)))
+    ay = flat_addr(kern.y, scop)
+    inner = {isl_name(x) for x in (kern.k, kern.k2) if x}
+    return [v for v in iv if not ay.get(v) and box[v][1] > box[v][0] and v not in inner]
+
+
+def run_inside(s: Statement, kern: Kernel, scop: Scop, n: int) -> bool:
+    """Make `kern` run the `n` innermost of its outer reductions inside each call (0: k
+    alone, or k2 too; 1: `kin` as the K2 level; 2: `kin3` too as the K3 level), the others
+    staying outside, accumulating through memory. A call's reduction ranges are then the
+    chunk's own (`Kernel.ranged`: borders cut taps). `n` is capped at the loops there are.
+    False, `kern` unchanged, for kernels whose reduction is fixed otherwise: TensorFlow's k
+    slices (one level), merged rows (rows of whole reductions) and sliding rows (made
+    from a chunked kernel later)."""
+    if s.k_slice or kern.merged or kern.slide:
+        return False
+    outer = outer_reductions(s, kern, scop)
+    n = min(n, 2, len(outer))
+    iv = [isl_name(v) for v in s.iterators]
+    box = dict(zip(iv, extents(s)))
+    c_of = dict(zip(iv, s.iterators))
+    loops = [outer[-1 - i] if i < n else None for i in range(2)]
+    for i, (attr, x) in enumerate((("kin", loops[0]), ("kin3", loops[1]))):
+        lo_hi = box[x] if x else (0, 0)
+        setattr(kern, attr, c_of[x] if x else None)
+        setattr(kern, f"{attr}_lo", lo_hi[0])
+        setattr(kern, f"{attr}_hi", lo_hi[1])
+    kern.ranged = ([x for x in (kern.kin3, kern.kin, kern.k2 or kern.k) if x]
+                   if kern.kin or kern.vec_a else [])
+    return True
+
+
+def inside_count(kern: Kernel) -> int:
+    """The outer reductions `kern` runs inside its calls (`run_inside`'s n)."""
+    return (kern.kin is not None) + (kern.kin3 is not None)
 
 
 def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float,

@@ -92,6 +92,9 @@ class Kernel:
     # measured choice set it to (`TileChoice.steps`; 0: the target's).
     steps: int = 1
     steps_chosen: int = 0
+    # The outer reductions a call runs inside where a measured choice set them
+    # (`TileChoice.inside`, `contraction.run_inside`); -1: the model's.
+    inside_chosen: int = -1
     # The k slices of a k-sliced statement (`Statement.k_slice`): the kernel restarts its
     # accumulators every kc steps, then at each slice of kc_tail's lengths, and adds the
     # slices' sums in turn; 0: one chain.
@@ -113,7 +116,8 @@ class Kernel:
     def choice(self) -> "TileChoice":
         """The kernel's tile and order as `tiles.py` names them."""
         from .tiles import TileChoice
-        return TileChoice(self.rb, self.nv, self.tile_outer, self.steps_chosen)
+        return TileChoice(self.rb, self.nv, self.tile_outer, self.steps_chosen,
+                          self.inside_chosen)
 
     @property
     def rows_text(self) -> str:

@@ -66,7 +66,8 @@ import math
 
 import islpy as isl
 
-from .contraction import find_contraction, row_expr, slide_column, sliding_row
+from .contraction import (find_contraction, row_expr, run_inside, slide_column,
+                          sliding_row)
 from .deps import Dependences
 from .groups import (CallSchedule, Kernel, extents, flat_addr, is_pointwise, kernel_roles,
                      pad_time, violations)
@@ -211,8 +212,8 @@ def tile_time(kern: Kernel, outs: list[str], u: str, reds: list[str], s: str) ->
 def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
     """Set the kernel's loop order (and maybe a narrower tile) from `choose_order`, then
     take the target's measured choice where its `TileTable` has one (`tiles.py`: tile,
-    order and steps a trip), then its K blocks for that tile and order
-    (`kblocks.choose_k_block`)."""
+    order, steps a trip and the outer reductions a call runs inside), then its K blocks
+    for that tile and order (`kblocks.choose_k_block`)."""
     outs, reds, r, k, v = kernel_roles(s, kern)
     box = dict(zip([isl_name(x) for x in s.iterators], extents(s)))
     n = lambda x: box[x][1] - box[x][0] + 1
@@ -248,6 +249,9 @@ def _order(s: Statement, kern: Kernel, scop: Scop, t: Target) -> None:
                                               ext, t)
         kern.rb, kern.nv, kern.tile_outer = choice.rb, choice.nv, choice.tile_outer
         kern.key = ext.key(t)
+        if choice.inside >= 0 and run_inside(s, kern, scop, choice.inside):
+            kern.inside_chosen = choice.inside
+            reds = kernel_roles(s, kern)[1]
         if choice.steps and kern.steps == t.k_steps:
             # (a kernel whose rows overlap in A within a trip keeps the fewer steps
             # `trip_steps` allowed it; so does it at the measured count)

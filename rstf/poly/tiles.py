@@ -17,7 +17,9 @@ get the same choice: the model cannot tell them apart either.
 The candidates (`candidates`) are the model's own choice first, then that tile in the
 other loop order (where there is an outer loop to put the column tiles around), then that
 tile with half and with twice the target's reduction steps a trip of the kernel's k loop
-(`Target.k_steps`, a constant measured on two machines), then the other register tiles
+(`Target.k_steps`, a constant measured on two machines), then that tile with more or fewer
+of the outer reduction loops inside each kernel call (the reduction levels per call,
+`TileChoice.inside`), then the other register tiles
 that fit the registers, best first by the model's cost, round robin
 over the vector widths NV so that every width is tried before a second row count of any:
 PolyScientist's pruning by the analytic model (polyscientist.txt, section 4), not an
@@ -34,31 +36,39 @@ from .target import Target
 
 @dataclasses.dataclass(frozen=True, order=True)
 class TileChoice:
-    """A contraction's register tile (RB rows by NV vectors), loop order, and the reduction
+    """A contraction's register tile (RB rows by NV vectors), loop order, the reduction
     steps a trip of its kernels' k loop runs (`steps`: 0 for the target's `k_steps`, the
-    model's; `kloop.blocked_loop`)."""
+    model's; `kloop.blocked_loop`), and how many of its outer reduction loops each call
+    runs inside around k (`inside`: `contraction.run_inside`'s n; -1 for the model's)."""
     rb: int
     nv: int
     tile_outer: bool  # column tiles outside the outer output loops (`choose_order`)
     steps: int = 0
+    inside: int = -1
 
     @property
     def label(self) -> str:
-        """'6x4 rows' / '8x3 tiles' / '8x3 rows k4': RB x NV, which loop runs outermost,
-        and the steps a trip where they are not the target's."""
+        """'6x4 rows' / '8x3 tiles' / '8x3 rows k4' / '9x2 rows in2': RB x NV, which loop
+        runs outermost, the steps a trip where they are not the target's, and the outer
+        reductions a call runs where they are not the model's."""
         steps = f" k{self.steps}" if self.steps else ""
-        return f"{self.rb}x{self.nv} {'tiles' if self.tile_outer else 'rows'}{steps}"
+        inside = f" in{self.inside}" if self.inside >= 0 else ""
+        return f"{self.rb}x{self.nv} {'tiles' if self.tile_outer else 'rows'}{steps}{inside}"
 
     @classmethod
     def parse(cls, label: str) -> "TileChoice":
         """The inverse of `label`; ValueError for anything else."""
-        tile, order, *steps = label.split()
+        tile, order, *rest = label.split()
         rb, nv = tile.split("x")
-        k = int(steps[0][1:]) if len(steps) == 1 and steps[0][:1] == "k" else -1
-        if (order not in ("rows", "tiles") or int(rb) < 1 or int(nv) < 1 or len(steps) > 1
-                or (steps and not trip_count(k))):
+        steps = [x for x in rest if x[:1] == "k"]
+        inside = [x for x in rest if x[:2] == "in"]
+        k = int(steps[0][1:]) if steps else 0
+        n = int(inside[0][2:]) if inside else -1
+        if (order not in ("rows", "tiles") or int(rb) < 1 or int(nv) < 1
+                or rest != steps + inside or len(steps) > 1 or len(inside) > 1
+                or (steps and not trip_count(k)) or (inside and not 0 <= n <= 2)):
             raise ValueError(label)
-        return cls(int(rb), int(nv), order == "tiles", max(k, 0))
+        return cls(int(rb), int(nv), order == "tiles", k, n)
 
 
 def trip_count(steps: int) -> bool:
@@ -102,6 +112,12 @@ def candidates(model: TileChoice, ext: Extents, t: Target, limit: int) -> list[T
     # measured on two machines only (docs/tuning-constants.md), here it is measured on
     # this one, per contraction.
     out += [dataclasses.replace(model, steps=s) for s in step_variants(t)]
+    # The model's tile with other outer reductions inside each call: more (a call then
+    # runs more of the reduction, or all of it, its epilogue in registers, but its border
+    # chunks run fewer taps) or fewer (`contraction.run_inside`); which pays depends on
+    # the shape (Inception's 35x35x192 3x3 conv slower with kh and kw inside, ResNet's
+    # 56x56x64 one faster), so it is measured.
+    out += [dataclasses.replace(model, inside=n) for n in inside_variants(ext)]
     per_nv = {}
     for nv in range(4, 0, -1):
         if ext.cols < t.vlen * nv:
@@ -173,9 +189,21 @@ def step_variants(t: Target) -> tuple[int, ...]:
                  and s != t.k_steps)
 
 
+def inside_variants(ext: Extents) -> tuple[int, ...]:
+    """The outer reductions a call could run inside beside the model's count (the loops
+    in `ext.loops`): all of them (at most 2) where some run outside (the call's steps are
+    fewer than the reduction's), and each fewer count. None for merged rows."""
+    if "merged" in ext.loops:
+        return ()
+    now = ("kin" in ext.loops) + ("kin3" in ext.loops)
+    more = (2,) if ext.call < ext.depth and now < 2 else ()
+    return more + tuple(range(now - 1, -1, -1))
+
+
 def valid(c: TileChoice, ext: Extents, t: Target) -> bool:
     """Whether choice `c` can tile a kernel of extents `ext` on `t` (a profile from another
     build may hold a tile these registers or columns cannot take)."""
     return (fits_registers(c.rb, c.nv, t) and c.rb <= max(1, min(ext.rows, MAX_RB))
             and ext.cols >= t.vlen * c.nv and (ext.outer > 1 or not c.tile_outer)
-            and (c.steps == 0 or trip_count(c.steps)))
+            and (c.steps == 0 or trip_count(c.steps))
+            and (c.inside < 0 or c.inside in inside_variants(ext)))
