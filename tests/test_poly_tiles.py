@@ -10,7 +10,8 @@ from poly_cases import NATIVE, _bitwise_case
 
 from rstf.poly.tilemodel import choose_tile, fits_registers
 from rstf.poly.target import AVX2, AVX512
-from rstf.poly.tiles import Extents, TileChoice, TileTable, candidates, valid
+from rstf.poly.tiles import (Extents, TileChoice, TileTable, candidates, inside_variants,
+                             valid)
 
 
 @pytest.fixture(autouse=True)
@@ -50,8 +51,12 @@ def test_choice_labels_round_trip():
         assert TileChoice.parse(c.label) == c
     assert TileChoice(8, 3, False, 16).label == "8x3 rows k16"
     assert TileChoice(8, 3, False).label == "8x3 rows"  # the target's steps: no suffix
+    for c in (TileChoice(9, 2, True, 0, 2), TileChoice(8, 3, False, 16, 0)):
+        assert TileChoice.parse(c.label) == c
+    assert TileChoice(8, 3, False, 16, 0).label == "8x3 rows k16 in0"
     for bad in ("6x4", "6x4 sideways", "0x4 rows", "ax4 rows", "6x4 rows k3", "6x4 rows k",
-                "6x4 rows x4", "6x4 rows k4 k8", "6x4 rows k0"):
+                "6x4 rows x4", "6x4 rows k4 k8", "6x4 rows k0", "6x4 rows in3", "6x4 rows in",
+                "6x4 rows in1 in2", "6x4 rows in-1", "6x4 rows in1 k4"):
         with pytest.raises(ValueError):
             TileChoice.parse(bad)
 
@@ -73,6 +78,45 @@ def test_candidates_measure_the_models_tile_at_other_steps_a_trip(target):
     two = dataclasses.replace(target, k_steps=2)
     assert [c.steps for c in candidates(model, Extents(128, 768, 1, 768, 768), two, 4)
             ][1:2] == [4]
+
+
+def test_candidates_measure_other_reduction_levels_per_call():
+    """Where a call runs only part of the reduction (35x35x192 3x3 to 224: ic, 192 of 1728
+    steps), the model's tile is also measured with every outer reduction inside; where it
+    runs some inside, with fewer. Not for merged rows, nor a reduction all in k."""
+    conv = Extents(35, 224, 140, 1728, 192)
+    assert inside_variants(conv) == (2,)
+    got = candidates(TileChoice(9, 2, False), conv, AVX512, 8)
+    assert TileChoice(9, 2, False, 0, 2) in got[:6] and len(set(got)) == len(got)
+    whole = Extents(147, 64, 588, 288, 288, ("kin", "kin3"))
+    assert inside_variants(whole) == (1, 0)
+    assert inside_variants(Extents(73, 192, 292, 720, 240, ("kin",))) == (2, 0)
+    assert inside_variants(Extents(49, 64, 1, 64, 64, ("merged",))) == ()
+    assert inside_variants(Extents(128, 768, 1, 768, 768)) == ()
+    assert not valid(TileChoice(9, 2, False, 0, 2), whole, AVX512)
+    assert valid(TileChoice(9, 2, False, 0, 0), whole, AVX512)
+
+
+@pytest.mark.parametrize("case,inside,reduction", [
+    ("conv_same", 2, ["kh", "kw", "ic"]),  # ic alone by the model
+    ("conv3x3_few_channels_whole_reduction", 0, ["ic"]),  # kh, kw and ic by the model
+    ("conv3x3_few_channels_whole_reduction", 1, ["kw", "ic"]),
+])
+def test_a_profile_choice_of_the_reductions_a_call_runs_keeps_the_bits(case, inside, reduction):
+    """A profile that measured another count of outer reductions inside each call
+    (`TileChoice.inside`): the kernels run those, at the padding borders in chunks of fewer
+    taps, the report names the choice, and the output is the textbook C's to the bit."""
+    probe = dataclasses.replace(NATIVE, tiles=TileTable())
+    info, _, _ = _bitwise_case(case, run=False, target=probe)
+    tiled = info["tiled"][0]  # (then maybe a remainder's, which shares its choice)
+    assert tiled["reduction"] != reduction
+    choice = TileChoice(tiled["tile"][0], tiled["tile"][1] // NATIVE.vlen, False, 0, inside)
+    target = dataclasses.replace(NATIVE, tiles=TileTable(((tiled["key"], choice),)))
+    info, _, _ = _bitwise_case(case, target=target)
+    assert (info["tiled"][0]["chosen_by"], info["tiled"][0]["choice"]) == (
+        "profile", choice.label)
+    assert all(t["reduction"] == reduction and t["border_chunks"] == (inside > 0)
+               for t in info["tiled"]), info["tiled"]
 
 
 def test_a_profile_choice_of_steps_a_trip_runs_and_keeps_the_bits():

@@ -66,9 +66,11 @@ def parse_key(key: str) -> Extents:
 def features(ext: Extents, c: TileChoice, model: TileChoice, t: Target) -> list[float]:
     """A (contraction, candidate) pair as numbers: the extents (log2), the loops a call
     runs, the tile, the remainders it leaves, the analytic model's cost of the
-    candidate over its cost of its own choice, and its steps a trip of the k loop over the
-    target's (log2)."""
+    candidate over its cost of its own choice, its steps a trip of the k loop over the
+    target's (log2), and the outer reductions a call runs inside over the model's
+    (`TileChoice.inside`)."""
     vb = t.vlen * c.nv
+    now = ("kin" in ext.loops) + ("kin3" in ext.loops)
     lg = lambda x: math.log2(max(x, 1))  # noqa: E731
     return [lg(ext.rows), lg(ext.cols), lg(ext.outer), lg(ext.depth), lg(ext.call),
             float("kin" in ext.loops), float("k2" in ext.loops), float("merged" in ext.loops),
@@ -76,7 +78,8 @@ def features(ext: Extents, c: TileChoice, model: TileChoice, t: Target) -> list[
             (ext.rows % c.rb) / c.rb, (ext.cols % vb) / ext.cols,
             tile_cost_of(c, ext, t) / tile_cost_of(model, ext, t),
             float(c.tile_outer != model.tile_outer), float(c == model),
-            math.log2((c.steps or t.k_steps) / t.k_steps)]
+            math.log2((c.steps or t.k_steps) / t.k_steps),
+            float(c.inside - now if c.inside >= 0 else 0)]
 
 
 def samples(prof: Profile, t: Target, keys=None) -> list[tuple[str, TileChoice, list, float]]:
