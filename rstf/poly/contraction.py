@@ -137,7 +137,7 @@ def run_inside(s: Statement, kern: Kernel, scop: Scop, n: int) -> bool:
     box = dict(zip(iv, extents(s)))
     c_of = dict(zip(iv, s.iterators))
     loops = [outer[-1 - i] if i < n else None for i in range(2)]
-    for i, (attr, x) in enumerate((("kin", loops[0]), ("kin3", loops[1]))):
+    for attr, x in (("kin", loops[0]), ("kin3", loops[1])):
         lo_hi = box[x] if x else (0, 0)
         setattr(kern, attr, c_of[x] if x else None)
         setattr(kern, f"{attr}_lo", lo_hi[0])
@@ -145,11 +145,6 @@ def run_inside(s: Statement, kern: Kernel, scop: Scop, n: int) -> bool:
     kern.ranged = ([x for x in (kern.kin3, kern.kin, kern.k2 or kern.k) if x]
                    if kern.kin or kern.vec_a else [])
     return True
-
-
-def inside_count(kern: Kernel) -> int:
-    """The outer reductions `kern` runs inside its calls (`run_inside`'s n)."""
-    return (kern.kin is not None) + (kern.kin3 is not None)
 
 
 def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float,

@@ -60,8 +60,8 @@ class Kernel:
     kin3: str | None = None
     kin3_lo: int = 0
     kin3_hi: int = 0
-    # The reduction loops whose range is the chunk's own (dims lo<i>, hi<i> of K): kin, then
-    # k2 or k. Empty: every chunk runs the whole ranges.
+    # The reduction loops whose range is the chunk's own (dims lo<i>, hi<i> of K): kin3,
+    # kin, then k2 or k. Empty: every chunk runs the whole ranges.
     ranged: list[str] = dataclasses.field(default_factory=list)
     fused: bool = True  # the step is `y = fmaf(a, b, y)`, not `y += a * b`: one rounding
     # A sliding row (`sliding_row`): (KW, J, D) of `Shape.slide`; each call computes a
