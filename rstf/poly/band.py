@@ -39,11 +39,8 @@ generator executes once per point. It is legal when
 - every read of Y by X's first group at band row h falls in the window, and every write by
   A is to the row of its own time.
 It is worth it only for a stride of 2 or more with kh <= s + 1 (at most one row moved per
-band row) and a Y of `Tuning.halo_min_bytes` or more: a smaller one stays in L2 anyway. Measured on
-mobilenet_v2 (Zen 4, 1 MB L2) with stride-1 windows (two rows moved) and a 256 KB floor,
-every such band was slower than its two groups apart: Conv1 + expanded_conv 0.268 against
-0.245 ms, block 2 0.304 against 0.276, block 3 (stride 2, 1.8 MB) 0.170 against 0.162,
-blocks 4 and 5 0.13 against 0.12.
+band row) and a Y of `Tuning.halo_min_bytes` or more: a smaller one stays in L2 anyway
+(docs/tuning-constants.md, `halo_min_bytes`).
 Each group keeps its own kernels and register epilogue; the lowering runs them in one
 function whose outer parallel loop is the band's row loop.
 """

@@ -157,9 +157,8 @@ def merge_rows(s: Statement, kern: Kernel, scop: Scop, cost: float,
     leaves a 1-row remainder per row. Its input and output rows follow each other in
     memory, though (o's stride is exactly n times r's in A and in Y), so the 49 pixels are
     one row of a GEMM, tiled by choose_tile over all 49 (9 chunks of 5x16 and one of 4
-    rows). Measured on the AVX2 Zen 3 (one thread, the 7x7x960 -> 320 projection,
-    interleaved, hand-written C): 360-444 us as generated, 324-374 merged in 6x16 chunks,
-    the same in 5x16. Exact when r runs 0..n-1 whole, o's range is cut by nothing, the strides line
+    rows; docs/tuning-constants.md, `merge_rows`). Exact when r runs 0..n-1 whole, o's
+    range is cut by nothing, the strides line
     up in A and Y and B does not depend on o. Only for o of fewer than `Tuning.min_band_rows`
     rows: a row band, which fuses groups over o, cannot take those anyway. On the targets
     that say so (`Target.merge_rows`: AVX2 and AVX512_FULL, where it was measured)."""
@@ -227,12 +226,8 @@ def sliding_row(s: Statement, kern: Kernel, scop: Scop, t: Target) -> Kernel | N
     a one-row kernel at each border. kh stays ranged per output row (`Kernel.ranged`).
     None where it does not apply; the chunked kernel `kern` is then the one to use, and
     also where the sliding row's border rule turns out not to be the domain's
-    (`_slides_exactly`).
-    Measured on MobileNet v2's nine 14x14 and 7x7 stride-1 depthwise groups (hand-patched
-    C, Zen 4, `ab_kernels.py`, 300 pairs each order): 0.108 -> 0.078 ms, the model's
-    kernels 0.991x and 1/1.011x; as generated here, 0.995x and 1/1.010x (twice). Rows of
-    28 (its 28x28 blocks, dw_row_max = 28: 28 accumulators spill) gained nothing: 0.997x to
-    1.003x.
+    (`_slides_exactly`). Rows of 28 spill their 28 accumulators (docs/tuning-constants.md,
+    `dw_row_max`).
     """
     if not kern.vec_a or not kern.kin or kern.k2 or kern.r is None:
         return None

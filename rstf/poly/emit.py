@@ -226,8 +226,9 @@ class CallLowering:
         one before, the window's last kh - s rows are this row's first ones. The window
         then slides s rows down its buffer (`rstf_base`), and only when it would run off
         the buffer's end are those rows moved to the top; the producer's row loop starts
-        after them (`self.carrying`). Why slide: moving them every band row (MobileNet v2's
-        block 1: one 43 KB row) took 7% of the band's time on Zen 4."""
+        after them (`self.carrying`). Why slide: moving them every band row is a copy of a
+        whole row (MobileNet v2's block 1: 43 KB) a band row, a share of the band's time
+        (docs/tuning-constants.md, halo bands)."""
         name, (st, lo, kh) = next(iter(self.halo.items()))
         buf, rows = f"{name}_row", self.window_rows[name]
         self.lines.append(f"const int rstf_carry = rstf_has && rstf_held == {it} - 1;")

@@ -21,9 +21,9 @@ runs whole in one call; a *three-level* kernel (`three`) runs a third loop K3 ar
 k2 (a 3x3 conv over few channels: kh around kw around ic, its whole reduction in one
 call). The depthwise kernel loads each row's input vector once per tap; a
 sliding-window variant that loads each input column once and feeds the up to three rows
-whose taps read it (0.61 loads per FMA instead of 1.125, bit-identical) was measured on
-MobileNet v2's stride-1 depthwise kernels (hand-patched C, Zen 4): kernels 1.004x in A/B,
-no gain, so these kernels are not bound by their loads and the simple form stays. What
+whose taps read it (0.61 loads per FMA instead of 1.125, bit-identical) gained nothing
+(docs/tuning-constants.md, depthwise loads): these kernels are not bound by their loads,
+so the simple form stays. What
 does pay on the small maps is a *sliding row* (`Shape.slide`, contraction.sliding_row): one
 call for a whole output row of at most 16, its border taps skipped inside, instead of a
 chunk of rows plus a one-row kernel at each border.
@@ -278,8 +278,8 @@ def kernel_text(name: str, shape: Shape, params: abi.Abi, finish: list[str], com
         # A contraction's k loop stays rolled: where ipa-cp makes K a small constant (the
         # first conv's 9 = 3x3 channels), gcc unrolls it whole and hoists the loads of all
         # its steps, spilling accumulators (Conv1's 6x16 kernel: 30 stack accesses a k2
-        # step). A depthwise kernel's few taps do gain from the unrolling. Measured
-        # (`ab_kernels.py`, Zen 3, B/A): MobileNet v2 0.994 and 1/1.012, Inception v3 0.989.
+        # step). A depthwise kernel's few taps do gain from the unrolling
+        # (docs/tuning-constants.md, rolled k loops).
         roll = "" if shape.vec_a else "    #pragma GCC unroll 1\n"
         # Two lines of the prefetched weight a step, spread over the FMAs: a burst of them
         # between calls waits for the miss buffers instead (measured: no gain).
@@ -449,10 +449,8 @@ def _linkage(shape: Shape) -> str:
     stack each step in five band groups. Out of line it has the register file to itself,
     and -O3's ipa-cp still clones it with the call sites' constant strides. A call runs a
     whole reduction (K of 16 and more), so the call costs little. Depthwise kernels run 9
-    taps a call, so a call would cost more there, and they are not that tight.
-    Measured (`ab_kernels.py`, Zen 3, MobileNet v2, B/A): 0.954 and 0.954 on two threads,
-    0.942 on one; every kernel out of line 0.949; ResNet-50 1.000, Inception v3 0.994
-    (their time is in Winograd and in groups of one contraction)."""
+    taps a call, so a call would cost more there, and they are not that tight
+    (docs/tuning-constants.md, kernels out of line)."""
     return "static inline" if shape.vec_a else "__attribute__((noinline)) static"
 
 

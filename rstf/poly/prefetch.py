@@ -57,14 +57,11 @@ def plan_prefetch(scop: Scop, schedules: list[Group], skip: set[int],
     only kernel-free groups between, such as the Mean) is compute-bound, so its kernel calls
     prefetch the weight while they run: two lines a reduction step, spread over its calls,
     each thread its share (`PREFETCH_C`); the lines then sit in L2 or, evicted, in L3 when
-    the product reads them. Measured on MobileNet v2 (Zen 4, 2 threads, a hand-written
-    version): the GEMV 42-57 -> 34-40 us, Conv_1 unchanged, `ab_kernels.py` 0.997 and
-    1/1.007. Each thread prefetches at most the first `l2_bytes` of its share: lines past
-    its L2 evict the ones before them, and the prefetches of a weight many times the
-    caches (VGG16's 75 MB classifier at 96x96) saturate the memory system under the
-    computing group's own reads: block5_conv3 ran 1.66 ms with the whole share
-    prefetched, against 0.95-1.00 ms for the two convs of its shape before it
-    (`group_profile.py`, 2 threads, Intel Xeon with AVX-512). Returns ({computing group's
+    the product reads them. Each thread prefetches at most the first `l2_bytes` of its
+    share: lines past its L2 evict the ones before them, and the prefetches of a weight
+    many times the caches (VGG16's 75 MB classifier at 96x96) saturate the memory system
+    under the computing group's own reads (docs/tuning-constants.md, weight prefetch).
+    Returns ({computing group's
     call: the weight array}, {computing kernel: (its `prefetch` lines a call, its
     `prefetch_of` weight, its `prefetch_cap` bytes a thread)}). `skip`: calls lowered
     otherwise (Winograd); `threads`, `l2_bytes`: the target's."""
@@ -122,17 +119,11 @@ def plan_panel_prefetch(scop: Scop, schedules: list[Group], panels: dict, skip: 
     each tile's panel is reused by every row while the rows stream) read each panel from
     L3 or DRAM on its first row: ResNet-50's and Inception v3's weights (about 100 MB) never
     stay in the 32 MB L3 between calls. So each call prefetches its rows' share of the next
-    tile's panel, spread over its reduction steps (`Shape.pp`): measured on one Zen 5
-    core (a 7x48 kernel, K = 512, 42 tiles streamed from DRAM): 223 -> 262 GFLOP/s, the rate
-    of panels already in cache. On 2 threads (`group_profile.py`, 2026-11-25): ResNet-50's
-    7x7 1x1 convs 14-16% faster, its 7x7 3x3 convs 7-12%; `ab_kernels.py` B/A: ResNet-50
-    0.984 and 1/1.013, Inception v3 0.984 and 1/1.014, MobileNet v2 (whose 14 MB of
-    weights stay in L3) 0.995 and 1/1.006. On Zen 4 (MobileNet v2's Conv_1 and block 16
-    projection alone, by hand) it was 1.008 and 1/0.990.
+    tile's panel, spread over its reduction steps (`Shape.pp`), so that the next panel
+    is in cache when its calls start (docs/tuning-constants.md, panel prefetch).
     The same holds wherever the column tile is the calls' outermost loop (`tile_first`):
     a small map's merged rows (Xception's 728-channel 1x1 convs on 6x6 at 96x96, 2.1 MB
-    of weights each, four 9-row calls a panel) went from 0.21-0.23 to 0.15-0.16 ms a
-    group (`group_profile.py`, 2 threads, Intel Xeon with AVX-512).
+    of weights each, four 9-row calls a panel).
     Not for a matrix-vector product's one-row kernels (a batch-1 classifier): each panel is
     read by one call, so the next one would be prefetched a whole panel (megabytes) ahead,
     beyond L2, doubling the reads in flight: Xception's 8 MB classifier ran 0.144-0.155 ms

@@ -32,10 +32,7 @@ in both operands) gets the same tiling around a kernel that loads A as vectors
 inlined with its constant strides, gcc loads each input vector once for the taps that
 share it (a sliding window) and keeps it in a register, so a tile needs registers for its
 accumulators, a row of taps' weights *and* its input window. At 3 vectors wide (8x48) they
-spill to the stack; 16 wide they fit. Measured on MobileNet v2 (Zen 4, `ab_kernels.py`,
-300 pairs): every depthwise kernel 16 wide with up to 8 rows runs the model's kernels in
-0.987x the time of the GEMM-model tiles (5x64, 7x48, 8x48); 14 rows 0.986-0.988x, 10 rows
-1.006x and 6 rows 1.037x the 8-row time, 32 wide with up to 5 rows 1.045x. A stride-1
+spill to the stack; 16 wide they fit (docs/tuning-constants.md, depthwise tiles). A stride-1
 row of at most `dw_row_max` outputs is one *sliding-row* call instead (`sliding_row`).
 
 A short reduction (at most `kin_depth` steps in all: the first conv's 3x3x3, a depthwise

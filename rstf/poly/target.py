@@ -5,8 +5,8 @@ The microkernels keep a tile's accumulators in vector registers, so both numbers
 tiles (`microkernel.fits_registers`, `choose_tile`) and the width of every vector type in
 the generated C. A vector type wider than the target's registers is legal GCC C but is a
 disaster: on an AVX2 machine gcc keeps a 64-byte vector in memory and moves it through the
-stack in 16-byte pieces around every operation (measured on Zen 3: MobileNet v2's AVX-512
-shaped C ran 2.8x slower than the unoptimized C). So the pass asks the compiler what the
+stack in 16-byte pieces around every operation (docs/tuning-constants.md, vector width).
+So the pass asks the compiler what the
 build's `-march` enables and shapes the C for that:
 
 - AVX-512 (`__AVX512F__`): 16 floats, 32 registers;

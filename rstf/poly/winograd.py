@@ -31,11 +31,8 @@ part of its last tile past the image's edge, and a row's last register tile is s
 cost model counts the contractions' register tiles and U's bytes
 (`Tuning.winograd_tile_overhead`, `winograd_u_tiles`).
 It takes the 4-output tiles but on 14x14 images, where F(2x2,3x3)'s U (16/9 the weight) wins
-over F(4x4,3x3)'s (4x the weight). Measured on whole models (`benchmarks/ab_kernels.py`,
-interleaved, Zen 4, 2 cores): Inception v3's kernels with the 5x5 and 1x7/7x1 convs added
-in 2-output tiles, 0.931x (first subgraph) and 0.886x (second) of the 3x3-only time; then in
-4-output tiles, 0.807x and 0.889x more; ResNet-50's with F(4x4,3x3) on 28x28 and 56x56,
-0.960x.
+over F(4x4,3x3)'s (4x the weight); docs/tuning-constants.md (Winograd tiles) keeps the
+whole-model measurements.
 
 Measured with `benchmarks/winograd_probe.c` (F(2x2,3x3), U precomputed and hot): the
 contractions run at the direct kernel's rate; 7x7 and 8x8 images gain only 1.1-1.3x, and
