@@ -90,6 +90,11 @@ class Extents:
     call: int
     loops: tuple[str, ...] = ()
 
+    @property
+    def inside(self) -> int:
+        """The outer reduction loops a call runs inside (`contraction.run_inside`'s n)."""
+        return ("kin" in self.loops) + ("kin3" in self.loops)
+
     def key(self, t: Target) -> str:
         """The profile's key: these extents and the threads planned for."""
         extra = "".join(f" {x}" for x in self.loops)
@@ -195,7 +200,7 @@ def inside_variants(ext: Extents) -> tuple[int, ...]:
     fewer than the reduction's), and each fewer count. None for merged rows."""
     if "merged" in ext.loops:
         return ()
-    now = ("kin" in ext.loops) + ("kin3" in ext.loops)
+    now = ext.inside
     more = (2,) if ext.call < ext.depth and now < 2 else ()
     return more + tuple(range(now - 1, -1, -1))
 

@@ -70,7 +70,6 @@ def features(ext: Extents, c: TileChoice, model: TileChoice, t: Target) -> list[
     target's (log2), and the outer reductions a call runs inside over the model's
     (`TileChoice.inside`)."""
     vb = t.vlen * c.nv
-    now = ("kin" in ext.loops) + ("kin3" in ext.loops)
     lg = lambda x: math.log2(max(x, 1))  # noqa: E731
     return [lg(ext.rows), lg(ext.cols), lg(ext.outer), lg(ext.depth), lg(ext.call),
             float("kin" in ext.loops), float("k2" in ext.loops), float("merged" in ext.loops),
@@ -79,7 +78,7 @@ def features(ext: Extents, c: TileChoice, model: TileChoice, t: Target) -> list[
             tile_cost_of(c, ext, t) / tile_cost_of(model, ext, t),
             float(c.tile_outer != model.tile_outer), float(c == model),
             math.log2((c.steps or t.k_steps) / t.k_steps),
-            float(c.inside - now if c.inside >= 0 else 0)]
+            float(c.inside - ext.inside if c.inside >= 0 else 0)]
 
 
 def samples(prof: Profile, t: Target, keys=None) -> list[tuple[str, TileChoice, list, float]]:
