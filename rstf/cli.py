@@ -201,6 +201,7 @@ def _tune_parser(sub) -> None:
 
 def _tune(a) -> int:
     from .frontend.graph import parse_input_shapes
+    from .tuner.profile import needed
     from .tuner.search import parse_budget, tune
 
     budget = parse_budget(a.budget)
@@ -221,6 +222,9 @@ def _tune(a) -> int:
     for c in sorted(won, key=lambda c: c["vs_model"]):
         print(f"  {c['model']:>11} -> {c['choice']:>11}: {c['vs_model']:.3f} of the model's "
               f"time ({c['choice_ms']:.3f} ms)  {c['key']}")
+    print(f"noise: a timed ratio moved by {100 * r['noise']:.1f}% with no change on this "
+          f"machine; a choice beat the model's by at least "
+          f"{100 * needed(r['noise'], max(a.confirm, 1)):.1f}% over its confirmation rounds")
     print(f"profile: {r['profile']} (rstf optimize reads it: --tuning auto)")
     return 0
 

@@ -20,13 +20,17 @@ figure a probe: the median milliseconds of the groups that run the contraction, 
 them, with that choice; `vs_model` the same over the model's choice timed beside it in the
 same probe (`search._paired`), the figure the choice is made on: a ratio taken in one
 window of the machine's load, where two absolute times from different minutes of a shared
-host differ by more than the tiles do. `choice` is the label of the least median ratio
-where that is under 1 - `MARGIN`, else the model's. `runs` lets a stopped `rstf tune` resume where it stopped.
+host differ by more than the tiles do. `noise` (where a run measured it) is how much the
+model's tile differs from itself between two runs of one pairing on this machine
+(`spread`). `choice` is the candidate whose confirmed ratios (`evidence`) have the least
+median, where that median is under 1 - `needed(noise, n)`, else the model's. `runs` lets
+a stopped `rstf tune` resume where it stopped, and keeps each run's samples of the noise.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import statistics
@@ -39,6 +43,25 @@ from ..poly.tiles import TileChoice, TileTable
 FORMAT = "rstf-tile-profile"
 VERSION = 1
 MARGIN = 0.02  # a measured choice must be this much faster than the model's to be taken
+# ... and, on a noisy machine, this many times the standard error of its confirmed ratios'
+# median, the error taken from the noise the same run measured (`needed`).
+NOISE_Z = 2.0
+
+
+def spread(samples: list[float]) -> float:
+    """The noise of one timed ratio, from samples of log(the model's second run over its
+    first) in one pairing: their median absolute deviation, scaled to a standard deviation
+    (1.4826), robust to the bursts of a shared host. 0 with fewer than 4 samples."""
+    if len(samples) < 4:
+        return 0.0
+    mid = statistics.median(samples)
+    return 1.4826 * statistics.median(abs(x - mid) for x in samples)
+
+
+def needed(noise: float, n: int) -> float:
+    """How much faster than the model's a choice confirmed by `n` ratios must be: `MARGIN`,
+    or `NOISE_Z` standard errors of their median where the machine's noise is larger."""
+    return max(MARGIN, NOISE_Z * noise / math.sqrt(max(n, 1)))
 
 
 def cpu_model() -> str:
@@ -134,10 +157,19 @@ class Profile:
         e["nodes"] = sorted(set(e["nodes"]) | set(nodes))[:8]
         e["choice"] = self.best(key)
 
+    def evidence(self, key: str, label: str) -> list[float]:
+        """The ratios to the model's a choice is judged on: those of the rounds that timed
+        it again (`search._confirm`), without the probe that put it forward. That probe
+        made it the least of several noisy ratios, which is biased low (on a noisy host
+        by more than tiles differ); alone where nothing timed it again."""
+        v = self.contractions[key].get("vs_model", {}).get(label, [])
+        return v[1:] if len(v) > 1 else v
+
     def best(self, key: str) -> str:
         """The label `optimize` takes for `key`: of the candidates measured most often,
-        the one of the least median time relative to the model's where that is under
-        1 - MARGIN, else the model's."""
+        the one of the least median `evidence` where that is under 1 - `needed`, else the
+        model's. A candidate no round timed again (a run's probes, before `_confirm`, or
+        `--confirm 0`) needs `MARGIN` only: that puts it forward to be confirmed."""
         e = self.contractions[key]
         ratios = {label: v for label, v in e.get("vs_model", {}).items()
                   if v and label != e["model"]}
@@ -147,9 +179,22 @@ class Profile:
         # (`search._confirm`), and one that lost there must not hand the choice to a
         # runner-up measured once, whose one ratio is as likely to be luck.
         most = max(map(len, ratios.values()))
-        med = {label: statistics.median(v) for label, v in ratios.items() if len(v) == most}
+        med = {label: statistics.median(self.evidence(key, label))
+               for label, v in ratios.items() if len(v) == most}
         label = min(med, key=med.get)
-        return label if med[label] < 1 - MARGIN else e["model"]
+        if most == 1:  # put forward by its probe, not timed again (yet): the margin alone
+            return label if med[label] < 1 - MARGIN else e["model"]
+        n = len(self.evidence(key, label))
+        return label if med[label] < 1 - needed(e.get("noise", 0.0), n) else e["model"]
+
+    def note_noise(self, keys, noise: float) -> None:
+        """Record the noise a run measured (`spread`) on its contractions `keys`, and
+        choose again with it."""
+        for key in keys:
+            e = self.contractions.get(key)
+            if e is not None:
+                e["noise"] = round(noise, 4)
+                e["choice"] = self.best(key)
 
     def table(self) -> TileTable:
         """The measured choices as the pass takes them (those that differ from the

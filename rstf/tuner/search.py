@@ -31,13 +31,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import tempfile
 import time
 
 from ..errors import RstfError
 from ..poly.tiles import TileChoice, TileTable
-from .profile import Profile, cpu_model, default_path
+from .profile import Profile, cpu_model, default_path, spread
 
 
 def parse_budget(text: str) -> float:
@@ -191,11 +192,12 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
             except KeyboardInterrupt:
                 stopped = "interrupted"
                 break
-            for (key, choice, is_model), (secs, ratio, nodes) in sorted(
+            for (key, choice, is_model), (secs, ratio, nodes, _) in sorted(
                     measured.items(), key=lambda kv: not kv[0][2]):
                 prof.record(key, choice, secs * 1e3, ratio, nodes,
                             model=choice if is_model else None)
             run["keys"] = sorted(set(run.get("keys", [])) | {kc[0] for kc in measured})
+            _note(prof, run, measured)
             run["done"] = sorted(set(run["done"]) | {v})
             prof.save()
             log(f"  probe {v + 1}/{probes}: {len(measured)} contraction tiles timed "
@@ -204,7 +206,7 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
             stopped = _confirm(prof, run, codes, consts, target, base, jobs, reps, threads,
                                work, confirm, budget - (time.monotonic() - t0), log)
     prof.save()
-    summary = summarize(prof, run.get("keys", []), path)
+    summary = summarize(prof, run.get("keys", []), path, run.get("noise", []))
     summary.update(probes_done=len(run["done"]), probes=probes, probe_order=kind,
                    stopped=stopped,
                    seconds=round(time.monotonic() - t0, 1))
@@ -233,9 +235,10 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
             measured = _paired(base, cand, threads)
         except KeyboardInterrupt:
             return "interrupted"
-        for (key, choice, is_model), (secs, ratio, nodes) in measured.items():
+        for (key, choice, is_model), (secs, ratio, nodes, _) in measured.items():
             if not is_model:
                 prof.record(key, choice, secs * 1e3, ratio, nodes)
+        _note(prof, run, measured)
         run["confirmed"] = r + 1
         prof.save()
         log(f"  confirmation {r + 1}/{rounds}: {len(table.measured)} measured choices "
@@ -277,11 +280,12 @@ def _build(codes, consts, probe, jobs: int, reps: int, work: str, log=None) -> l
 
 
 def _paired(base: list, cand: list, threads: int) -> dict:
-    """{(key, choice, the model's): (seconds, seconds over the model's, nodes)} of the
-    candidate programs `cand`, each timed beside the model's (`base`) in the order model,
-    candidate, candidate, model, so that a drift of the machine's load falls on both
+    """{(key, choice, the model's): (seconds, seconds over the model's, nodes, noise)} of
+    the candidate programs `cand`, each timed beside the model's (`base`) in the order
+    model, candidate, candidate, model, so that a drift of the machine's load falls on both
     alike. A key's seconds are a run's (the faster of each side's two) over its `regions`,
-    summed over the subgraphs."""
+    summed over the subgraphs; its noise the log of the model's second run over its first
+    there (the same tile twice: what a ratio of this machine moves by with no change)."""
     acc: dict = {}
     for b, c in zip(base, cand):
         if b is None or c is None:
@@ -298,24 +302,35 @@ def _paired(base: list, cand: list, threads: int) -> dict:
                 continue
             # Each side's faster run: a burst of load slows a run, nothing speeds one up.
             secs = min(charge(r, region) for r in cs)
-            model = min(charge(r, region) for r in ms)
+            first, second = (charge(r, region) for r in ms)
             nodes = sorted(n for n, kc in c[1].items() if kc[0] == key)
-            s0, m0, n0 = acc.get(by_key[key], (0.0, 0.0, []))
-            acc[by_key[key]] = (s0 + secs, m0 + model, n0 + nodes)
-    return {kc: (secs, secs / model if model else 1.0, nodes)
-            for kc, (secs, model, nodes) in acc.items()}
+            s0, m0, f0, t0, n0 = acc.get(by_key[key], (0.0, 0.0, 0.0, 0.0, []))
+            acc[by_key[key]] = (s0 + secs, m0 + min(first, second), f0 + first,
+                                t0 + second, n0 + nodes)
+    return {kc: (secs, secs / model if model else 1.0, nodes,
+                 math.log(second / first) if first and second else 0.0)
+            for kc, (secs, model, first, second, nodes) in acc.items()}
 
 
-def summarize(prof: Profile, keys, path: str) -> dict:
-    """Per contraction: the model's and the chosen tile, with their median ms."""
+def _note(prof: Profile, run: dict, measured: dict) -> None:
+    """Keep a pairing's samples of the noise in `run` and choose its keys again with the
+    noise they give (`profile.spread`, `Profile.note_noise`)."""
+    run["noise"] = run.get("noise", []) + [round(m[3], 4) for m in measured.values()]
+    prof.note_noise(run.get("keys", []), spread(run["noise"]))
+
+
+def summarize(prof: Profile, keys, path: str, noise: list[float] = ()) -> dict:
+    """Per contraction: the model's and the chosen tile, with their median ms and the
+    median of the ratios the choice was made on (`Profile.evidence`); and the noise of a
+    timed ratio the run measured (`profile.spread` of its samples)."""
     import statistics
     rows = []
     for key in sorted(keys):
         e = prof.contractions[key]
         med = {lab: statistics.median(v) for lab, v in e["ms"].items() if v}
-        ratio = e.get("vs_model", {}).get(e["choice"]) if e["choice"] != e["model"] else None
+        ratio = prof.evidence(key, e["choice"]) if e["choice"] != e["model"] else None
         rows.append({"key": key, "model": e["model"], "model_ms": med.get(e["model"]),
                      "choice": e["choice"], "choice_ms": med.get(e["choice"]),
                      "vs_model": statistics.median(ratio) if ratio else 1.0,
                      "candidates": len(med), "nodes": e["nodes"][:3]})
-    return {"profile": path, "contractions": rows}
+    return {"profile": path, "contractions": rows, "noise": round(spread(list(noise)), 4)}
