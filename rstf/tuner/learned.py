@@ -83,13 +83,15 @@ def features(ext: Extents, c: TileChoice, model: TileChoice, t: Target) -> list[
 
 def samples(prof: Profile, t: Target, keys=None) -> list[tuple[str, TileChoice, list, float]]:
     """(key, candidate, features, log median ratio) for every measured pair of `prof`
-    (of `keys` only, when given)."""
+    (of `keys` only, when given; the ratios `Profile.evidence` names)."""
     out = []
     for key, e in prof.contractions.items():
         if keys is not None and key not in keys:
             continue
         ext, model = parse_key(key), TileChoice.parse(e["model"])
-        for label, ratios in e.get("vs_model", {}).items():
+        for label in e.get("vs_model", {}):
+            # (a winner's confirmed ratios: the probe that made it one is biased low)
+            ratios = prof.evidence(key, label)
             if ratios:
                 c = TileChoice.parse(label)
                 out.append((key, c, features(ext, c, model, t),
