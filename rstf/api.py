@@ -152,13 +152,14 @@ def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None,
 
 
 def tune(model, *, input_shapes=None, outputs=None, profile: str | None = None,
-         budget="10m", probes: int = 6, reps: int = 15, confirm: int = 2,
+         budget="10m", probes: int = 8, reps: int = 15, confirm: int = 2,
          march: str = "native", threads: int = 0, max_ops=None, fold_scales: bool = False,
          fresh: bool = False, probe_order: str = "auto", log=None) -> dict:
     """`rstf tune` from Python: the dict `rstf tune --json` prints (`profile`, the
     `contractions` with the model's and the chosen tile, `probes_done`, `probe_order`,
-    `stopped`). The
-    keywords are the command's options; `budget` is seconds or a string such as "10m".
+    `stopped`, and `noise`: how much a timed ratio moved on this machine with no change).
+    The keywords are the command's options, with its defaults; `budget` is seconds or a
+    string such as "10m".
     `log` receives the progress lines (default: none).
 
         >>> rstf.tune("model.pb", budget="5m")["profile"]

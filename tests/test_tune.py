@@ -74,8 +74,9 @@ def test_tune_writes_a_profile_of_measured_candidates(tuned):
         assert 0 <= e["noise"] < 1
     (run,) = data["runs"].values()
     assert run["done"] == [0, 1, 2] and sorted(run["keys"]) == sorted(entries)
-    # The model's tile timed twice in each pairing: a sample of the noise per key a pairing.
-    assert len(run["noise"]) >= 3 * len(entries)
+    # The model's own probe times its tiles against themselves: a sample of the noise a
+    # key, and more from later pairings that leave a key's tile as the model's.
+    assert len(run["noise"]) >= len(entries)
     assert "noise: a timed ratio moved by" in out
     assert "probes 3/3" in out and path in out
 

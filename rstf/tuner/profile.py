@@ -20,9 +20,9 @@ figure a probe: the median milliseconds of the groups that run the contraction, 
 them, with that choice; `vs_model` the same over the model's choice timed beside it in the
 same probe (`search._paired`), the figure the choice is made on: a ratio taken in one
 window of the machine's load, where two absolute times from different minutes of a shared
-host differ by more than the tiles do. `noise` (where a run measured it) is how much the
-model's tile differs from itself between two runs of one pairing on this machine
-(`spread`). `choice` is the candidate whose confirmed ratios (`evidence`) have the least
+host differ by more than the tiles do. `noise` (where a run measured it) is how much that
+ratio moves on this machine with no change: the model's tile timed against itself in the
+same pairing (`spread`). `choice` is the candidate whose confirmed ratios (`evidence`) have the least
 median, where that median is under 1 - `needed(noise, n)`, else the model's. `runs` lets
 a stopped `rstf tune` resume where it stopped, and keeps each run's samples of the noise.
 """
@@ -49,9 +49,10 @@ NOISE_Z = 2.0
 
 
 def spread(samples: list[float]) -> float:
-    """The noise of one timed ratio, from samples of log(the model's second run over its
-    first) in one pairing: their median absolute deviation, scaled to a standard deviation
-    (1.4826), robust to the bursts of a shared host. 0 with fewer than 4 samples."""
+    """The noise of one timed ratio, from samples of its log where the model's tile was
+    timed against itself (`search._note`): their median absolute deviation, scaled to a
+    standard deviation (1.4826), robust to the bursts of a shared host. 0 with fewer than
+    4 samples."""
     if len(samples) < 4:
         return 0.0
     mid = statistics.median(samples)

@@ -192,9 +192,10 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
             except KeyboardInterrupt:
                 stopped = "interrupted"
                 break
-            for (key, choice, is_model), (secs, ratio, nodes, _) in sorted(
+            for (key, choice, is_model), (secs, ratio, nodes) in sorted(
                     measured.items(), key=lambda kv: not kv[0][2]):
-                prof.record(key, choice, secs * 1e3, ratio, nodes,
+                # (the model's own probe: the reference, 1 by definition; its ratio is noise)
+                prof.record(key, choice, secs * 1e3, 1.0 if v == 0 else ratio, nodes,
                             model=choice if is_model else None)
             run["keys"] = sorted(set(run.get("keys", [])) | {kc[0] for kc in measured})
             _note(prof, run, measured)
@@ -235,7 +236,7 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
             measured = _paired(base, cand, threads)
         except KeyboardInterrupt:
             return "interrupted"
-        for (key, choice, is_model), (secs, ratio, nodes, _) in measured.items():
+        for (key, choice, is_model), (secs, ratio, nodes) in measured.items():
             if not is_model:
                 prof.record(key, choice, secs * 1e3, ratio, nodes)
         _note(prof, run, measured)
@@ -280,42 +281,40 @@ def _build(codes, consts, probe, jobs: int, reps: int, work: str, log=None) -> l
 
 
 def _paired(base: list, cand: list, threads: int) -> dict:
-    """{(key, choice, the model's): (seconds, seconds over the model's, nodes, noise)} of
-    the candidate programs `cand`, each timed beside the model's (`base`) in the order
-    model, candidate, candidate, model, so that a drift of the machine's load falls on both
+    """{(key, choice, the model's): (seconds, seconds over the model's, nodes)} of the
+    candidate programs `cand`, each timed beside the model's (`base`) in the order model,
+    candidate, candidate, model, so that a drift of the machine's load falls on both
     alike. A key's seconds are a run's (the faster of each side's two) over its `regions`,
-    summed over the subgraphs; its noise the log of the model's second run over its first
-    there (the same tile twice: what a ratio of this machine moves by with no change)."""
+    summed over the subgraphs. Where `cand` is `base` (the model's own probe) its program
+    runs four times the same way: every key's ratio is then the model's tile against
+    itself, what this machine's ratios move by with no change (`_note`)."""
     acc: dict = {}
     for b, c in zip(base, cand):
         if b is None or c is None:
             continue
-        if c is b:  # the model's own probe: its two runs are both sides
-            ms = [b[0].run(threads)[1], b[0].run(threads)[1]]
-            cs = ms
-        else:
-            m1, c1, c2, m2 = (p[0].run(threads)[1] for p in (b, c, c, b))
-            ms, cs = [m1, m2], [c1, c2]
+        m1, c1, c2, m2 = (p[0].run(threads)[1] for p in (b, c, c, b))
+        ms, cs = [m1, m2], [c1, c2]
         by_key = {kc[0]: kc for kc in c[1].values()}
         for key, region in regions([ms[0], cs[0]], [b[1], c[1]]).items():
             if key not in by_key:
                 continue
             # Each side's faster run: a burst of load slows a run, nothing speeds one up.
             secs = min(charge(r, region) for r in cs)
-            first, second = (charge(r, region) for r in ms)
+            model = min(charge(r, region) for r in ms)
             nodes = sorted(n for n, kc in c[1].items() if kc[0] == key)
-            s0, m0, f0, t0, n0 = acc.get(by_key[key], (0.0, 0.0, 0.0, 0.0, []))
-            acc[by_key[key]] = (s0 + secs, m0 + min(first, second), f0 + first,
-                                t0 + second, n0 + nodes)
-    return {kc: (secs, secs / model if model else 1.0, nodes,
-                 math.log(second / first) if first and second else 0.0)
-            for kc, (secs, model, first, second, nodes) in acc.items()}
+            s0, m0, n0 = acc.get(by_key[key], (0.0, 0.0, []))
+            acc[by_key[key]] = (s0 + secs, m0 + model, n0 + nodes)
+    return {kc: (secs, secs / model if model else 1.0, nodes)
+            for kc, (secs, model, nodes) in acc.items()}
 
 
 def _note(prof: Profile, run: dict, measured: dict) -> None:
-    """Keep a pairing's samples of the noise in `run` and choose its keys again with the
-    noise they give (`profile.spread`, `Profile.note_noise`)."""
-    run["noise"] = run.get("noise", []) + [round(m[3], 4) for m in measured.values()]
+    """Keep a pairing's samples of the noise in `run` (the log ratio of each key that ran
+    the model's tile on both sides: the same figure a candidate is judged by, with no
+    change to judge) and choose the run's keys again with the noise they give
+    (`profile.spread`, `Profile.note_noise`)."""
+    run["noise"] = run.get("noise", []) + [round(math.log(m[1]), 4)
+                                           for kc, m in measured.items() if kc[2] and m[1] > 0]
     prof.note_noise(run.get("keys", []), spread(run["noise"]))
 
 
