@@ -22,9 +22,10 @@ same probe (`search._paired`), the figure the choice is made on: a ratio taken i
 window of the machine's load, where two absolute times from different minutes of a shared
 host differ by more than the tiles do. `noise` (where a run measured it) is how much that
 ratio moves on this machine with no change: the model's tile timed against itself in the
-same pairing (`spread`). `choice` is the candidate whose confirmed ratios (`evidence`) have the least
-median, where that median is under 1 - `needed(noise, n)`, else the model's. `runs` lets
-a stopped `rstf tune` resume where it stopped, and keeps each run's samples of the noise.
+same pairing (`spread`). `choice` is the candidate whose confirmed ratios (`evidence`)
+have the least median, where that median is under 1 - `needed(noise, n)`, else the
+model's. `runs` lets a stopped `rstf tune` resume where it stopped, and keeps each run's
+samples of the noise.
 """
 from __future__ import annotations
 
