@@ -181,13 +181,12 @@ class Profile:
         # (`search._confirm`), and one that lost there must not hand the choice to a
         # runner-up measured once, whose one ratio is as likely to be luck.
         most = max(map(len, ratios.values()))
-        med = {label: statistics.median(self.evidence(key, label))
-               for label, v in ratios.items() if len(v) == most}
+        ev = {label: self.evidence(key, label) for label, v in ratios.items() if len(v) == most}
+        med = {label: statistics.median(v) for label, v in ev.items()}
         label = min(med, key=med.get)
-        if most == 1:  # put forward by its probe, not timed again (yet): the margin alone
-            return label if med[label] < 1 - MARGIN else e["model"]
-        n = len(self.evidence(key, label))
-        return label if med[label] < 1 - needed(e.get("noise", 0.0), n) else e["model"]
+        # (put forward by its probe, not timed again yet: the margin alone)
+        need = MARGIN if most == 1 else needed(e.get("noise", 0.0), len(ev[label]))
+        return label if med[label] < 1 - need else e["model"]
 
     def note_noise(self, keys, noise: float) -> None:
         """Record the noise a run measured (`spread`) on its contractions `keys`, and
