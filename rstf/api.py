@@ -152,7 +152,7 @@ def inspect(model, *, input_shapes=None, outputs=None, max_ops=None, svg=None,
 
 
 def tune(model, *, input_shapes=None, outputs=None, profile: str | None = None,
-         budget="10m", probes: int = 8, reps: int = 15, confirm: int = 2,
+         budget="10m", probes: int = 8, reps: int = 30, confirm: int = 2,
          march: str = "native", threads: int = 0, max_ops=None, fold_scales: bool = False,
          fresh: bool = False, probe_order: str = "auto", log=None) -> dict:
     """`rstf tune` from Python: the dict `rstf tune --json` prints (`profile`, the

@@ -178,7 +178,8 @@ def _tune_parser(sub) -> None:
                    "machine's, beside the build cache)")
     t.add_argument("--probes", type=int, default=8, help="candidate tiles measured per "
                    "contraction, the model's own first (default 8)")
-    t.add_argument("--reps", type=int, default=15, help="timed runs per probe (default 15)")
+    t.add_argument("--reps", type=int, default=30, help="timed runs of each side of a "
+                   "pairing, the model's tiles and a probe's, in turn (default 30)")
     t.add_argument("--confirm", type=int, default=2, help="rounds that time the winning "
                    "tiles again beside the model's before they are kept (default 2)")
     t.add_argument("--fresh", action="store_true", help="measure again what an earlier run "

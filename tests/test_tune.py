@@ -245,10 +245,10 @@ def test_a_candidate_whose_c_does_not_compile_is_skipped_not_fatal(tuned, tmp_pa
     of the subgraph, logged, not the tuning run: the model's own tiles stay measured."""
     import rstf
     from rstf.errors import RstfError
-    from rstf.evaluation import groupbench
+    from rstf.evaluation import pairbench
 
     pb, _, _ = tuned
-    real, built = groupbench.build_timer, []
+    real, built = pairbench.compile_unit, []
 
     def only_the_models(*args):
         built.append(args)
@@ -256,7 +256,7 @@ def test_a_candidate_whose_c_does_not_compile_is_skipped_not_fatal(tuned, tmp_pa
             raise RstfError("compiling p.c failed: p.c:1:1: error: 'KS3_pack' undeclared")
         return real(*args)
 
-    monkeypatch.setattr(groupbench, "build_timer", only_the_models)
+    monkeypatch.setattr(pairbench, "compile_unit", only_the_models)
     said = []
     path = str(tmp_path / "p.json")
     r = rstf.tune(pb, profile=path, probes=2, reps=2, confirm=0, log=said.append)

@@ -61,8 +61,8 @@ static float *alloc_rand(long n) {
 """
 
 
-def buffers(shapes: dict, ws_bytes: int, ctypes: dict | None = None) -> tuple[list[str], str]:
-    """(the entry's arguments in order: in0.., out0.., ws; the C that allocates them).
+def tensor_allocs(shapes: dict, ctypes: dict | None = None) -> tuple[list[str], str]:
+    """(the entry's tensor arguments in order: in0.., out0..; the C that allocates them).
     Float tensors hold random values; integer and bool ones (`ctypes`) hold 1 everywhere:
     a valid index of any table, a mask that keeps every position."""
     names = sorted((k for k in shapes if k.startswith("in")), key=lambda k: int(k[2:]))
@@ -74,8 +74,14 @@ def buffers(shapes: dict, ws_bytes: int, ctypes: dict | None = None) -> tuple[li
         alloc.append(f"    float *{k} = alloc_rand({n});" if ct == "float" else
                      f"    {ct} *{k} = malloc({n} * sizeof({ct}));\n"
                      f"    for (long i = 0; i < {n}; ++i) {k}[i] = 1;")
-    alloc.append(f"    void *ws = alloc_rand({(ws_bytes + 3) // 4 or 1});")
-    return names + ["ws"], "\n".join(alloc)
+    return names, "\n".join(alloc)
+
+
+def buffers(shapes: dict, ws_bytes: int, ctypes: dict | None = None) -> tuple[list[str], str]:
+    """(the entry's arguments in order: in0.., out0.., ws; the C that allocates them):
+    `tensor_allocs`, and a workspace of `ws_bytes`."""
+    names, alloc = tensor_allocs(shapes, ctypes)
+    return names + ["ws"], alloc + f"\n    void *ws = alloc_rand({(ws_bytes + 3) // 4 or 1});"
 
 
 def bench_c_flags() -> list[str]:

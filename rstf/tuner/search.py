@@ -5,13 +5,15 @@ The model's subgraphs are cut and generated as `rstf optimize` cuts them. Then, 
 *probe* v = 0, 1, .., V-1, the polyhedral pass runs every subgraph with every tunable kernel
 in its candidate number v (`tiles.TileTable(variant=v)`: the analytic model's choice is
 candidate 0, the rest ranked by the same model, `tiles.candidates`), and each subgraph's C
-is timed group by group in the op library's own harness (`evaluation.groupbench`: the
-thread team, 2 MB pages, every group after the groups before it). A kernel with fewer
-candidates than v runs the model's choice again, which only adds samples of it. A group's
-median time is credited to each contraction key it runs, summed over the groups with
-that key, and recorded in the profile (`profile.Profile.record`) after each probe, so a
-run stopped by its budget or by Ctrl-C keeps what it measured and the next run resumes at
-the next probe.
+is timed group by group beside the model's own C, run by run in one program
+(`evaluation.pairbench`: the op library's flags and thread team, 2 MB pages, every group
+after the groups before it, the two variants in turn so that the machine's load at any
+moment falls on both). A kernel with fewer candidates than v runs the model's choice
+again, which only adds samples of it. A group's time is credited to each contraction key
+it runs, summed over the groups with that key, and the key's time against the model's,
+the median over runs of the ratio of two runs made moments apart, is recorded in the
+profile (`profile.Profile.record`) after each probe, so a run stopped by its budget or by
+Ctrl-C keeps what it measured and the next run resumes at the next probe.
 
 Which candidates the probes run (`probe_order`): by default, where scikit-learn is
 installed and the profile's other runs measured enough contractions, the learned model
@@ -105,7 +107,7 @@ def run_id(model: str, input_shapes, outputs) -> str:
 
 
 def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = None,
-         budget: float = 600.0, probes: int = 8, reps: int = 15, march: str = "native",
+         budget: float = 600.0, probes: int = 8, reps: int = 30, march: str = "native",
          threads: int = 0, max_ops: int | None = None, fold_scales: bool = False,
          fresh: bool = False, jobs: int | None = None, confirm: int = 2,
          probe_order: str = "auto", log=print) -> dict:
@@ -169,7 +171,7 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
     if not codes:
         raise RstfError(f"{model}: no subgraph rstf can generate code for, nothing to tune")
     consts = [frozenset(s.cname for s in sg.inputs if gen.is_const(s.tensor)) for sg in codes]
-    log(f"tuning {model}: {len(codes)} subgraphs, {probes} probes of {reps} runs each, "
+    log(f"tuning {model}: {len(codes)} subgraphs, {probes} probes of {reps} runs a side, "
         f"budget {budget:.0f} s, profile {path}")
     log(f"  probe order: {kind}" + (f" (trained on {order.contractions} contractions of "
                                      f"{len(order.runs)} other runs)" if order else ""))
@@ -185,10 +187,10 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
             try:
                 # The model's own tiles, built once: every probe is timed against them.
                 base = base or _build(codes, consts, _probe_target(target, 0, probes, order),
-                                      jobs, reps, work)
+                                      jobs, work)
                 cand = base if v == 0 else _build(codes, consts, _probe_target(
-                    target, v, probes, order), jobs, reps, work, log)
-                measured = _paired(base, cand, threads)
+                    target, v, probes, order), jobs, work, log)
+                measured = _paired(base, cand, threads, reps, work)
             except KeyboardInterrupt:
                 stopped = "interrupted"
                 break
@@ -230,10 +232,10 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
         if time.monotonic() - t0 > left:
             return "budget"
         try:
-            base = base or _build(codes, consts, _probe_target(target, 0, 1), jobs, reps, work)
+            base = base or _build(codes, consts, _probe_target(target, 0, 1), jobs, work)
             cand = cand or _build(codes, consts, dataclasses.replace(target, tiles=table),
-                                  jobs, reps, work, log)
-            measured = _paired(base, cand, threads)
+                                  jobs, work, log)
+            measured = _paired(base, cand, threads, reps, work)
         except KeyboardInterrupt:
             return "interrupted"
         for (key, choice, is_model), (secs, ratio, nodes) in measured.items():
@@ -252,13 +254,13 @@ def _probe_target(target, variant: int, limit: int, order=None):
                                                        order=order))
 
 
-def _build(codes, consts, probe, jobs: int, reps: int, work: str, log=None) -> list:
-    """Per subgraph, (its timing program, `kernel_choices`) with every subgraph through
-    the pass on target `probe`; None for a subgraph with no tunable kernel. With `log`
-    (a candidate probe's build), a subgraph whose C does not compile is logged and None:
-    the probe measures the others; without it (the model's own tiles, which `rstf
-    optimize` builds too) that is the error."""
-    from ..evaluation.groupbench import build_timer
+def _build(codes, consts, probe, jobs: int, work: str, log=None) -> list:
+    """Per subgraph, (its timing unit, `pairbench.compile_unit`, and `kernel_choices`)
+    with every subgraph through the pass on target `probe`; None for a subgraph with no
+    tunable kernel. With `log` (a candidate probe's build), a subgraph whose C does not
+    compile is logged and None: the probe measures the others; without it (the model's
+    own tiles, which `rstf optimize` builds too) that is the error."""
+    from ..evaluation.pairbench import compile_unit
     from ..parallel import run_ordered
     from ..poly import optimize as poly_optimize
 
@@ -269,43 +271,48 @@ def _build(codes, consts, probe, jobs: int, reps: int, work: str, log=None) -> l
     for i, (sg, res) in enumerate(zip(codes, results)):
         choices = kernel_choices(res.report()) if res.optimized else {}
         ws = sg.workspace_bytes if res.workspace_bytes is None else res.workspace_bytes
-        timer = None
+        unit = None
         try:
-            timer = build_timer(res.source, sg.entry, ws, reps, work) if choices else None
+            unit = compile_unit(res.source, sg.entry, ws, work) if choices else None
         except RstfError as e:
             if log is None:
                 raise
             log(f"  subgraph {i}: not measured in this probe: {e}")
-        out.append((timer, choices) if timer else None)
+        out.append((unit, choices) if unit else None)
     return out
 
 
-def _paired(base: list, cand: list, threads: int) -> dict:
+def _paired(base: list, cand: list, threads: int, reps: int, work: str) -> dict:
     """{(key, choice, the model's): (seconds, seconds over the model's, nodes)} of the
-    candidate programs `cand`, each timed beside the model's (`base`) in the order model,
-    candidate, candidate, model, so that a drift of the machine's load falls on both
-    alike. A key's seconds are a run's (the faster of each side's two) over its `regions`,
-    summed over the subgraphs. Where `cand` is `base` (the model's own probe) its program
-    runs four times the same way: every key's ratio is then the model's tile against
-    itself, what this machine's ratios move by with no change (`_note`)."""
+    candidate units `cand`, each timed beside the model's (`base`) in one program, `reps`
+    runs of each, in turn (`pairbench.pair_timer`). Per subgraph, a key's ratio is the
+    median over runs of its seconds (the calls of its `regions`) over the model's in the
+    run beside it, and its seconds the median of its own; over the subgraphs, the seconds
+    are summed and the ratios weighted by the model's. Where `cand` is `base` (the model's
+    own probe) two copies of the model's code run side by side: every key's ratio is then
+    the model's tile against itself, what this machine's ratios move by with no change
+    (`_note`)."""
+    import statistics
+    from ..evaluation.pairbench import pair_timer
     acc: dict = {}
     for b, c in zip(base, cand):
         if b is None or c is None:
             continue
-        m1, c1, c2, m2 = (p[0].run(threads)[1] for p in (b, c, c, b))
-        ms, cs = [m1, m2], [c1, c2]
+        ms, cs = pair_timer([b[0], c[0]], reps, work).run(threads)
         by_key = {kc[0]: kc for kc in c[1].values()}
         for key, region in regions([ms[0], cs[0]], [b[1], c[1]]).items():
             if key not in by_key:
                 continue
-            # Each side's faster run: a burst of load slows a run, nothing speeds one up.
-            secs = min(charge(r, region) for r in cs)
-            model = min(charge(r, region) for r in ms)
+            m = [charge(r, region) for r in ms]
+            k = [charge(r, region) for r in cs]
+            ratio = statistics.median(x / y for x, y in zip(k, m) if y > 0) if any(m) else 1.0
+            model = statistics.median(m)
             nodes = sorted(n for n, kc in c[1].items() if kc[0] == key)
-            s0, m0, n0 = acc.get(by_key[key], (0.0, 0.0, []))
-            acc[by_key[key]] = (s0 + secs, m0 + model, n0 + nodes)
-    return {kc: (secs, secs / model if model else 1.0, nodes)
-            for kc, (secs, model, nodes) in acc.items()}
+            s0, m0, w0, n0 = acc.get(by_key[key], (0.0, 0.0, 0.0, []))
+            acc[by_key[key]] = (s0 + statistics.median(k), m0 + model, w0 + ratio * model,
+                                n0 + nodes)
+    return {kc: (secs, weighted / model if model else 1.0, nodes)
+            for kc, (secs, model, weighted, nodes) in acc.items()}
 
 
 def _note(prof: Profile, run: dict, measured: dict) -> None:
