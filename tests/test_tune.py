@@ -311,3 +311,40 @@ def test_a_learned_probe_order_is_recorded_and_kept_on_resume(tuned, tmp_path, m
                   probe_order="learned")
     assert rstf.tune(pb, profile=str(tmp_path / "q.json"), budget=0.001)["probe_order"] == \
         "analytic"
+
+
+def test_a_runner_up_is_confirmed_where_the_winner_fails(tmp_path, monkeypatch):
+    """After the probes' winner of a contraction loses its confirmation rounds, the
+    budget left times the runner-up of its probes the same way (`Profile.contender`),
+    which is then taken on its own confirmation; a candidate within the margin in its
+    probe is never put forward."""
+    from rstf.poly.target import TARGETS
+    from rstf.tuner import search
+    prof = Profile(str(tmp_path / "p.json"), {"target": "avx512"})
+    m, a, b, c = (TileChoice(6, 4, False), TileChoice(5, 4, False), TileChoice(8, 3, False),
+                  TileChoice(4, 4, False))
+    prof.record("k", m, 1.0, 1.0, ["n"], model=m)
+    for choice, probe in ((a, 0.90), (b, 0.95), (c, 0.99)):
+        prof.record("k", choice, probe, probe, ["n"])
+    assert prof.best("k") == a.label and prof.contender("k") is None  # a is the choice
+    confirmed = {a.label: 1.01, b.label: 0.95}
+    tables = []
+
+    def build(codes, consts, probe, jobs, work, log=None):
+        tables.append(dict(probe.tiles.measured))
+        return probe.tiles
+
+    def paired(base, cand, threads, reps, work):
+        return {("k", ch, False): (confirmed[ch.label] * 1e-3, confirmed[ch.label], ["n"])
+                for _, ch in cand.measured}
+
+    monkeypatch.setattr(search, "_build", build)
+    monkeypatch.setattr(search, "_paired", paired)
+    run = {"keys": ["k"]}
+    said = []
+    assert search._confirm(prof, run, [], [], TARGETS["avx512"], "the model's", 1, 1, 1,
+                           str(tmp_path), 2, 100.0, said.append) is None
+    assert tables == [{"k": a}, {"k": b}]
+    assert prof.evidence("k", b.label) == [0.95, 0.95] and prof.best("k") == b.label
+    assert prof.contender("k") is None and len(prof.contractions["k"]["vs_model"][c.label]) == 1
+    assert run["confirmed"] == 2 and any("runners-up" in s for s in said), said

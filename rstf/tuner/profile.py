@@ -188,6 +188,19 @@ class Profile:
         need = MARGIN if most == 1 else needed(e.get("noise", 0.0), len(ev[label]))
         return label if med[label] < 1 - need else e["model"]
 
+    def contender(self, key: str) -> str | None:
+        """The candidate to time again next for `key`, where its choice is still the
+        model's (the candidate its probes put forward lost its confirmation rounds, or none
+        was put forward): of the candidates only a probe timed, the fastest where it beat
+        the model's by `MARGIN` there. None where there is none, or a choice stands."""
+        e = self.contractions[key]
+        if e["choice"] != e["model"]:
+            return None
+        once = {label: v[0] for label, v in e.get("vs_model", {}).items()
+                if label != e["model"] and len(v) == 1}
+        label = min(once, key=once.get, default=None)
+        return label if label is not None and once[label] < 1 - MARGIN else None
+
     def note_noise(self, keys, noise: float) -> None:
         """Record the noise a run measured (`spread`) on its contractions `keys`, and
         choose again with it."""

@@ -221,31 +221,42 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
     """Time the profile's choices for this run's keys beside the model's `rounds` more
     times, all at once, and record them: a choice that won one probe among several by
     chance (the least of several noisy ratios is biased low) meets its median here.
-    Returns why it stopped early, or None."""
+    Then, while the budget lasts, the same for each key whose choice fell back to the
+    model's, with its next `Profile.contender` (the runner-up of its probes), stage by
+    stage until no key has one. Returns why it stopped early, or None."""
     t0 = time.monotonic()
-    keys = set(run.get("keys", []))
-    table = TileTable(tuple((k, c) for k, c in prof.table().measured if k in keys))
-    if not table.measured:
-        return None
-    cand = None
-    for r in range(run.get("confirmed", 0), rounds):
-        if time.monotonic() - t0 > left:
-            return "budget"
-        try:
-            base = base or _build(codes, consts, _probe_target(target, 0, 1), jobs, work)
-            cand = cand or _build(codes, consts, dataclasses.replace(target, tiles=table),
-                                  jobs, work, log)
-            measured = _paired(base, cand, threads, reps, work)
-        except KeyboardInterrupt:
-            return "interrupted"
-        for (key, choice, is_model), (secs, ratio, nodes) in measured.items():
-            if not is_model:
-                prof.record(key, choice, secs * 1e3, ratio, nodes)
-        _note(prof, run, measured)
-        run["confirmed"] = r + 1
-        prof.save()
-        log(f"  confirmation {r + 1}/{rounds}: {len(table.measured)} measured choices "
-            f"timed again beside the model's")
+    keys = sorted(run.get("keys", []))
+    first = True
+    while rounds:
+        contenders = {k: c for k in keys if (c := prof.contender(k)) is not None}
+        if not first and not contenders:
+            return None
+        chosen = {k: c for k, c in prof.table().measured if k in keys}
+        table = TileTable(tuple(sorted({**chosen, **{k: TileChoice.parse(c) for k, c in
+                                                     contenders.items()}}.items())))
+        done = run.get("confirmed", 0) if first else 0
+        cand = None
+        for r in range(done, rounds if table.measured else 0):
+            if time.monotonic() - t0 > left:
+                return "budget"
+            try:
+                base = base or _build(codes, consts, _probe_target(target, 0, 1), jobs, work)
+                cand = cand or _build(codes, consts, dataclasses.replace(target, tiles=table),
+                                      jobs, work, log)
+                measured = _paired(base, cand, threads, reps, work)
+            except KeyboardInterrupt:
+                return "interrupted"
+            for (key, choice, is_model), (secs, ratio, nodes) in measured.items():
+                if not is_model:
+                    prof.record(key, choice, secs * 1e3, ratio, nodes)
+            _note(prof, run, measured)
+            if first:
+                run["confirmed"] = r + 1
+            prof.save()
+            log(f"  confirmation {r + 1}/{rounds}: {len(table.measured)} measured choices "
+                f"timed again beside the model's" + ("" if first else
+                f" ({len(contenders)} runners-up)"))
+        first = False
     return None
 
 
