@@ -206,6 +206,35 @@ def test_ab_graphs_interleaves_two_optimized_graphs_and_tensorflow(tmp_path):
     assert main([outs["none"], other]) == 1
 
 
+@pytest.mark.tfbuild
+def test_ab_subgraphs_times_two_builds_of_each_subgraph_in_one_program(tmp_path):
+    """benchmarks/ab_subgraphs.py: each subgraph of two output folders of one model
+    (`none`, `poly`) timed side by side in one program: each side's median and the
+    median ratio, per subgraph and in all; folders of different models, or cut into
+    different subgraphs, are refused in one line."""
+    from benchmarks.ab_subgraphs import ab, main
+    from rstf.pipeline import optimize
+
+    model = save_graph_def(make_graph_def(_build), str(tmp_path))
+    outs = {o: str(tmp_path / o) for o in ("none", "poly")}
+    for o, d in outs.items():
+        optimize(model, d, optimizer=o, log=lambda m: None)
+    res = ab(outs["none"], outs["poly"], reps=5, threads=1)
+    assert res["subgraphs"] and all(min(r["a_ms"], r["b_ms"], r["speedup"]) > 0
+                                    for r in res["subgraphs"]), res
+    assert res["a_ms"] == pytest.approx(sum(r["a_ms"] for r in res["subgraphs"]))
+    assert res["speedup"] > 0
+    with open(os.path.join(outs["poly"], "report.json")) as f:
+        report = json.load(f)
+    for name, changed in (("other", {"model": model + ".elsewhere"}),
+                          ("cut", {"subgraphs": report["subgraphs"] * 2})):
+        d = str(tmp_path / name)
+        os.makedirs(d)
+        with open(os.path.join(d, "report.json"), "w") as f:
+            json.dump({**report, **changed}, f)
+        assert main([outs["none"], d]) == 1
+
+
 def test_group_profile_feeds_integer_inputs(tmp_path):
     """A subgraph with an int32 input (a BERT padding mask) builds and runs: the harness
     declares it with its own C type and fills it with 1, a valid index or mask."""
