@@ -11,7 +11,7 @@ File format (version 1), one file a machine:
                   "ms": {"8x3 rows": [2.25, 2.21], "6x4 rows": [1.96], ...},
                   "vs_model": {"8x3 rows": [1.0, 0.998], "6x4 rows": [0.874], ...},
                   "nodes": ["<a TF node with this contraction>", ...]}},
-     "runs": {"<model id>": {"model": "<path>", "variants": 6, "reps": 15,
+     "runs": {"<model id>": {"model": "<path>", "variants": 6, "reps": 30,
                              "done": [0, 1, 2]}}}
 
 A key (`tiles.Extents.key`) names a contraction by the extents the tile decision reads, so
