@@ -348,3 +348,24 @@ def test_a_runner_up_is_confirmed_where_the_winner_fails(tmp_path, monkeypatch):
     assert prof.evidence("k", b.label) == [0.95, 0.95] and prof.best("k") == b.label
     assert prof.contender("k") is None and len(prof.contractions["k"]["vs_model"][c.label]) == 1
     assert run["confirmed"] == 2 and any("runners-up" in s for s in said), said
+
+
+def test_a_runner_up_that_cannot_be_timed_is_not_tried_again(tmp_path, monkeypatch):
+    """A contender whose stage measured nothing (its C did not compile) stays a contender
+    in the profile; `_confirm` puts it forward once, then stops, not until the budget."""
+    from rstf.poly.target import TARGETS
+    from rstf.tuner import search
+    prof = Profile(str(tmp_path / "p.json"), {"target": "avx512"})
+    m, a, b = TileChoice(6, 4, False), TileChoice(5, 4, False), TileChoice(8, 3, False)
+    prof.record("k", m, 1.0, 1.0, ["n"], model=m)
+    for r in (0.90, 1.01, 1.01):
+        prof.record("k", a, r, r, ["n"])
+    prof.record("k", b, 0.95, 0.95, ["n"])
+    assert prof.best("k") == m.label and prof.contender("k") == b.label
+    tables = []
+    monkeypatch.setattr(search, "_build", lambda codes, consts, probe, jobs, work, log=None:
+                        tables.append(dict(probe.tiles.measured)) or [None])
+    monkeypatch.setattr(search, "_paired", lambda *a: {})
+    assert search._confirm(prof, {"keys": ["k"]}, [], [], TARGETS["avx512"], "the model's",
+                           1, 1, 1, str(tmp_path), 2, 3600.0, lambda _m: None) is None
+    assert tables == [{"k": b}]

@@ -226,9 +226,12 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
     stage until no key has one. Returns why it stopped early, or None."""
     t0 = time.monotonic()
     keys = sorted(run.get("keys", []))
-    first = True
+    first, tried = True, set()
     while rounds:
-        contenders = {k: c for k in keys if (c := prof.contender(k)) is not None}
+        # (each once: one whose C did not compile is still a contender after its stage)
+        contenders = {k: c for k in keys if (c := prof.contender(k)) is not None
+                      and (k, c) not in tried}
+        tried |= set(contenders.items())
         if not first and not contenders:
             return None
         chosen = {k: c for k, c in prof.table().measured if k in keys}
