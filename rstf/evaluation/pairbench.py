@@ -95,7 +95,7 @@ def harness(units: list[Unit], reps: int) -> str:
     on one set of random inputs and outputs, each slot with its own workspace, the slots
     in turn within a run, forwards on even runs and backwards on odd ones, on argv[1]
     threads of the team; and prints one line per slot and run: the slot, the run, each
-    call's seconds, the whole run's."""
+    call's seconds."""
     shapes, ctypes = dict(units[0].shapes), dict(units[0].ctypes)
     names, allocs = tensor_allocs(shapes, ctypes)
     decls, runs, prints = [], [], []
@@ -103,24 +103,21 @@ def harness(units: list[Unit], reps: int) -> str:
         n = len(u.calls)
         decls.append(f"extern void rstf_slot{s}_entry({u.params});\n"
                      f"extern double rstf_slot{s}_prof[];\n"
-                     f"static double rstf_t{s}[{reps}][{n + 1}];")
+                     f"static double rstf_t{s}[{reps}][{max(n, 1)}];")
         allocs += f"\n    void *ws{s} = alloc_rand({(u.workspace_bytes + 3) // 4 or 1});"
         args = ", ".join(names + [f"ws{s}"])
         runs.append(f"""        case {s}: {{
             memset(rstf_slot{s}_prof, 0, {max(n, 1)} * sizeof(double));
-            double t0 = rstf_wtime();
             rstf_call_begin(threads);
             rstf_slot{s}_entry({args});
             rstf_call_end();
-            double total = rstf_wtime() - t0;
             if (r < 0) break;
             for (int k = 0; k < {n}; ++k) rstf_t{s}[r][k] = rstf_slot{s}_prof[k];
-            rstf_t{s}[r][{n}] = total;
             break;
         }}""")
         prints.append(f"""    for (int r = 0; r < {reps}; ++r) {{
         printf("{s} %d", r);
-        for (int k = 0; k <= {n}; ++k) printf(" %.9f", rstf_t{s}[r][k]);
+        for (int k = 0; k < {n}; ++k) printf(" %.9f", rstf_t{s}[r][k]);
         printf("\\n");
     }}""")
     slots = len(units)
