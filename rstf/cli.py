@@ -178,6 +178,9 @@ def _tune_parser(sub) -> None:
                    "machine's, beside the build cache)")
     t.add_argument("--probes", type=int, default=8, help="candidate tiles measured per "
                    "contraction, the model's own first (default 8)")
+    t.add_argument("--max-probes", type=int, default=24, help="after the first --probes "
+                   "and their confirmation, the budget left probes further candidates, up "
+                   "to this many a contraction (default and most 24)")
     t.add_argument("--reps", type=int, default=30, help="timed runs of each side of a "
                    "pairing, the model's tiles and a probe's, in turn (default 30)")
     t.add_argument("--confirm", type=int, default=2, help="rounds that time the winning "
@@ -209,7 +212,7 @@ def _tune(a) -> int:
     r = tune(a.model, parse_input_shapes(a.input_shape), _outputs(a), profile=a.profile,
              budget=budget, probes=a.probes, reps=a.reps, march=a.march, threads=a.threads,
              max_ops=a.max_ops, fold_scales=a.fold_scales == "on", fresh=a.fresh,
-             confirm=a.confirm, probe_order=a.probe_order,
+             confirm=a.confirm, probe_order=a.probe_order, max_probes=a.max_probes,
              log=(lambda _m: None) if a.json else (lambda m: print(m, flush=True)))
     if a.json:
         print(json.dumps(r))
@@ -217,7 +220,8 @@ def _tune(a) -> int:
     rows = r["contractions"]
     won = [c for c in rows if c["choice"] != c["model"]]
     print(f"{len(rows)} contractions, {len(won)} faster in another tile than the model's; "
-          f"probes {r['probes_done']}/{r['probes']} in {r['seconds']:.0f} s"
+          f"{r['probes_done']} probes ({r['probes']} first, up to {r['max_probes']}) in "
+          f"{r['seconds']:.0f} s"
           + {"budget": " (stopped by the budget: run again to go on)",
              "interrupted": " (interrupted: run again to go on)"}.get(r["stopped"], ""))
     for c in sorted(won, key=lambda c: c["vs_model"]):

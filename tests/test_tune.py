@@ -34,11 +34,12 @@ def two_contractions():
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    """(model path, profile path, first run's stdout) after `rstf tune --probes 3`."""
+    """(model path, profile path, first run's stdout) after `rstf tune --probes 2
+    --max-probes 3`: two probes, their confirmation, then one more with the budget left."""
     d = tmp_path_factory.mktemp("tune")
     pb = save_graph_def(make_graph_def(two_contractions()), str(d))
     prof = str(d / "machine.json")
-    r = rstf("tune", pb, "--profile", prof, "--probes", "3", "--reps", "3")
+    r = rstf("tune", pb, "--profile", prof, "--probes", "2", "--max-probes", "3", "--reps", "3")
     assert r.returncode == 0, r.stderr
     return pb, prof, r.stdout
 
@@ -78,13 +79,15 @@ def test_tune_writes_a_profile_of_measured_candidates(tuned):
     # key, and more from later pairings that leave a key's tile as the model's.
     assert len(run["noise"]) >= len(entries)
     assert "noise: a timed ratio moved by" in out
-    assert "probes 3/3" in out and path in out
+    assert "3 probes (2 first, up to 3)" in out and path in out
+    assert "probe 3 (past the first 2)" in out
 
 
 def test_tune_resumes_rather_than_measuring_again(tuned):
     pb, path, _ = tuned
     before = json.load(open(path))["contractions"]
-    r = rstf("tune", pb, "--profile", path, "--probes", "3", "--reps", "3", "--json")
+    r = rstf("tune", pb, "--profile", path, "--probes", "2", "--max-probes", "3", "--reps", "3",
+             "--json")
     assert r.returncode == 0, r.stderr
     assert json.load(open(path))["contractions"] == before
     summary = json.loads(r.stdout)
@@ -259,7 +262,8 @@ def test_a_candidate_whose_c_does_not_compile_is_skipped_not_fatal(tuned, tmp_pa
     monkeypatch.setattr(pairbench, "compile_unit", only_the_models)
     said = []
     path = str(tmp_path / "p.json")
-    r = rstf.tune(pb, profile=path, probes=2, reps=2, confirm=0, log=said.append)
+    r = rstf.tune(pb, profile=path, probes=2, max_probes=2, reps=2, confirm=0,
+                  log=said.append)
     assert r["stopped"] is None and r["probes_done"] == 2, r
     assert any("not measured in this probe" in s and "KS3_pack" in s for s in said), said
     entries = json.load(open(path))["contractions"]
@@ -290,7 +294,8 @@ def test_a_learned_probe_order_is_recorded_and_kept_on_resume(tuned, tmp_path, m
     monkeypatch.setattr(learned, "probe_order", fake)
     pb, _, _ = tuned
     path = str(tmp_path / "p.json")
-    r = rstf.tune(pb, profile=path, probes=2, reps=2, confirm=0, probe_order="learned")
+    r = rstf.tune(pb, profile=path, probes=2, max_probes=2, reps=2, confirm=0,
+                  probe_order="learned")
     assert r["probe_order"] == "learned" and r["probes_done"] == 2, r
     prof = Profile.load(path)
     (run,) = prof.runs.values()
@@ -303,7 +308,7 @@ def test_a_learned_probe_order_is_recorded_and_kept_on_resume(tuned, tmp_path, m
         probes = TileTable(limit=2, order=learned.ProbeOrder(trained.reg, [], 0)).probes(
             TileChoice.parse(e["model"]), ext, target)
         assert set(e["ms"]) <= {c.label for c in probes}
-    r = rstf.tune(pb, profile=path, probes=2, reps=2, confirm=0)  # resumed: nothing to probe
+    r = rstf.tune(pb, profile=path, probes=2, max_probes=2, reps=2, confirm=0)  # resumed
     assert r["probe_order"] == "learned" and asked == [None, ["other"]]
     monkeypatch.setattr(learned, "probe_order", lambda *a, **k: None)
     with pytest.raises(RstfError, match="--probe-order learned needs"):
@@ -326,7 +331,8 @@ def test_a_runner_up_is_confirmed_where_the_winner_fails(tmp_path, monkeypatch):
     prof.record("k", m, 1.0, 1.0, ["n"], model=m)
     for choice, probe in ((a, 0.90), (b, 0.95), (c, 0.99)):
         prof.record("k", choice, probe, probe, ["n"])
-    assert prof.best("k") == a.label and prof.contender("k") is None  # a is the choice
+    # a is the choice, put forward by its probe alone: the first to be timed again
+    assert prof.best("k") == a.label and prof.contender("k") == a.label
     confirmed = {a.label: 1.01, b.label: 0.95}
     tables = []
 
@@ -369,3 +375,63 @@ def test_a_runner_up_that_cannot_be_timed_is_not_tried_again(tmp_path, monkeypat
     assert search._confirm(prof, {"keys": ["k"]}, [], [], TARGETS["avx512"], "the model's",
                            1, 1, 1, str(tmp_path), 2, 3600.0, lambda _m: None) is None
     assert tables == [{"k": b}]
+
+
+def test_the_budget_left_probes_further_candidates_until_they_are_spent(tuned, tmp_path,
+                                                                        monkeypatch):
+    """After the first `probes` and their confirmation, probe v = probes, probes + 1, ..
+    runs each kernel's candidate v of the same ranking (limit v + 1), a winner there is
+    confirmed as a runner-up is and taken, and the probes stop where no kernel has a
+    candidate v (recorded, so that a resumed run does not look again)."""
+    import rstf
+    from rstf.errors import RstfError
+    from rstf.tuner import search
+    pb, _, _ = tuned
+    cands = [TileChoice(6, 4, False), TileChoice(5, 4, False), TileChoice(8, 3, False),
+             TileChoice(4, 4, False)]
+    probe_ratio = {0: 1.0, 1: 1.03, 2: 1.05, 3: 0.90}
+    built = []
+
+    def build(codes, consts, probe, jobs, work, log=None, candidates_only=False):
+        t = probe.tiles
+        if t.variant is None:
+            built.append(("table", dict(t.measured)))
+            return ("table", dict(t.measured))
+        built.append(("probe", t.variant, t.limit))
+        if candidates_only and t.variant >= len(cands):
+            return None
+        return ("probe", t.variant)
+
+    def paired(base, cand, threads, reps, work):
+        assert list(base) == ["probe", 0]  # the model's units, built once
+        if cand[0] == "table":
+            choice, ratio = cand[1]["k"], 0.92
+        else:
+            choice, ratio = cands[cand[1]], probe_ratio[cand[1]]
+        return {("k", choice, choice == cands[0]): (ratio * 1e-3, ratio, ["n"])}
+
+    monkeypatch.setattr(search, "_build", build)
+    monkeypatch.setattr(search, "_paired", paired)
+    said, path = [], str(tmp_path / "p.json")
+    r = rstf.tune(pb, profile=path, probes=2, reps=2, confirm=2, probe_order="analytic",
+                  log=said.append)
+    assert r["stopped"] is None and r["probes_done"] == 4 and r["max_probes"] == 24, r
+    probes = [b[1:] for b in built if b[0] == "probe"]
+    # the model's (built once), the first probes with limit 2, then each with limit v + 1
+    assert probes == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)], probes
+    # the winner of probe 3 was confirmed (two rounds), nothing else was put forward
+    assert [b[1] for b in built if b[0] == "table"] == [{"k": cands[3]}] * 1
+    prof = Profile.load(path)
+    assert prof.contractions["k"]["choice"] == cands[3].label
+    assert prof.evidence("k", cands[3].label) == [0.92, 0.92]
+    (run,) = prof.runs.values()
+    assert run["done"] == [0, 1, 2, 3] and run["spent"] == 4
+    assert any("past the first 2" in s for s in said) and \
+        any("no kernel has another candidate" in s for s in said), said
+    built.clear()
+    rstf.tune(pb, profile=path, probes=2, reps=2, confirm=2, probe_order="analytic")
+    assert built == [], built  # nothing probed or put forward again
+    assert prof.runs == Profile.load(path).runs
+    for bad in (1, 25):
+        with pytest.raises(RstfError, match="--max-probes must be between"):
+            rstf.tune(pb, profile=path, probes=2, max_probes=bad)

@@ -189,14 +189,16 @@ class Profile:
         return label if med[label] < 1 - need else e["model"]
 
     def contender(self, key: str) -> str | None:
-        """The candidate to time again next for `key`, where its choice is still the
-        model's (the candidate its probes put forward lost its confirmation rounds, or none
-        was put forward): of the candidates only a probe timed, the fastest where it beat
-        the model's by `MARGIN` there. None where there is none, or a choice stands."""
+        """The candidate to time again next for `key`: its choice, where only the probe
+        that put it forward timed it; else, where its choice is still the model's (the
+        candidate its probes put forward lost its confirmation rounds, or none was put
+        forward), of the candidates only a probe timed, the fastest where it beat the
+        model's by `MARGIN` there. None where there is none, or a confirmed choice stands."""
         e = self.contractions[key]
+        ratios = e.get("vs_model", {})
         if e["choice"] != e["model"]:
-            return None
-        once = {label: v[0] for label, v in e.get("vs_model", {}).items()
+            return e["choice"] if len(ratios.get(e["choice"], [])) == 1 else None
+        once = {label: v[0] for label, v in ratios.items()
                 if label != e["model"] and len(v) == 1}
         label = min(once, key=once.get, default=None)
         return label if label is not None and once[label] < 1 - MARGIN else None

@@ -31,6 +31,7 @@ contractions charges both with their sum.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -39,7 +40,7 @@ import tempfile
 import time
 
 from ..errors import RstfError
-from ..poly.tiles import TileChoice, TileTable
+from ..poly.tiles import ORDER_POOL, TileChoice, TileTable
 from .profile import Profile, cpu_model, default_path, spread
 
 
@@ -110,12 +111,15 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
          budget: float = 600.0, probes: int = 8, reps: int = 30, march: str = "native",
          threads: int = 0, max_ops: int | None = None, fold_scales: bool = False,
          fresh: bool = False, jobs: int | None = None, confirm: int = 2,
-         probe_order: str = "auto", log=print) -> dict:
+         probe_order: str = "auto", max_probes: int = ORDER_POOL, log=print) -> dict:
     """Tune `model`'s contractions on this machine into `profile` (default: this machine's,
     `profile.default_path`). Returns a summary: the profile's path, the probes run, and per
     contraction key its model's and its chosen tile with their milliseconds. `confirm`:
     rounds that time the choices again, all together, after the probes (`_confirm`).
-    `probe_order`: `auto`, `learned` or `analytic` (the module docstring)."""
+    `probe_order`: `auto`, `learned` or `analytic` (the module docstring). `max_probes`:
+    how far the budget left after the first `probes` and their confirmation may probe
+    further down each kernel's candidates (at most `tiles.ORDER_POOL`, the learned
+    order's pool, so that probe v runs the same candidate whatever the limit)."""
     from . import learned
     from ..build.compiler import c_toolchain
     from ..cgen.codegen import generate_subgraph
@@ -124,6 +128,8 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
 
     if probes < 1 or reps < 1 or confirm < 0:
         raise RstfError("--probes and --reps must be at least 1, --confirm at least 0")
+    if not probes <= max_probes <= ORDER_POOL:
+        raise RstfError(f"--max-probes must be between --probes ({probes}) and {ORDER_POOL}")
     if probe_order not in ("auto", "learned", "analytic"):
         raise RstfError(f"--probe-order must be auto, learned or analytic, not {probe_order!r}")
     t0 = time.monotonic()
@@ -176,62 +182,66 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
     log(f"  probe order: {kind}" + (f" (trained on {order.contractions} contractions of "
                                      f"{len(order.runs)} other runs)" if order else ""))
     stopped = None
-    base = None
     with tempfile.TemporaryDirectory(prefix="rstf-tune-") as work:
+        # The model's own tiles, built once: every probe is timed against them.
+        base = []
+        probe = functools.partial(_probe, prof, run, codes, consts, target, order, base,
+                                  jobs, reps, threads, work, log)
         for v in range(probes):
             if v in run["done"]:
                 continue
             if time.monotonic() - t0 > budget:
                 stopped = "budget"
                 break
-            try:
-                # The model's own tiles, built once: every probe is timed against them.
-                base = base or _build(codes, consts, _probe_target(target, 0, probes, order),
-                                      jobs, work)
-                cand = base if v == 0 else _build(codes, consts, _probe_target(
-                    target, v, probes, order), jobs, work, log)
-                measured = _paired(base, cand, threads, reps, work)
-            except KeyboardInterrupt:
-                stopped = "interrupted"
+            if (stopped := probe(v, probes, t0)) is not None:
                 break
-            for (key, choice, is_model), (secs, ratio, nodes) in sorted(
-                    measured.items(), key=lambda kv: not kv[0][2]):
-                # (the model's own probe: the reference, 1 by definition; its ratio is noise)
-                prof.record(key, choice, secs * 1e3, 1.0 if v == 0 else ratio, nodes,
-                            model=choice if is_model else None)
-            run["keys"] = sorted(set(run.get("keys", [])) | {kc[0] for kc in measured})
-            _note(prof, run, measured)
-            run["done"] = sorted(set(run["done"]) | {v})
-            prof.save()
-            log(f"  probe {v + 1}/{probes}: {len(measured)} contraction tiles timed "
-                f"({time.monotonic() - t0:.0f} s)")
         if stopped is None:
             stopped = _confirm(prof, run, codes, consts, target, base, jobs, reps, threads,
                                work, confirm, budget - (time.monotonic() - t0), log)
+        # The budget left: the candidates past the first `probes`, one probe each, their
+        # winners confirmed as runners-up are, until every kernel's candidates are spent.
+        v = probes
+        while stopped is None and v < min(max_probes, run.get("spent", max_probes)):
+            if v not in run["done"]:
+                if time.monotonic() - t0 > budget:
+                    stopped = "budget"
+                    break
+                stopped = probe(v, v + 1, t0)
+                if stopped is None and v in run["done"]:
+                    stopped = _confirm(prof, run, codes, consts, target, base, jobs, reps,
+                                       threads, work, confirm,
+                                       budget - (time.monotonic() - t0), log,
+                                       runners_only=True)
+            v += 1
     prof.save()
     summary = summarize(prof, run.get("keys", []), path, run.get("noise", []))
-    summary.update(probes_done=len(run["done"]), probes=probes, probe_order=kind,
+    summary.update(probes_done=len(run["done"]), probes=probes, max_probes=max_probes,
+                   probe_order=kind,
                    stopped=stopped,
                    seconds=round(time.monotonic() - t0, 1))
     return summary
 
 
 def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, reps: int,
-             threads: int, work: str, rounds: int, left: float, log) -> str | None:
+             threads: int, work: str, rounds: int, left: float, log,
+             runners_only: bool = False) -> str | None:
     """Time the profile's choices for this run's keys beside the model's `rounds` more
     times, all at once, and record them: a choice that won one probe among several by
     chance (the least of several noisy ratios is biased low) meets its median here.
     Then, while the budget lasts, the same for each key whose choice fell back to the
-    model's, with its next `Profile.contender` (the runner-up of its probes), stage by
-    stage until no key has one. Returns why it stopped early, or None."""
+    model's, with its next `Profile.contender` (the runner-up of its probes), or whose
+    choice a later probe put forward, stage by stage until no key has one.
+    `runners_only`: those stages alone (after a probe past the first ones). A candidate is put forward once (`run["put_forward"]`, kept
+    across resumed runs): one whose C did not compile, or that its kernel cannot take,
+    stays a contender in the profile. Returns why it stopped early, or None."""
     t0 = time.monotonic()
     keys = sorted(run.get("keys", []))
-    first, tried = True, set()
+    first = not runners_only
     while rounds:
-        # (each once: one whose C did not compile is still a contender after its stage)
+        tried = {tuple(x) for x in run.get("put_forward", [])}
         contenders = {k: c for k in keys if (c := prof.contender(k)) is not None
                       and (k, c) not in tried}
-        tried |= set(contenders.items())
+        run["put_forward"] = sorted(tried | set(contenders.items()))
         if not first and not contenders:
             return None
         chosen = {k: c for k, c in prof.table().measured if k in keys}
@@ -243,7 +253,7 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
             if time.monotonic() - t0 > left:
                 return "budget"
             try:
-                base = base or _build(codes, consts, _probe_target(target, 0, 1), jobs, work)
+                _model(base, codes, consts, target, jobs, work)
                 cand = cand or _build(codes, consts, dataclasses.replace(target, tiles=table),
                                       jobs, work, log)
                 measured = _paired(base, cand, threads, reps, work)
@@ -259,8 +269,51 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
             log(f"  confirmation {r + 1}/{rounds}: {len(table.measured)} measured choices "
                 f"timed again beside the model's" + ("" if first else
                 f" ({len(contenders)} runners-up)"))
+        if first:
+            run["confirmed"] = rounds  # (also where there was nothing to time again)
         first = False
     return None
+
+
+def _probe(prof: Profile, run: dict, codes, consts, target, order, base: list, jobs: int,
+           reps: int, threads: int, work: str, log, v: int, limit: int,
+           t0: float) -> str | None:
+    """Probe `v`: every kernel in its candidate number `v` of the first `limit` (probe
+    0: the model's own tiles against a copy of themselves), timed beside the model's
+    (`_paired`), recorded in the profile and saved. Where no kernel has a candidate `v`,
+    nothing is timed and `run["spent"]` says so. Returns "interrupted" or None."""
+    try:
+        model = _model(base, codes, consts, target, jobs, work)
+        cand = model if v == 0 else _build(codes, consts, _probe_target(
+            target, v, limit, order), jobs, work, log, candidates_only=True)
+        if cand is None:
+            run["spent"] = v
+            prof.save()
+            log(f"  probe {v + 1}: no kernel has another candidate")
+            return None
+        measured = _paired(model, cand, threads, reps, work)
+    except KeyboardInterrupt:
+        return "interrupted"
+    for (key, choice, is_model), (secs, ratio, nodes) in sorted(
+            measured.items(), key=lambda kv: not kv[0][2]):
+        # (the model's own probe: the reference, 1 by definition; its ratio is noise)
+        prof.record(key, choice, secs * 1e3, 1.0 if v == 0 else ratio, nodes,
+                    model=choice if is_model else None)
+    run["keys"] = sorted(set(run.get("keys", [])) | {kc[0] for kc in measured})
+    _note(prof, run, measured)
+    run["done"] = sorted(set(run["done"]) | {v})
+    prof.save()
+    first = run["probes"]
+    log(f"  probe {v + 1}" + (f"/{first}" if v < first else f" (past the first {first})")
+        + f": {len(measured)} contraction tiles timed ({time.monotonic() - t0:.0f} s)")
+    return None
+
+
+def _model(base: list, codes, consts, target, jobs: int, work: str) -> list:
+    """The model's own tiles' units (`_build`), built into `base` on first use."""
+    if not base:
+        base.extend(_build(codes, consts, _probe_target(target, 0, 1), jobs, work))
+    return base
 
 
 def _probe_target(target, variant: int, limit: int, order=None):
@@ -268,12 +321,15 @@ def _probe_target(target, variant: int, limit: int, order=None):
                                                        order=order))
 
 
-def _build(codes, consts, probe, jobs: int, work: str, log=None) -> list:
+def _build(codes, consts, probe, jobs: int, work: str, log=None,
+           candidates_only: bool = False) -> list | None:
     """Per subgraph, (its timing unit, `pairbench.compile_unit`, and `kernel_choices`)
     with every subgraph through the pass on target `probe`; None for a subgraph with no
     tunable kernel. With `log` (a candidate probe's build), a subgraph whose C does not
     compile is logged and None: the probe measures the others; without it (the model's
-    own tiles, which `rstf optimize` builds too) that is the error."""
+    own tiles, which `rstf optimize` builds too) that is the error. `candidates_only`:
+    None, before anything compiles, where every kernel ran its model's choice (a probe
+    past every kernel's candidates)."""
     from ..evaluation.pairbench import compile_unit
     from ..parallel import run_ordered
     from ..poly import optimize as poly_optimize
@@ -281,9 +337,11 @@ def _build(codes, consts, probe, jobs: int, work: str, log=None) -> list:
     results = run_ordered(poly_optimize, [(sg.source, sg.entry, True, True, c, False, probe)
                                           for sg, c in zip(codes, consts)],
                           jobs, weights=[len(sg.source) for sg in codes])
+    chosen = [kernel_choices(res.report()) if res.optimized else {} for res in results]
+    if candidates_only and all(kc[2] for ch in chosen for kc in ch.values()):
+        return None
     out = []
-    for i, (sg, res) in enumerate(zip(codes, results)):
-        choices = kernel_choices(res.report()) if res.optimized else {}
+    for i, (sg, res, choices) in enumerate(zip(codes, results, chosen)):
         ws = sg.workspace_bytes if res.workspace_bytes is None else res.workspace_bytes
         unit = None
         try:
