@@ -15,6 +15,11 @@ the median over runs of the ratio of two runs made moments apart, is recorded in
 profile (`profile.Profile.record`) after each probe, so a run stopped by its budget or by
 Ctrl-C keeps what it measured and the next run resumes at the next probe.
 
+After the first `probes` and their confirmation (`_confirm`), the budget left goes on down
+the same ranking: probe v = probes, probes + 1, .. up to `max_probes` (limit v + 1, which
+the ranking's prefix makes candidate v of every longer list), each probe's winners
+confirmed right after it, until no kernel has a candidate v or the budget is spent.
+
 Which candidates the probes run (`probe_order`): by default, where scikit-learn is
 installed and the profile's other runs measured enough contractions, the learned model
 (`learned.ProbeOrder`, trained on those runs) ranks a pool of the analytic model's
@@ -231,9 +236,10 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
     Then, while the budget lasts, the same for each key whose choice fell back to the
     model's, with its next `Profile.contender` (the runner-up of its probes), or whose
     choice a later probe put forward, stage by stage until no key has one.
-    `runners_only`: those stages alone (after a probe past the first ones). A candidate is put forward once (`run["put_forward"]`, kept
-    across resumed runs): one whose C did not compile, or that its kernel cannot take,
-    stays a contender in the profile. Returns why it stopped early, or None."""
+    `runners_only`: those stages alone (after a probe past the first ones). A candidate
+    is put forward once (`run["put_forward"]`, kept across resumed runs): one whose C did
+    not compile, or that its kernel cannot take, stays a contender in the profile.
+    Returns why it stopped early, or None."""
     t0 = time.monotonic()
     keys = sorted(run.get("keys", []))
     first = not runners_only
