@@ -220,8 +220,9 @@ def _tune(a) -> int:
     rows = r["contractions"]
     won = [c for c in rows if c["choice"] != c["model"]]
     print(f"{len(rows)} contractions, {len(won)} faster in another tile than the model's; "
-          f"{r['probes_done']} probes ({r['probes']} first, up to {r['max_probes']}) in "
-          f"{r['seconds']:.0f} s"
+          + (f"{r['probes_done']} of {r['probes']} probes" if r['probes_done'] < r['probes']
+             else f"{r['probes_done']} probes ({r['probes']} first, up to {r['max_probes']})")
+          + f" in {r['seconds']:.0f} s"
           + {"budget": " (stopped by the budget: run again to go on)",
              "interrupted": " (interrupted: run again to go on)"}.get(r["stopped"], ""))
     for c in sorted(won, key=lambda c: c["vs_model"]):
