@@ -420,7 +420,7 @@ def test_the_budget_left_probes_further_candidates_until_they_are_spent(tuned, t
     # the model's (built once), the first probes with limit 2, then each with limit v + 1
     assert probes == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)], probes
     # the winner of probe 3 was confirmed (two rounds), nothing else was put forward
-    assert [b[1] for b in built if b[0] == "table"] == [{"k": cands[3]}] * 1
+    assert [b[1] for b in built if b[0] == "table"] == [{"k": cands[3]}]
     prof = Profile.load(path)
     assert prof.contractions["k"]["choice"] == cands[3].label
     assert prof.evidence("k", cands[3].label) == [0.92, 0.92]

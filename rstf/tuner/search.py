@@ -205,19 +205,19 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
                                work, confirm, budget - (time.monotonic() - t0), log)
         # The budget left: the candidates past the first `probes`, one probe each, their
         # winners confirmed as runners-up are, until every kernel's candidates are spent.
-        v = probes
-        while stopped is None and v < min(max_probes, run.get("spent", max_probes)):
-            if v not in run["done"]:
-                if time.monotonic() - t0 > budget:
-                    stopped = "budget"
-                    break
-                stopped = probe(v, v + 1, t0)
-                if stopped is None and v in run["done"]:
-                    stopped = _confirm(prof, run, codes, consts, target, base, jobs, reps,
-                                       threads, work, confirm,
-                                       budget - (time.monotonic() - t0), log,
-                                       runners_only=True)
-            v += 1
+        for v in range(probes, max_probes):
+            if stopped is not None or v >= run.get("spent", max_probes):
+                break
+            if v in run["done"]:
+                continue
+            if time.monotonic() - t0 > budget:
+                stopped = "budget"
+                break
+            stopped = probe(v, v + 1, t0)
+            if stopped is None and v in run["done"]:
+                stopped = _confirm(prof, run, codes, consts, target, base, jobs, reps,
+                                   threads, work, confirm, budget - (time.monotonic() - t0),
+                                   log, runners_only=True)
     prof.save()
     summary = summarize(prof, run.get("keys", []), path, run.get("noise", []))
     summary.update(probes_done=len(run["done"]), probes=probes, max_probes=max_probes,
