@@ -197,6 +197,12 @@ CASES = {
         tf.nn.conv2d(x, _w(3, 3, 32, 64), 1, "SAME") + _w(64))),
     "conv1x1_stride2_tiles_outer": ((1, 28, 28, 512), lambda x: tf.nn.relu(
         tf.nn.conv2d(x, _w(1, 1, 512, 1024), 2, "VALID") + _w(1024))),
+    # A batch of sequences by a shared weight (bert_base's feed-forward down projection at
+    # batch 8, scaled to a 1 MB L2): a sequence's rows (0.8 MB) do not stay in L2 beside
+    # a panel, so the column tiles run outermost, each panel read once for every sequence
+    # (tilemodel.choose_order).
+    "batched_dense_rows_beyond_l2_tiles_outer": ((3, 64, 3072), lambda x: tf.nn.relu(
+        tf.matmul(x, _w(3072, 192)) + _w(192))),
     # The same shape with 384 rows: A's rows alone (3 MB) are more than L2, no K blocks.
     "dense_rows_beyond_l2_whole_k": ((1, 384, 2048), lambda x: tf.matmul(x, _w(2048, 96))),
     # A dense layer's GELU (tanh form, whose tanh keeps it out of the registers) over

@@ -139,6 +139,33 @@ def test_a_strided_convs_order_counts_the_input_it_reads_not_the_whole_input():
     assert not choose_order(**args, a_bytes=4 * 28 * 28 * 512).tile_outer
 
 
+def test_a_batched_matmuls_order_counts_each_sequences_rows_beside_a_panel():
+    """bert_base at batch 8: a [8, 128, depth] activation by a shared weight. With rows
+    outermost each column tile reads the sequence's rows again, and where they do not fit
+    L2 beside a tile's panel (the feed-forward down projection: 1.5 MB of rows, 3072 deep,
+    beside a 0.6 MB panel) they come from beyond it once per tile, as the 9.4 MB weight
+    does once per sequence: the column tiles go outermost (each panel read once, kept in L2
+    beside the 8-row chunk a call reads). The up projection (0.4 MB of rows a sequence,
+    768 deep) and the 768 x 768 projections keep rows outermost. A 1x1 conv's rows of a
+    point are a few KB either way: its orders do not move."""
+    from rstf.poly.tilemodel import choose_order
+
+    def order(rows, cols, outer, depth):
+        return choose_order(rb=8, nv=3, rows=rows, cols=cols, outer=outer, depth_total=depth,
+                            a_bytes=4 * outer * rows * depth, t=AVX512, cache=2 << 20,
+                            n_threads=2)
+
+    assert order(128, 768, 8, 3072).tile_outer
+    assert not order(128, 3072, 8, 768).tile_outer
+    assert not order(128, 768, 8, 768).tile_outer
+    # and the order's code: bit-identical to the textbook C
+    from poly_cases import NATIVE
+    t = dataclasses.replace(NATIVE, l2=1 << 20, cores=2)
+    info, _, new = _bitwise_case("batched_dense_rows_beyond_l2_tiles_outer", target=t)
+    (tiled,) = info["tiled"]
+    assert tiled["order"] == "column tiles outermost", tiled
+
+
 def test_a_3x3_conv_over_few_channels_runs_its_whole_reduction_in_one_call():
     """kh, kw and ic in one kernel call (K3 around K2 around k): at the padding borders
     the chunks run fewer taps of both, no row buffer carries partial sums between calls,

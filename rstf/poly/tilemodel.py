@@ -145,11 +145,22 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
         # of B; tiles outermost, every thread reads all of A.
         return min(n_threads, units) if b_bytes >= t.tuning.thread_copy_min_bytes else 1
 
+    # Where each outer point reads rows of A of its own (a batched matmul's [batch, rows,
+    # depth] by a shared weight: no windows overlap between points), what must stay in L2
+    # beside a tile's panel is the row chunk a kernel call reads, not the point's rows.
+    own_rows = a_bytes >= 4 * outer * rows * depth_total
+
     def rows_outer(rb_: int, nv_: int, cost: float) -> Order:
         vb = t.vlen * nv_
         par = outer * -(-cols // vb) if cols % vb == 0 or outer <= 1 else outer
-        return Order(rb_, nv_, False, (a_bytes + b_bytes * (outer if b_bytes > cache else
-                                                            copies(outer)))
+        # Every column tile reads the point's rows of A again: from L2 where they fit beside
+        # one tile's panel, else from beyond it, once per tile (bert_base at batch 8: 1.5
+        # MB of rows a sequence beside a 0.6 MB panel of the feed-forward weight).
+        a_reads = (1 if a_bytes // outer + 4 * depth_total * vb <= cache
+                   else -(-cols // vb))
+        return Order(rb_, nv_, False, (a_bytes * a_reads
+                                       + b_bytes * (outer if b_bytes > cache else
+                                                    copies(outer)))
                      * cost / base / thread_balance(par, n_threads))
 
     best = rows_outer(rb, nv, base)
@@ -166,7 +177,8 @@ def choose_order(rb: int, nv: int, rows: int, cols: int, outer: int, depth_total
         if tile is None:
             continue
         vb = t.vlen * nv_
-        panel = 4 * depth_total * vb + a_bytes // outer
+        panel = 4 * depth_total * vb + (4 * tile[0] * depth_total if own_rows
+                                        else a_bytes // outer)
         n_u = -(-cols // vb)
         traffic = (a_bytes * (n_u if a_bytes > cache else copies(n_u))
                    + b_bytes * (outer if panel > cache else 1))
