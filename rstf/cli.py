@@ -166,6 +166,10 @@ def _bench_parser(sub) -> None:
                    help="an engine whose error vs TF Eigen exceeds this is a 'mismatch'")
     b.add_argument("--march", default="native", help="gcc -march for rstf's generated code")
     b.add_argument("--threads", type=int, default=0, help="threads of rstf's parallel loops")
+    b.add_argument("--tuning", default="auto", metavar="auto|off|PROFILE",
+                   help="rstf-poly's register tiles, as for optimize: 'auto' (default) this "
+                        "machine's profile where `rstf tune` wrote one, 'off' the analytic "
+                        "model's alone, or a profile file")
 
 
 def _tune_parser(sub) -> None:
@@ -244,7 +248,8 @@ def _bench(a) -> int:
         raise RstfError(f"--plot {a.plot}: the chart is a PNG; name it FILE.png")
     r = bench(a.models, parse_engines(a.engines), a.reps, a.seed,
               parse_input_shapes(a.input_shape), a.march, a.threads, a.rtol,
-              input_range=parse_input_range(a.input_range), rounds=a.rounds)
+              input_range=parse_input_range(a.input_range), rounds=a.rounds,
+              tuning=a.tuning)
     if a.plot:
         plot(r, a.plot)
     print(json.dumps(r) if a.json else table(r))

@@ -180,3 +180,31 @@ def test_engines_take_turns_in_rounds(tmp_path, monkeypatch):
     for bad in (0, 4):
         with pytest.raises(RstfError, match="--rounds"):
             bench_mod.bench([model], ["tf-onednn"], reps=3, rounds=bad)
+
+
+@pytest.mark.tfbuild
+def test_bench_takes_the_tiles_it_is_told(tmp_path, capsys):
+    """`rstf bench --tuning` builds rstf-poly as `optimize --tuning` would: 'off' the
+    analytic model's tiles, a profile's path its tiles (the row and the table say which);
+    a profile that is not there is one line before any engine runs."""
+    from rstf.pipeline import poly_target
+    from rstf.tuner.profile import Profile
+
+    model = save_graph_def(make_graph_def(tiny_cnn()), str(tmp_path), "tiny.pb")
+    target = poly_target("native", "gcc")[0]
+    prof = Profile(str(tmp_path / "p.json"), {"target": target.name, "cpu": "x", "threads": 2})
+    prof.save()
+    for tuning, profile in (("off", None), (prof.path, prof.path)):
+        assert main(["bench", model, "--engines", "rstf-poly", "--reps", "1", "--json",
+                     "--tuning", tuning]) == 0
+        r = json.loads(capsys.readouterr().out)
+        row = {row["engine"]: row for row in r["models"][0]["engines"]}["rstf-poly"]
+        assert r["tuning"] == tuning and row["status"] == "ok", row
+        assert row["tuning"]["profile"] == profile
+        assert row["tuning"]["kernels_from_profile"] == 0  # (an empty profile)
+        text = bench_mod.table(r)
+        assert (f"from the profile {prof.path}" in text) == (profile is not None), text
+    assert main(["bench", model, "--engines", "rstf-poly", "--tuning",
+                 str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err
+    assert "none.json: no such file" in err and err.count("\n") == 1, err

@@ -104,14 +104,17 @@ def machine() -> dict:
 def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=None,
           march: str = "native", threads: int = 0, rtol: float = 1e-4, log=None,
           input_range: tuple[float, float] | None = None,
-          optimized: dict[str, str] | None = None, rounds: int = 1) -> dict:
+          optimized: dict[str, str] | None = None, rounds: int = 1,
+          tuning: str = "auto") -> dict:
     """Run every engine on every model (module docstring), on rstf.evaluation.inputs' random inputs
     (`input_range`: every float input uniform in [LO, HI)), `reps` timed calls each, in
     `rounds` turns of every engine (`reps` rounded up to a multiple of them).
     `optimized` ({engine: DIR}, one model only): an rstf engine whose model is already in
     DIR, written by rstf.pipeline.optimize with that engine's optimizer, `march` and
     `threads`, runs from there rather than optimizing the model again (benchmarks/zoo.py
-    has optimized it for its coverage report). Returns {"machine", "reps", "rounds",
+    has optimized it for its coverage report). `tuning` (rstf-poly): the register tiles
+    `rstf optimize --tuning` takes, 'auto' (this machine's profile where `rstf tune` wrote
+    one), 'off' or a profile's path. Returns {"machine", "reps", "rounds", "tuning",
     "seed", "rtol", "input_range", "engines", "models": [{"model", "name", "inputs" ({name:
     shape}), "input_values" ({name: how its values were drawn}), "outputs", "tf_spread"
     (tf-onednn's max_rel_err, None when it did not run), "engines": [row]}]}; a row has
@@ -121,7 +124,9 @@ def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=No
     output) and "spread_ratio" (max_rel_err / the model's tf_spread; None when either is
     missing, the spread is 0 or a value is not finite), "exact_err" (max_rel_err against the
     float64 run) and "exact_ratio" (exact_err / the model's "tf_exact_err", the larger of TF
-    Eigen's and TF oneDNN's); the model's "exact_unavailable" says why there is no float64
+    Eigen's and TF oneDNN's), and an rstf-poly row "tuning" (report.json's: the profile its
+    tiles came from, None for the model's alone, and how many kernels took a measured
+    choice); the model's "exact_unavailable" says why there is no float64
     run, when there is none."""
     from .inputs import parse_input_range
 
@@ -138,12 +143,16 @@ def bench(models, engines=ENGINES, reps: int = 5, seed: int = 0, input_shapes=No
     engines = parse_engines(",".join(engines))
     input_range = parse_input_range(input_range)  # "LO,HI" or a pair, checked
     optimized = optimized or {}
+    if "rstf-poly" in engines:  # a bad --tuning profile is one line, before any engine runs
+        from ..build.compiler import c_toolchain
+        from ..pipeline import poly_target
+        poly_target(march, c_toolchain("poly", march, threads).cc, tuning)
     if optimized and len(models) > 1:
         raise RstfError("bench: optimized= names one model's outputs; give one model")
     results = [_bench_model(m, engines, per_round, rounds, seed, input_shapes, march, threads,
-                            rtol, log, input_range, optimized) for m in models]
+                            rtol, log, input_range, optimized, tuning) for m in models]
     return {"machine": machine(), "reps": per_round * rounds, "rounds": rounds,
-            "seed": seed, "rtol": rtol,
+            "seed": seed, "rtol": rtol, "tuning": tuning,
             "input_range": list(input_range) if input_range else None,
             "engines": list(engines), "models": results}
 
@@ -159,7 +168,7 @@ def rstf_problems(result: dict) -> list[str]:
 
 
 def _bench_model(model, engines, reps, rounds, seed, input_shapes, march, threads, rtol, log,
-                 input_range, optimized) -> dict:
+                 input_range, optimized, tuning="auto") -> dict:
     from .compare import (exact_ratio, graph_fetches, run_exact, spread_ratio,
                           worst_rel_err, write_run_files)
     from ..frontend.graph import load_model
@@ -184,7 +193,7 @@ def _bench_model(model, engines, reps, rounds, seed, input_shapes, march, thread
                                            if rounds > 1 else ""))
                 row, outs = _run_engine(engine, model, tmp, original, inputs, fetches, reps,
                                         input_shapes, graph.outputs, march, threads, log,
-                                        ready.get(engine))
+                                        ready.get(engine), tuning)
                 if engine.startswith("rstf-") and os.path.isfile(
                         os.path.join(tmp, engine, "report.json")):
                     ready.setdefault(engine, os.path.join(tmp, engine))
@@ -238,7 +247,7 @@ def missing_packages(engine: str) -> list[str]:
 
 
 def _run_engine(engine, model, tmp, original, inputs, fetches, reps, input_shapes, outputs,
-                march, threads, log, optimized_dir=None):
+                march, threads, log, optimized_dir=None, tuning="auto"):
     """(row, outputs or None) of one engine; failures become the row's status. An rstf
     engine with `optimized_dir` runs the model optimized there."""
     from .compare import run_engine
@@ -252,7 +261,7 @@ def _run_engine(engine, model, tmp, original, inputs, fetches, reps, input_shape
             graph_path, libs, detail = _optimized_output(optimized_dir)
         elif engine.startswith("rstf-"):
             graph_path, libs, detail = _optimize(engine, model, tmp, input_shapes, outputs,
-                                                 march, threads, log)
+                                                 march, threads, log, tuning)
         elif engine in ("tf-xla", "onnxruntime", "openvino"):
             runtime = engine
         save = os.path.join(tmp, f"{engine}.npz")
@@ -292,7 +301,8 @@ class _NotInstalled(Exception):
     pass
 
 
-def _optimize(engine, model, tmp, input_shapes, outputs, march, threads, log):
+def _optimize(engine, model, tmp, input_shapes, outputs, march, threads, log,
+              tuning="auto"):
     from ..build.compiler import c_toolchain
     from ..pipeline import optimize
 
@@ -303,7 +313,7 @@ def _optimize(engine, model, tmp, input_shapes, outputs, march, threads, log):
         raise _NotInstalled(str(e)) from None
     out = os.path.join(tmp, engine)
     report = optimize(model, out, input_shapes, outputs, march=march, optimizer=optimizer,
-                      threads=threads, log=lambda m: log(f"{engine}: {m}"))
+                      threads=threads, log=lambda m: log(f"{engine}: {m}"), tuning=tuning)
     return _output_files(out, report)
 
 
@@ -322,6 +332,8 @@ def _output_files(out: str, report: dict):
     libs = [os.path.join(out, report["library"])] if report.get("library") else []
     detail = {"optimize_seconds": report["optimize_seconds"],
               "compiler": f"{report['compiler']['cc']} {' '.join(report['compiler']['c_flags'])}"}
+    if report.get("tuning"):  # (rstf-poly's)
+        detail["tuning"] = report["tuning"]
     return os.path.join(out, "optimized.pb"), libs, detail
 
 
@@ -430,7 +442,17 @@ def table(result: dict) -> str:
             label, *numbers, status = _row_cells(r)
             lines.append(f"  {label:<14} " + " ".join(
                 f"{c:>{w}}" for c, w in zip(numbers, (10, 17, 10, 11, 13, 10))) + f"  {status}")
+            if r.get("tuning"):
+                lines.append(f"  {'':<14} {_tuning_text(r['tuning'])}")
     return "\n".join(lines)
+
+
+def _tuning_text(tuning: dict) -> str:
+    """Where an rstf-poly row's register tiles came from (report.json's "tuning")."""
+    if not tuning.get("profile"):
+        return f"tiles: the analytic model's, all {tuning['kernels']} kernels"
+    return (f"tiles: {tuning['kernels_from_profile']} of {tuning['kernels']} kernels from "
+            f"the profile {tuning['profile']}")
 
 
 def _rounds_text(result: dict) -> str:
