@@ -435,3 +435,42 @@ def test_the_budget_left_probes_further_candidates_until_they_are_spent(tuned, t
     for bad in (1, 25):
         with pytest.raises(RstfError, match="--max-probes must be between"):
             rstf.tune(pb, profile=path, probes=2, max_probes=bad)
+
+
+def test_a_later_probe_challenges_a_confirmed_choice(tmp_path, monkeypatch):
+    """A choice confirmed in the first stage is challenged by a later probe's candidate
+    that beat its confirmed median by the margin in its probe: that one is timed again the
+    same way, and the faster of the two on their confirmations is kept. A candidate whose
+    probe did not beat the standing choice by the margin is not put forward."""
+    from rstf.poly.target import TARGETS
+    from rstf.tuner import search
+    prof = Profile(str(tmp_path / "p.json"), {"target": "avx512"})
+    m, a, b, c = (TileChoice(6, 4, False), TileChoice(5, 4, False), TileChoice(8, 3, False),
+                  TileChoice(4, 4, False))
+    prof.record("k", m, 1.0, 1.0, ["n"], model=m)
+    for r in (0.90, 0.93, 0.93):  # a: put forward by its probe, confirmed at 0.93
+        prof.record("k", a, r, r, ["n"])
+    assert prof.best("k") == a.label and prof.contender("k") is None
+    prof.record("k", c, 0.92, 0.92, ["n"])  # a later probe: not 2% under 0.93
+    assert prof.contender("k") is None and prof.best("k") == a.label
+    prof.record("k", b, 0.85, 0.85, ["n"])  # and another: 0.85 < 0.93 x 0.98
+    assert prof.best("k") == a.label and prof.contender("k") == b.label
+    tables = []
+    monkeypatch.setattr(search, "_build", lambda codes, consts, probe, jobs, work, log=None:
+                        tables.append(dict(probe.tiles.measured)) or probe.tiles)
+    monkeypatch.setattr(search, "_paired", lambda base, cand, threads, reps, work: {
+        ("k", ch, False): (0.88e-3, 0.88, ["n"]) for _, ch in cand.measured})
+    run = {"keys": ["k"], "confirmed": 2}
+    assert search._confirm(prof, run, [], [], TARGETS["avx512"], "the model's", 1, 1, 1,
+                           str(tmp_path), 2, 100.0, lambda _m: None,
+                           runners_only=True) is None
+    assert tables == [{"k": b}]  # (one build, timed twice)
+    assert prof.evidence("k", b.label) == [0.88, 0.88] and prof.best("k") == b.label
+    assert prof.contender("k") is None
+    # Confirmed slower than the standing choice, a challenger does not take it.
+    prof.record("k2", m, 1.0, 1.0, ["n"], model=m)
+    for r in (0.90, 0.93, 0.93):
+        prof.record("k2", a, r, r, ["n"])
+    for r in (0.85, 0.96, 0.97):
+        prof.record("k2", b, r, r, ["n"])
+    assert prof.best("k2") == a.label and prof.contender("k2") is None

@@ -168,8 +168,8 @@ class Profile:
         return v[1:] if len(v) > 1 else v
 
     def best(self, key: str) -> str:
-        """The label `optimize` takes for `key`: of the candidates measured most often,
-        the one of the least median `evidence` where that is under 1 - `needed`, else the
+        """The label `optimize` takes for `key`: of the candidates timed again (or, where
+        none was, of those only a probe timed), the one of the least median `evidence` where that is under 1 - `needed`, else the
         model's. A candidate no round timed again (a run's probes, before `_confirm`, or
         `--confirm 0`) needs `MARGIN` only: that puts it forward to be confirmed."""
         e = self.contractions[key]
@@ -177,11 +177,12 @@ class Profile:
                   if v and label != e["model"]}
         if not ratios:
             return e["model"]
-        # Only the most repeated: a candidate that won one probe was timed again
-        # (`search._confirm`), and one that lost there must not hand the choice to a
-        # runner-up measured once, whose one ratio is as likely to be luck.
+        # Only those timed again where any was: a candidate that won one probe was timed
+        # again (`search._confirm`), and one that lost there must not hand the choice to
+        # a runner-up measured once, whose one ratio is as likely to be luck.
         most = max(map(len, ratios.values()))
-        ev = {label: self.evidence(key, label) for label, v in ratios.items() if len(v) == most}
+        ev = {label: self.evidence(key, label) for label, v in ratios.items()
+              if len(v) >= min(most, 2)}
         med = {label: statistics.median(v) for label, v in ev.items()}
         label = min(med, key=med.get)
         # (put forward by its probe, not timed again yet: the margin alone)
@@ -190,18 +191,22 @@ class Profile:
 
     def contender(self, key: str) -> str | None:
         """The candidate to time again next for `key`: its choice, where only the probe
-        that put it forward timed it; else, where its choice is still the model's (the
+        that put it forward timed it; else, of the candidates only a probe timed, the
+        fastest where it beat by `MARGIN` there what stands: the model's (where the
         candidate its probes put forward lost its confirmation rounds, or none was put
-        forward), of the candidates only a probe timed, the fastest where it beat the
-        model's by `MARGIN` there. None where there is none, or a confirmed choice stands."""
+        forward), or a confirmed choice's median ratio (a later probe's candidate faster
+        than the choice is timed again as the choice was, and `best` weighs the two on
+        their confirmations). None where there is none."""
         e = self.contractions[key]
         ratios = e.get("vs_model", {})
-        if e["choice"] != e["model"]:
-            return e["choice"] if len(ratios.get(e["choice"], [])) == 1 else None
+        if e["choice"] != e["model"] and len(ratios.get(e["choice"], [])) == 1:
+            return e["choice"]
+        bar = (1.0 if e["choice"] == e["model"]
+               else statistics.median(self.evidence(key, e["choice"])))
         once = {label: v[0] for label, v in ratios.items()
-                if label != e["model"] and len(v) == 1}
+                if label not in (e["model"], e["choice"]) and len(v) == 1}
         label = min(once, key=once.get, default=None)
-        return label if label is not None and once[label] < 1 - MARGIN else None
+        return label if label is not None and once[label] < bar * (1 - MARGIN) else None
 
     def note_noise(self, keys, noise: float) -> None:
         """Record the noise a run measured (`spread`) on its contractions `keys`, and
