@@ -155,7 +155,7 @@ def tune(model, *, input_shapes=None, outputs=None, profile: str | None = None,
          budget="10m", probes: int = 8, reps: int = 30, confirm: int = 2,
          march: str = "native", threads: int = 0, max_ops=None, fold_scales: bool = False,
          fresh: bool = False, probe_order: str = "auto", max_probes: int = 24,
-         log=None) -> dict:
+         pair_seconds: float = 8.0, log=None) -> dict:
     """`rstf tune` from Python: the dict `rstf tune --json` prints (`profile`, the
     `contractions` with the model's and the chosen tile, `probes_done`, `probe_order`,
     `stopped`, and `noise`: how much a timed ratio moved on this machine with no change).
@@ -173,4 +173,5 @@ def tune(model, *, input_shapes=None, outputs=None, profile: str | None = None,
         return run(path, shapes, list(outputs) if outputs else None, profile=profile,
                    budget=secs, probes=probes, reps=reps, confirm=confirm, march=march,
                    threads=threads, max_ops=max_ops, fold_scales=fold_scales, fresh=fresh,
-                   probe_order=probe_order, max_probes=max_probes, log=log or (lambda _m: None))
+                   probe_order=probe_order, max_probes=max_probes, pair_seconds=pair_seconds,
+                   log=log or (lambda _m: None))

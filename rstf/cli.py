@@ -6,7 +6,9 @@
     rstf compare MODEL OUTDIR [--inputs FILE.npz] [--input-range LO,HI] [--rtol 1e-4]
                               [--reps N] [--seed S] [--per-subgraph] [--json]
     rstf bench MODEL... [--engines LIST] [--reps N] [--rounds R] [--input-range LO,HI] [--plot FILE.png]
-                        [--json]
+                        [--tuning auto|off|PROFILE] [--json]
+    rstf tune MODEL [--budget 10m] [--profile FILE] [--probes N] [--max-probes N] [--reps N]
+                    [--pair-seconds S] [--confirm N] [--fresh] [--probe-order ORDER] [--json]
 
 `optimize` shows its stages (live bars with an ETA on a terminal, plain lines otherwise) and
 a summary; `-q` prints nothing but errors, `-v` also logs stage times and each subgraph's
@@ -187,6 +189,9 @@ def _tune_parser(sub) -> None:
                    "to this many a contraction (default and most 24)")
     t.add_argument("--reps", type=int, default=30, help="timed runs of each side of a "
                    "pairing, the model's tiles and a probe's, in turn (default 30)")
+    t.add_argument("--pair-seconds", type=float, default=8.0, help="a pairing stops short "
+                   "of --reps once its runs have taken this long (an even count, at least "
+                   "8; default 8; 0: never): a large model's probes cost their builds")
     t.add_argument("--confirm", type=int, default=2, help="rounds that time the winning "
                    "tiles again beside the model's before they are kept (default 2)")
     t.add_argument("--fresh", action="store_true", help="measure again what an earlier run "
@@ -217,6 +222,7 @@ def _tune(a) -> int:
              budget=budget, probes=a.probes, reps=a.reps, march=a.march, threads=a.threads,
              max_ops=a.max_ops, fold_scales=a.fold_scales == "on", fresh=a.fresh,
              confirm=a.confirm, probe_order=a.probe_order, max_probes=a.max_probes,
+             pair_seconds=a.pair_seconds,
              log=(lambda _m: None) if a.json else (lambda m: print(m, flush=True)))
     if a.json:
         print(json.dumps(r))

@@ -81,3 +81,15 @@ def test_the_harness_alternates_which_slot_runs_first():
     assert "switch ((r & 1) ? 2 - 1 - j : j)" in c
     assert "for (int r = -3; r < 7; ++r)" in c
     assert "rstf_slot0_entry(out0, ws0)" in c and "rstf_slot1_entry(out0, ws1)" in c
+
+
+def test_a_time_limit_stops_the_runs_early_at_an_even_count(tmp_path):
+    """`seconds`: the runs stop once they have taken that long, after an even count of them
+    (each slot first as often as second) and at least `MIN_RUNS`; every slot reports the
+    runs made, no more."""
+    work = str(tmp_path)
+    unit = pairbench.compile_unit(subgraph_c(4), "rstf_sg_0", 4 * N, work)
+    a, b = pairbench.pair_timer([unit, unit], 50, work, seconds=1e-9).run(1)
+    assert len(a) == len(b) == pairbench.MIN_RUNS
+    a, b = pairbench.pair_timer([unit, unit], 12, work, seconds=3600.0).run(1)
+    assert len(a) == len(b) == 12

@@ -28,6 +28,7 @@ from .groupbench import (ALLOC_RAND, WTIME, bench_c_flags, instrument, tensor_ct
                          tensor_shapes, tensor_allocs)
 
 WARMUP = 3  # untimed runs of each slot first: page faults, the team's threads starting
+MIN_RUNS = 8  # the timed runs a program makes before a time limit may stop it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,12 +91,14 @@ def _team_object(workdir: str) -> str:
     return obj
 
 
-def harness(units: list[Unit], reps: int) -> str:
+def harness(units: list[Unit], reps: int, seconds: float = 0.0) -> str:
     """A main() that runs every slot's entry `reps` times (after `WARMUP` untimed runs)
     on one set of random inputs and outputs, each slot with its own workspace, the slots
     in turn within a run, forwards on even runs and backwards on odd ones, on argv[1]
     threads of the team; and prints one line per slot and run: the slot, the run, each
-    call's seconds."""
+    call's seconds. With `seconds` > 0 the runs stop after an even count of them, at least
+    `MIN_RUNS`, once their time passes `seconds` (a large model's pairing at the time a
+    small one's takes: each slot's order still balanced)."""
     shapes, ctypes = dict(units[0].shapes), dict(units[0].ctypes)
     names, allocs = tensor_allocs(shapes, ctypes)
     decls, runs, prints = [], [], []
@@ -115,7 +118,7 @@ def harness(units: list[Unit], reps: int) -> str:
             for (int k = 0; k < {n}; ++k) rstf_t{s}[r][k] = rstf_slot{s}_prof[k];
             break;
         }}""")
-        prints.append(f"""    for (int r = 0; r < {reps}; ++r) {{
+        prints.append(f"""    for (int r = 0; r < done; ++r) {{
         printf("{s} %d", r);
         for (int k = 0; k < {n}; ++k) printf(" %.9f", rstf_t{s}[r][k]);
         printf("\\n");
@@ -138,11 +141,20 @@ int main(int argc, char **argv) {{
 #endif
     const int threads = atoi(argv[1]);
 {allocs}
-    for (int r = -{WARMUP}; r < {reps}; ++r)
+    int done = {reps};
+    double start = 0.0;
+    for (int r = -{WARMUP}; r < {reps}; ++r) {{
+        if (r == 0) start = rstf_wtime();
         for (int j = 0; j < {slots}; ++j)
             switch ((r & 1) ? {slots} - 1 - j : j) {{
 {nl.join(runs)}
             }}
+        if ({seconds!r} > 0 && r + 1 >= {MIN_RUNS} && (r & 1)
+                && rstf_wtime() - start > {seconds!r}) {{
+            done = r + 1;
+            break;
+        }}
+    }}
 {nl.join(prints)}
     return 0;
 }}
@@ -169,16 +181,17 @@ class PairTimer:
         return runs
 
 
-def pair_timer(units: list[Unit], reps: int, workdir: str) -> PairTimer:
+def pair_timer(units: list[Unit], reps: int, workdir: str, seconds: float = 0.0) -> PairTimer:
     """Link `units` (variants of one subgraph: the same tensors) into one timing program
-    in `workdir`, `reps` timed runs of each."""
+    in `workdir`, `reps` timed runs of each, or fewer where `seconds` (> 0) is spent
+    (`harness`)."""
     if len({(u.shapes, u.ctypes) for u in units}) != 1:
         raise RstfError("the variants timed together must have the same tensors")
     d = tempfile.mkdtemp(dir=workdir)
     objs = [_slot(u, s, d) for s, u in enumerate(units)]
     main = os.path.join(d, "main.c")
     with open(main, "w") as f:
-        f.write(harness(units, reps))
+        f.write(harness(units, reps, seconds))
     objs.append(os.path.join(d, "main.o"))
     run_tool(["gcc", *bench_c_flags(), "-DRSTF_TEAM", "-c", main, "-o", objs[-1]],
              "the timing program")

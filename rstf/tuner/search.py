@@ -13,7 +13,11 @@ again, which only adds samples of it. A group's time is credited to each contrac
 it runs, summed over the groups with that key, and the key's time against the model's,
 the median over runs of the ratio of two runs made moments apart, is recorded in the
 profile (`profile.Profile.record`) after each probe, so a run stopped by its budget or by
-Ctrl-C keeps what it measured and the next run resumes at the next probe.
+Ctrl-C keeps what it measured and the next run resumes at the next probe. A pairing
+runs `reps` runs a side, or fewer (an even count, at least `pairbench.MIN_RUNS`) once its
+runs have taken `pair_seconds`: a large model's subgraph (bert_base at batch 8, a third of
+a second a run) is then timed for about as long as a small one's, and a probe costs what
+its builds cost.
 
 After the first `probes` and their confirmation (`_confirm`), the budget left goes on down
 the same ranking: probe v = probes, probes + 1, .. up to `max_probes` (limit v + 1, which
@@ -43,10 +47,18 @@ import math
 import os
 import tempfile
 import time
+from typing import NamedTuple
 
 from ..errors import RstfError
 from ..poly.tiles import ORDER_POOL, TileChoice, TileTable
 from .profile import Profile, cpu_model, default_path, spread
+
+
+class Timing(NamedTuple):
+    """How each pairing is timed (`_paired`): at most `reps` runs a side, and no more once
+    they have taken `seconds` (0: no limit)."""
+    reps: int
+    seconds: float = 0.0
 
 
 def parse_budget(text: str) -> float:
@@ -116,7 +128,8 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
          budget: float = 600.0, probes: int = 8, reps: int = 30, march: str = "native",
          threads: int = 0, max_ops: int | None = None, fold_scales: bool = False,
          fresh: bool = False, jobs: int | None = None, confirm: int = 2,
-         probe_order: str = "auto", max_probes: int = ORDER_POOL, log=print) -> dict:
+         probe_order: str = "auto", max_probes: int = ORDER_POOL, pair_seconds: float = 8.0,
+         log=print) -> dict:
     """Tune `model`'s contractions on this machine into `profile` (default: this machine's,
     `profile.default_path`). Returns a summary: the profile's path, the probes run, and per
     contraction key its model's and its chosen tile with their milliseconds. `confirm`:
@@ -124,15 +137,18 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
     `probe_order`: `auto`, `learned` or `analytic` (the module docstring). `max_probes`:
     how far the budget left after the first `probes` and their confirmation may probe
     further down each kernel's candidates (at most `tiles.ORDER_POOL`, the learned
-    order's pool, so that probe v runs the same candidate whatever the limit)."""
+    order's pool, so that probe v runs the same candidate whatever the limit).
+    `pair_seconds`: the time after which a pairing stops short of `reps` runs a side (0:
+    never)."""
     from . import learned
     from ..build.compiler import c_toolchain
     from ..cgen.codegen import generate_subgraph
     from ..pipeline import DEFAULT_MAX_OPS, default_jobs, load_for_codegen, partition, select
     from ..poly.target import detect, machine_threads
 
-    if probes < 1 or reps < 1 or confirm < 0:
-        raise RstfError("--probes and --reps must be at least 1, --confirm at least 0")
+    if probes < 1 or reps < 1 or confirm < 0 or not pair_seconds >= 0:
+        raise RstfError("--probes and --reps must be at least 1, --confirm and "
+                        "--pair-seconds at least 0")
     if not probes <= max_probes <= ORDER_POOL:
         raise RstfError(f"--max-probes must be between --probes ({probes}) and {ORDER_POOL}")
     if probe_order not in ("auto", "learned", "analytic"):
@@ -182,7 +198,9 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
     if not codes:
         raise RstfError(f"{model}: no subgraph rstf can generate code for, nothing to tune")
     consts = [frozenset(s.cname for s in sg.inputs if gen.is_const(s.tensor)) for sg in codes]
-    log(f"tuning {model}: {len(codes)} subgraphs, {probes} probes of {reps} runs a side, "
+    timing = Timing(reps, pair_seconds)
+    log(f"tuning {model}: {len(codes)} subgraphs, {probes} probes of {reps} runs a side"
+        + (f" (or {pair_seconds:g} s a pairing)" if pair_seconds else "") + ", "
         f"budget {budget:.0f} s, profile {path}")
     log(f"  probe order: {kind}" + (f" (trained on {order.contractions} contractions of "
                                      f"{len(order.runs)} other runs)" if order else ""))
@@ -191,7 +209,7 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
         # The model's own tiles, built once: every probe is timed against them.
         base = []
         probe = functools.partial(_probe, prof, run, codes, consts, target, order, base,
-                                  jobs, reps, threads, work, log)
+                                  jobs, timing, threads, work, log)
         for v in range(probes):
             if v in run["done"]:
                 continue
@@ -201,7 +219,7 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
             if (stopped := probe(v, probes, t0)) is not None:
                 break
         if stopped is None:
-            stopped = _confirm(prof, run, codes, consts, target, base, jobs, reps, threads,
+            stopped = _confirm(prof, run, codes, consts, target, base, jobs, timing, threads,
                                work, confirm, budget - (time.monotonic() - t0), log)
         # The budget left: the candidates past the first `probes`, one probe each, their
         # winners confirmed as runners-up are, until every kernel's candidates are spent.
@@ -215,7 +233,7 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
                 break
             stopped = probe(v, v + 1, t0)
             if stopped is None and v in run["done"]:
-                stopped = _confirm(prof, run, codes, consts, target, base, jobs, reps,
+                stopped = _confirm(prof, run, codes, consts, target, base, jobs, timing,
                                    threads, work, confirm, budget - (time.monotonic() - t0),
                                    log, runners_only=True)
     prof.save()
@@ -227,7 +245,7 @@ def tune(model: str, input_shapes=None, outputs=None, *, profile: str | None = N
     return summary
 
 
-def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, reps: int,
+def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, timing: Timing,
              threads: int, work: str, rounds: int, left: float, log,
              runners_only: bool = False) -> str | None:
     """Time the profile's choices for this run's keys beside the model's `rounds` more
@@ -262,7 +280,7 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
                 _model(base, codes, consts, target, jobs, work)
                 cand = cand or _build(codes, consts, dataclasses.replace(target, tiles=table),
                                       jobs, work, log)
-                measured = _paired(base, cand, threads, reps, work)
+                measured = _paired(base, cand, threads, timing, work)
             except KeyboardInterrupt:
                 return "interrupted"
             for (key, choice, is_model), (secs, ratio, nodes) in measured.items():
@@ -282,7 +300,7 @@ def _confirm(prof: Profile, run: dict, codes, consts, target, base, jobs: int, r
 
 
 def _probe(prof: Profile, run: dict, codes, consts, target, order, base: list, jobs: int,
-           reps: int, threads: int, work: str, log, v: int, limit: int,
+           timing: Timing, threads: int, work: str, log, v: int, limit: int,
            t0: float) -> str | None:
     """Probe `v`: every kernel in its candidate number `v` of the first `limit` (probe
     0: the model's own tiles against a copy of themselves), timed beside the model's
@@ -297,7 +315,7 @@ def _probe(prof: Profile, run: dict, codes, consts, target, order, base: list, j
             prof.save()
             log(f"  probe {v + 1}: no kernel has another candidate")
             return None
-        measured = _paired(model, cand, threads, reps, work)
+        measured = _paired(model, cand, threads, timing, work)
     except KeyboardInterrupt:
         return "interrupted"
     for (key, choice, is_model), (secs, ratio, nodes) in sorted(
@@ -360,9 +378,9 @@ def _build(codes, consts, probe, jobs: int, work: str, log=None,
     return out
 
 
-def _paired(base: list, cand: list, threads: int, reps: int, work: str) -> dict:
+def _paired(base: list, cand: list, threads: int, timing: Timing, work: str) -> dict:
     """{(key, choice, the model's): (seconds, seconds over the model's, nodes)} of the
-    candidate units `cand`, each timed beside the model's (`base`) in one program, `reps`
+    candidate units `cand`, each timed beside the model's (`base`) in one program, `timing`'s
     runs of each, in turn (`pairbench.pair_timer`). Per subgraph, a key's ratio is the
     median over runs of its seconds (the calls of its `regions`) over the model's in the
     run beside it, and its seconds the median of its own; over the subgraphs, the seconds
@@ -376,7 +394,7 @@ def _paired(base: list, cand: list, threads: int, reps: int, work: str) -> dict:
     for b, c in zip(base, cand):
         if b is None or c is None:
             continue
-        ms, cs = pair_timer([b[0], c[0]], reps, work).run(threads)
+        ms, cs = pair_timer([b[0], c[0]], timing.reps, work, timing.seconds).run(threads)
         by_key = {kc[0]: kc for kc in c[1].values()}
         for key, region in regions([ms[0], cs[0]], [b[1], c[1]]).items():
             if key not in by_key:
