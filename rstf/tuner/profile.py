@@ -169,9 +169,10 @@ class Profile:
 
     def best(self, key: str) -> str:
         """The label `optimize` takes for `key`: of the candidates timed again (or, where
-        none was, of those only a probe timed), the one of the least median `evidence` where that is under 1 - `needed`, else the
-        model's. A candidate no round timed again (a run's probes, before `_confirm`, or
-        `--confirm 0`) needs `MARGIN` only: that puts it forward to be confirmed."""
+        none was, of those only a probe timed), the one of the least median `evidence`
+        where that is under 1 - `needed`, else the model's. A candidate no round timed
+        again (a run's probes, before `_confirm`, or `--confirm 0`) needs `MARGIN` only:
+        that puts it forward to be confirmed."""
         e = self.contractions[key]
         ratios = {label: v for label, v in e.get("vs_model", {}).items()
                   if v and label != e["model"]}
